@@ -1,0 +1,631 @@
+//! [`Context`]: the handle every kvpack operation takes.
+//!
+//! A context wraps either an application's own `wgpu::Device`/`Queue`
+//! ([`Context::from_device`]), a device kvpack created headlessly ([`Context::headless`]), or
+//! no GPU at all ([`Context::cpu`]). It decides, per kernel, which of the three paths runs
+//! (CPU reference, portable WGSL, hand-written MSL) and never falls back silently: asking for
+//! a path this device cannot run is [`Error::PathUnavailable`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::gpu::registry::{self, KernelDef};
+
+/// Which path the caller wants. `Auto` picks the best one this context can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum PathChoice {
+    /// MSL on Metal with passthrough shaders and subgroups; else WGSL (subgroup variant when
+    /// `SUBGROUP` is enabled, workgroup-memory variant otherwise); else the CPU reference.
+    #[default]
+    Auto,
+    /// The CPU reference, always available.
+    Cpu,
+    /// WGSL, best variant for this device (subgroup when `SUBGROUP` is enabled).
+    Wgsl,
+    /// WGSL, subgroup variant; an error when `SUBGROUP` is not enabled on the device.
+    WgslSubgroup,
+    /// WGSL, workgroup-memory variant (runs on every adapter).
+    WgslWorkgroup,
+    /// Hand-written Metal Shading Language through wgpu's passthrough shaders.
+    Msl,
+}
+
+impl PathChoice {
+    /// Parses `auto | cpu | wgsl | wgsl-subgroup | wgsl-workgroup | msl`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "auto" => Self::Auto,
+            "cpu" => Self::Cpu,
+            "wgsl" => Self::Wgsl,
+            "wgsl-subgroup" => Self::WgslSubgroup,
+            "wgsl-workgroup" => Self::WgslWorkgroup,
+            "msl" => Self::Msl,
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown path `{other}` (expected auto, cpu, wgsl, wgsl-subgroup, wgsl-workgroup or msl)"
+                )));
+            }
+        })
+    }
+}
+
+impl fmt::Display for PathChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Cpu => "cpu",
+            Self::Wgsl => "wgsl",
+            Self::WgslSubgroup => "wgsl-subgroup",
+            Self::WgslWorkgroup => "wgsl-workgroup",
+            Self::Msl => "msl",
+        })
+    }
+}
+
+/// The path a kernel actually runs on, after resolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelPath {
+    /// The CPU reference in `src/cpu/`.
+    Cpu,
+    /// `wgsl/<kernel>.wgsl`, subgroup variant.
+    WgslSubgroup,
+    /// `wgsl/<kernel>.wgsl`, workgroup-memory variant (or the kernel's only variant).
+    WgslWorkgroup,
+    /// `msl/<kernel>.metal` through passthrough.
+    Msl,
+}
+
+impl KernelPath {
+    /// True for every path that runs on the GPU.
+    pub fn is_gpu(self) -> bool {
+        !matches!(self, Self::Cpu)
+    }
+}
+
+impl fmt::Display for KernelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Cpu => "cpu",
+            Self::WgslSubgroup => "wgsl-subgroup",
+            Self::WgslWorkgroup => "wgsl-workgroup",
+            Self::Msl => "msl",
+        })
+    }
+}
+
+/// Where the context's device came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// The application handed kvpack its own device and queue.
+    AppDevice,
+    /// kvpack created a device on the best adapter it found.
+    Headless,
+    /// CPU only, on request.
+    CpuRequested,
+    /// CPU only because no usable adapter was found (the reason is kept).
+    CpuNoAdapter(String),
+}
+
+/// Options for [`Context::headless_with`].
+#[derive(Clone, Debug)]
+pub struct HeadlessOptions {
+    /// Backends to consider; `None` reads `WGPU_BACKEND` (all backends when unset).
+    pub backends: Option<wgpu::Backends>,
+    /// Substring of the adapter name (case-insensitive); `None` reads `WGPU_ADAPTER_NAME`.
+    pub adapter_name: Option<String>,
+    /// Features kvpack must not request even when offered (e.g. `SUBGROUP`, to exercise the
+    /// workgroup-memory variants on an adapter that has subgroups).
+    pub withhold_features: wgpu::Features,
+    /// Fail with [`Error::NoAdapter`] instead of returning a CPU context.
+    pub require_gpu: bool,
+}
+
+impl Default for HeadlessOptions {
+    fn default() -> Self {
+        Self {
+            backends: None,
+            adapter_name: None,
+            withhold_features: wgpu::Features::empty(),
+            require_gpu: false,
+        }
+    }
+}
+
+/// The features kvpack can use; it requests no others.
+pub fn wanted_features(backend: wgpu::Backend) -> wgpu::Features {
+    let mut f =
+        wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+    if backend == wgpu::Backend::Metal {
+        f |= wgpu::Features::PASSTHROUGH_SHADERS;
+    }
+    f
+}
+
+#[derive(Clone)]
+pub(crate) struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub features: wgpu::Features,
+    pub limits: wgpu::Limits,
+    /// Shared by every handle made from this one (`with_path` and friends).
+    pub pipelines: Arc<Mutex<HashMap<registry::PipelineKey, Arc<registry::Pipeline>>>>,
+}
+
+struct Inner {
+    origin: Origin,
+    gpu: Option<Gpu>,
+    path: PathChoice,
+    max_workgroups_per_dim: u32,
+}
+
+/// The handle every kvpack operation takes. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("origin", &self.inner.origin)
+            .field("adapter", &self.inner.gpu.as_ref().map(|g| &g.info.name))
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+impl Context {
+    /// A context without a GPU: every kernel runs the CPU reference.
+    pub fn cpu() -> Self {
+        Self::build(Origin::CpuRequested, None, PathChoice::Cpu)
+    }
+
+    /// Wraps the application's own device and queue. kvpack reads their features and limits,
+    /// never creates another device and never installs an uncaptured-error handler.
+    pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> Self {
+        let info = device.adapter_info();
+        let features = device.features();
+        let limits = device.limits();
+        let gpu = Gpu {
+            device,
+            queue,
+            info,
+            features,
+            limits,
+            pipelines: Arc::default(),
+        };
+        Self::build(Origin::AppDevice, Some(gpu), PathChoice::Auto)
+    }
+
+    /// Headless context on the best adapter (see [`HeadlessOptions`] defaults: honours
+    /// `WGPU_BACKEND` and `WGPU_ADAPTER_NAME`). Without any adapter it returns a CPU context
+    /// and says so in [`Context::describe`].
+    pub fn headless() -> Result<Self> {
+        Self::headless_with(&HeadlessOptions::default())
+    }
+
+    /// Headless context with explicit options (blocking).
+    pub fn headless_with(opts: &HeadlessOptions) -> Result<Self> {
+        pollster::block_on(Self::headless_async(opts))
+    }
+
+    /// Headless context with explicit options.
+    pub async fn headless_async(opts: &HeadlessOptions) -> Result<Self> {
+        let backends = opts
+            .backends
+            .or_else(wgpu::Backends::from_env)
+            .unwrap_or(wgpu::Backends::all());
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = backends;
+        let instance = wgpu::Instance::new(desc);
+        let wanted_name = opts
+            .adapter_name
+            .clone()
+            .or_else(|| std::env::var("WGPU_ADAPTER_NAME").ok())
+            .filter(|s| !s.is_empty());
+        let adapters = instance.enumerate_adapters(backends).await;
+        let listed: Vec<String> = adapters
+            .iter()
+            .map(|a| {
+                let i = a.get_info();
+                format!("{} ({:?})", i.name, i.backend)
+            })
+            .collect();
+        let mut candidates: Vec<wgpu::Adapter> = match &wanted_name {
+            Some(name) => {
+                let needle = name.to_lowercase();
+                let found: Vec<_> = adapters
+                    .into_iter()
+                    .filter(|a| a.get_info().name.to_lowercase().contains(&needle))
+                    .collect();
+                if found.is_empty() {
+                    return Err(Error::NoAdapter(format!(
+                        "WGPU_ADAPTER_NAME=`{name}` matches none of the adapters [{}]",
+                        listed.join(", ")
+                    )));
+                }
+                found
+            }
+            None => adapters,
+        };
+        candidates.sort_by_key(|a| std::cmp::Reverse(adapter_rank(&a.get_info())));
+        let Some(adapter) = candidates.into_iter().next() else {
+            let reason = format!("no adapter for backends {backends:?}");
+            if opts.require_gpu {
+                return Err(Error::NoAdapter(reason));
+            }
+            log::warn!("kvpack: {reason}; using the CPU reference");
+            return Ok(Self::build(
+                Origin::CpuNoAdapter(reason),
+                None,
+                PathChoice::Cpu,
+            ));
+        };
+        let info = adapter.get_info();
+        let features = adapter.features() & wanted_features(info.backend) & !opts.withhold_features;
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("kvpack"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| {
+                Error::NoAdapter(format!("request_device on {} failed: {e}", info.name))
+            })?;
+        let gpu = Gpu {
+            device,
+            queue,
+            info,
+            features,
+            limits,
+            pipelines: Arc::default(),
+        };
+        Ok(Self::build(Origin::Headless, Some(gpu), PathChoice::Auto))
+    }
+
+    fn build(origin: Origin, gpu: Option<Gpu>, path: PathChoice) -> Self {
+        let max_workgroups_per_dim = gpu
+            .as_ref()
+            .map_or(65_535, |g| g.limits.max_compute_workgroups_per_dimension);
+        Self {
+            inner: Arc::new(Inner {
+                origin,
+                gpu,
+                path,
+                max_workgroups_per_dim,
+            }),
+        }
+    }
+
+    /// The same device with another default path choice. Fails when the choice cannot run
+    /// at all on this context (e.g. `Msl` off Metal, or any GPU path without a device).
+    pub fn with_path(&self, path: PathChoice) -> Result<Self> {
+        let probe = Self {
+            inner: Arc::new(self.clone_inner(path, self.inner.max_workgroups_per_dim)),
+        };
+        probe.check_choice(path)?;
+        Ok(probe)
+    }
+
+    /// Lowers the per-dimension workgroup limit used to split dispatches over x and y
+    /// (it can only lower the device's own limit). Meant for tests of the split itself.
+    pub fn with_max_workgroups_per_dimension(&self, n: u32) -> Result<Self> {
+        if n == 0 {
+            return Err(Error::Config(
+                "max workgroups per dimension must be at least 1".into(),
+            ));
+        }
+        let n = n.min(self.inner.max_workgroups_per_dim);
+        Ok(Self {
+            inner: Arc::new(self.clone_inner(self.inner.path, n)),
+        })
+    }
+
+    fn clone_inner(&self, path: PathChoice, max_wg: u32) -> Inner {
+        // Device, queue and pipeline cache are shared handles.
+        let gpu = self.inner.gpu.clone();
+        Inner {
+            origin: self.inner.origin.clone(),
+            gpu,
+            path,
+            max_workgroups_per_dim: max_wg,
+        }
+    }
+
+    /// The default path choice of this context.
+    pub fn path(&self) -> PathChoice {
+        self.inner.path
+    }
+
+    /// Where the device came from.
+    pub fn origin(&self) -> &Origin {
+        &self.inner.origin
+    }
+
+    /// The wgpu device, when there is one.
+    pub fn device(&self) -> Option<&wgpu::Device> {
+        self.inner.gpu.as_ref().map(|g| &g.device)
+    }
+
+    /// The wgpu queue, when there is one.
+    pub fn queue(&self) -> Option<&wgpu::Queue> {
+        self.inner.gpu.as_ref().map(|g| &g.queue)
+    }
+
+    /// Features enabled on the device (empty without a GPU).
+    pub fn features(&self) -> wgpu::Features {
+        self.inner
+            .gpu
+            .as_ref()
+            .map_or(wgpu::Features::empty(), |g| g.features)
+    }
+
+    /// Adapter information, when there is a GPU.
+    pub fn adapter_info(&self) -> Option<&wgpu::AdapterInfo> {
+        self.inner.gpu.as_ref().map(|g| &g.info)
+    }
+
+    pub(crate) fn gpu(&self) -> Option<&Gpu> {
+        self.inner.gpu.as_ref()
+    }
+
+    pub(crate) fn max_workgroups_per_dim(&self) -> u32 {
+        self.inner.max_workgroups_per_dim
+    }
+
+    fn msl_available(&self) -> std::result::Result<(), String> {
+        let Some(g) = self.gpu() else {
+            return Err("no GPU device".into());
+        };
+        if g.info.backend != wgpu::Backend::Metal {
+            return Err(format!("backend is {:?}, MSL needs Metal", g.info.backend));
+        }
+        if !g.features.contains(wgpu::Features::PASSTHROUGH_SHADERS) {
+            return Err("PASSTHROUGH_SHADERS is not enabled on the device".into());
+        }
+        if !g.features.contains(wgpu::Features::SUBGROUP) {
+            return Err(
+                "SUBGROUP is not enabled on the device (MSL kernels use simdgroup functions)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn check_choice(&self, choice: PathChoice) -> Result<()> {
+        let err = |reason: String| Error::PathUnavailable {
+            kernel: "*",
+            requested: choice.to_string(),
+            reason,
+        };
+        match choice {
+            PathChoice::Auto | PathChoice::Cpu => Ok(()),
+            PathChoice::Wgsl | PathChoice::WgslWorkgroup => self
+                .gpu()
+                .map(|_| ())
+                .ok_or_else(|| err("no GPU device".into())),
+            PathChoice::WgslSubgroup => {
+                let g = self.gpu().ok_or_else(|| err("no GPU device".into()))?;
+                if g.features.contains(wgpu::Features::SUBGROUP) {
+                    Ok(())
+                } else {
+                    Err(err("SUBGROUP is not enabled on the device".into()))
+                }
+            }
+            PathChoice::Msl => self.msl_available().map_err(err),
+        }
+    }
+
+    /// Resolves which path `kernel` runs on for `choice` ([`PathChoice::Auto`] included).
+    pub fn resolve(&self, kernel: &KernelDef, choice: PathChoice) -> Result<KernelPath> {
+        let unavailable = |reason: String| Error::PathUnavailable {
+            kernel: kernel.name,
+            requested: choice.to_string(),
+            reason,
+        };
+        let has_subgroup = self.features().contains(wgpu::Features::SUBGROUP);
+        match choice {
+            PathChoice::Cpu => Ok(KernelPath::Cpu),
+            PathChoice::Auto => {
+                if self.msl_available().is_ok() && kernel.msl.is_some() {
+                    Ok(KernelPath::Msl)
+                } else if self.gpu().is_some() {
+                    Ok(if has_subgroup {
+                        KernelPath::WgslSubgroup
+                    } else {
+                        KernelPath::WgslWorkgroup
+                    })
+                } else {
+                    Ok(KernelPath::Cpu)
+                }
+            }
+            PathChoice::Wgsl | PathChoice::WgslSubgroup | PathChoice::WgslWorkgroup => {
+                self.check_choice(choice).map_err(|e| match e {
+                    Error::PathUnavailable { reason, .. } => unavailable(reason),
+                    other => other,
+                })?;
+                Ok(match choice {
+                    PathChoice::WgslWorkgroup => KernelPath::WgslWorkgroup,
+                    PathChoice::WgslSubgroup => KernelPath::WgslSubgroup,
+                    _ if has_subgroup => KernelPath::WgslSubgroup,
+                    _ => KernelPath::WgslWorkgroup,
+                })
+            }
+            PathChoice::Msl => {
+                self.msl_available().map_err(unavailable)?;
+                if kernel.msl.is_none() {
+                    return Err(unavailable("kernel has no MSL source".into()));
+                }
+                Ok(KernelPath::Msl)
+            }
+        }
+    }
+
+    /// What this context is and which path each kernel will run with the default choice.
+    pub fn describe(&self) -> Description {
+        let gpu = self.gpu().map(|g| GpuFacts {
+            adapter: g.info.name.clone(),
+            backend: format!("{:?}", g.info.backend),
+            device_type: format!("{:?}", g.info.device_type),
+            driver: format!("{} {}", g.info.driver, g.info.driver_info)
+                .trim()
+                .to_string(),
+            subgroup_sizes: (g.info.subgroup_min_size, g.info.subgroup_max_size),
+            features: feature_names(g.features),
+            limits: vec![
+                (
+                    "max_storage_buffer_binding_size",
+                    u64::from(g.limits.max_storage_buffer_binding_size),
+                ),
+                ("max_buffer_size", g.limits.max_buffer_size),
+                (
+                    "max_compute_workgroup_storage_size",
+                    u64::from(g.limits.max_compute_workgroup_storage_size),
+                ),
+                (
+                    "max_compute_invocations_per_workgroup",
+                    u64::from(g.limits.max_compute_invocations_per_workgroup),
+                ),
+                (
+                    "max_compute_workgroups_per_dimension",
+                    u64::from(g.limits.max_compute_workgroups_per_dimension),
+                ),
+                (
+                    "max_storage_buffers_per_shader_stage",
+                    u64::from(g.limits.max_storage_buffers_per_shader_stage),
+                ),
+            ],
+        });
+        let kernels = registry::KERNELS
+            .iter()
+            .map(|k| {
+                let r = self
+                    .resolve(k, self.path())
+                    .map(|p| p.to_string())
+                    .map_err(|e| e.to_string());
+                (k.name, r)
+            })
+            .collect();
+        Description {
+            origin: self.inner.origin.clone(),
+            path: self.path(),
+            gpu,
+            kernels,
+        }
+    }
+}
+
+/// Prefer real GPUs over software ones, and native backends over GL (no subgroups there).
+fn adapter_rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
+    let ty = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 4,
+        wgpu::DeviceType::IntegratedGpu => 3,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 1,
+        wgpu::DeviceType::Other => 0,
+    };
+    let backend = match info.backend {
+        wgpu::Backend::Metal | wgpu::Backend::Vulkan | wgpu::Backend::Dx12 => 2,
+        wgpu::Backend::Gl | wgpu::Backend::BrowserWebGpu => 1,
+        _ => 0,
+    };
+    (backend, ty)
+}
+
+fn feature_names(f: wgpu::Features) -> Vec<&'static str> {
+    let known = [
+        (wgpu::Features::SUBGROUP, "SUBGROUP"),
+        (wgpu::Features::SHADER_F16, "SHADER_F16"),
+        (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
+        (wgpu::Features::PASSTHROUGH_SHADERS, "PASSTHROUGH_SHADERS"),
+    ];
+    known
+        .iter()
+        .filter(|(k, _)| f.contains(*k))
+        .map(|(_, n)| *n)
+        .collect()
+}
+
+/// Facts about the GPU of a context.
+#[derive(Clone, Debug)]
+pub struct GpuFacts {
+    /// Adapter name.
+    pub adapter: String,
+    /// wgpu backend.
+    pub backend: String,
+    /// Device type (discrete, integrated, CPU, ...).
+    pub device_type: String,
+    /// Driver name and info.
+    pub driver: String,
+    /// (min, max) subgroup size the adapter reports.
+    pub subgroup_sizes: (u32, u32),
+    /// kvpack-relevant features enabled on the device.
+    pub features: Vec<&'static str>,
+    /// Limits that size kvpack's buffers and dispatches.
+    pub limits: Vec<(&'static str, u64)>,
+}
+
+/// The output of [`Context::describe`]; `Display` prints it as a small report.
+#[derive(Clone, Debug)]
+pub struct Description {
+    /// Where the device came from.
+    pub origin: Origin,
+    /// The context's default path choice.
+    pub path: PathChoice,
+    /// GPU facts, when there is a GPU.
+    pub gpu: Option<GpuFacts>,
+    /// Each kernel and the path it runs with the default choice (or why it cannot).
+    pub kernels: Vec<(&'static str, std::result::Result<String, String>)>,
+}
+
+impl fmt::Display for Description {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let origin = match &self.origin {
+            Origin::AppDevice => "application's own device".to_string(),
+            Origin::Headless => "headless device created by kvpack".to_string(),
+            Origin::CpuRequested => "CPU only (requested)".to_string(),
+            Origin::CpuNoAdapter(r) => format!("CPU only: {r}"),
+        };
+        writeln!(f, "kvpack context: {origin}")?;
+        if let Some(g) = &self.gpu {
+            writeln!(
+                f,
+                "  adapter        {} ({}, {})",
+                g.adapter, g.backend, g.device_type
+            )?;
+            if !g.driver.is_empty() {
+                writeln!(f, "  driver         {}", g.driver)?;
+            }
+            writeln!(
+                f,
+                "  subgroup size  {}..={}",
+                g.subgroup_sizes.0, g.subgroup_sizes.1
+            )?;
+            let feats = if g.features.is_empty() {
+                "(none)".to_string()
+            } else {
+                g.features.join(", ")
+            };
+            writeln!(f, "  features       {feats}")?;
+            for (name, v) in &g.limits {
+                writeln!(f, "  {name:<38} {v}")?;
+            }
+        }
+        writeln!(f, "  path choice    {}", self.path)?;
+        for (k, r) in &self.kernels {
+            match r {
+                Ok(p) => writeln!(f, "  kernel {k:<20} -> {p}")?,
+                Err(e) => writeln!(f, "  kernel {k:<20} -> unavailable: {e}")?,
+            }
+        }
+        Ok(())
+    }
+}

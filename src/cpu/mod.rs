@@ -1,0 +1,6 @@
+//! The CPU reference: one file per kernel, same stem as `wgsl/<kernel>.wgsl` and
+//! `msl/<kernel>.metal`, keeping the GPU loop structure so the three can be read side by side.
+//! These functions define the contract; GPU paths are tested against them.
+
+pub mod bitpack;
+pub mod bitunpack;

@@ -1,0 +1,253 @@
+//! GPU helpers: buffers within the device's limits, uploads, readback through a `MAP_READ`
+//! staging buffer, dispatch geometry split over x/y, and blocking submission wrapped in
+//! error scopes. Nothing here installs an uncaptured-error handler.
+
+pub mod registry;
+
+use wgpu::util::DeviceExt;
+
+use crate::context::{Context, Gpu};
+use crate::error::{Error, Result};
+
+/// Usage of every storage buffer kvpack creates (it can be read back and written by copies).
+pub const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+pub(crate) fn gpu_of<'a>(ctx: &'a Context, during: &'static str) -> Result<&'a Gpu> {
+    ctx.gpu().ok_or_else(|| Error::Gpu {
+        during,
+        message: "this context has no GPU device".into(),
+    })
+}
+
+/// Bytes rounded up to whole u32 words, at least one word (wgpu rejects empty bindings).
+pub fn binding_size(bytes: u64) -> u64 {
+    bytes.div_ceil(4).max(1) * 4
+}
+
+/// Checks that a storage binding of `bytes` fits this device's limits.
+pub fn check_storage_size(ctx: &Context, what: &'static str, bytes: u64) -> Result<()> {
+    let gpu = gpu_of(ctx, what)?;
+    let limit =
+        u64::from(gpu.limits.max_storage_buffer_binding_size).min(gpu.limits.max_buffer_size);
+    if bytes > limit {
+        return Err(Error::Limit {
+            what,
+            needed: bytes,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// A zero-filled storage buffer of at least `bytes` (rounded to words), checked against limits.
+pub fn storage_buffer(ctx: &Context, label: &'static str, bytes: u64) -> Result<wgpu::Buffer> {
+    let size = binding_size(bytes);
+    check_storage_size(ctx, label, size)?;
+    let gpu = gpu_of(ctx, label)?;
+    Ok(gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size,
+        usage: STORAGE_USAGE,
+        mapped_at_creation: false,
+    }))
+}
+
+/// A storage buffer holding `data` (padded with zeros to whole words).
+pub fn upload(ctx: &Context, label: &'static str, data: &[u8]) -> Result<wgpu::Buffer> {
+    let size = binding_size(data.len() as u64);
+    check_storage_size(ctx, label, size)?;
+    let gpu = gpu_of(ctx, label)?;
+    let mut padded = data.to_vec();
+    padded.resize(size as usize, 0);
+    Ok(gpu
+        .device
+        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: &padded,
+            usage: STORAGE_USAGE,
+        }))
+}
+
+/// A uniform buffer holding a `Pod` parameter block.
+pub fn uniform<T: bytemuck::Pod>(
+    ctx: &Context,
+    label: &'static str,
+    params: &T,
+) -> Result<wgpu::Buffer> {
+    let gpu = gpu_of(ctx, label)?;
+    Ok(gpu
+        .device
+        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::bytes_of(params),
+            usage: wgpu::BufferUsages::UNIFORM,
+        }))
+}
+
+/// Checks that `buf` is a storage buffer of at least `bytes`.
+pub fn check_buffer(buf: &wgpu::Buffer, what: &'static str, bytes: u64) -> Result<()> {
+    if !buf.usage().contains(wgpu::BufferUsages::STORAGE) {
+        return Err(Error::Config(format!("{what}: buffer lacks STORAGE usage")));
+    }
+    if buf.size() < bytes {
+        return Err(Error::LengthMismatch {
+            what,
+            expected: bytes as usize,
+            actual: buf.size() as usize,
+        });
+    }
+    Ok(())
+}
+
+/// Workgroup counts (x, y) for `total` workgroups: x up to the per-dimension limit, y the rest.
+/// Kernels compute their linear workgroup index as `wg.y * num_wg.x + wg.x` and return early
+/// (uniformly per workgroup) past the end.
+pub fn split_workgroups(ctx: &Context, total: u64) -> Result<(u32, u32)> {
+    let max = u64::from(ctx.max_workgroups_per_dim());
+    if total == 0 {
+        return Ok((0, 0));
+    }
+    let x = total.min(max);
+    let y = total.div_ceil(x);
+    if y > max {
+        return Err(Error::Limit {
+            what: "workgroups per dispatch",
+            needed: total,
+            limit: max * max,
+        });
+    }
+    Ok((x as u32, y as u32))
+}
+
+/// Records one compute dispatch of `pipeline` with `buffers` bound in binding order.
+pub fn encode_dispatch(
+    ctx: &Context,
+    encoder: &mut wgpu::CommandEncoder,
+    pipeline: &registry::Pipeline,
+    label: &'static str,
+    buffers: &[&wgpu::Buffer],
+    total_workgroups: u64,
+) -> Result<()> {
+    let (x, y) = split_workgroups(ctx, total_workgroups)?;
+    if x == 0 {
+        return Ok(());
+    }
+    let gpu = gpu_of(ctx, label)?;
+    let entries: Vec<wgpu::BindGroupEntry> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: b.as_entire_binding(),
+        })
+        .collect();
+    let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(label),
+        layout: &pipeline.layout,
+        entries: &entries,
+    });
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(label),
+        timestamp_writes: None,
+    });
+    pass.set_pipeline(&pipeline.pipeline);
+    pass.set_bind_group(0, &bind_group, &[]);
+    pass.dispatch_workgroups(x, y, 1);
+    Ok(())
+}
+
+/// Records work with `record`, submits it and waits, capturing validation errors as
+/// [`Error::Gpu`].
+pub fn submit_blocking(
+    ctx: &Context,
+    during: &'static str,
+    record: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<()>,
+) -> Result<()> {
+    let gpu = gpu_of(ctx, during)?;
+    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut encoder = gpu
+        .device
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some(during),
+        });
+    let recorded = record(&mut encoder);
+    let index = gpu.queue.submit([encoder.finish()]);
+    let err = pollster::block_on(scope.pop());
+    recorded?;
+    if let Some(e) = err {
+        return Err(Error::Gpu {
+            during,
+            message: e.to_string(),
+        });
+    }
+    gpu.device
+        .poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })
+        .map_err(|e| Error::Gpu {
+            during,
+            message: e.to_string(),
+        })?;
+    Ok(())
+}
+
+/// Reads `bytes` bytes from the start of `buf` back to the host (blocking).
+pub fn readback(ctx: &Context, buf: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
+    let during = "readback";
+    if bytes == 0 {
+        return Ok(Vec::new());
+    }
+    let gpu = gpu_of(ctx, during)?;
+    let size = binding_size(bytes);
+    if size > buf.size() {
+        return Err(Error::LengthMismatch {
+            what: "readback range",
+            expected: size as usize,
+            actual: buf.size() as usize,
+        });
+    }
+    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("kvpack readback"),
+        size,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    submit_blocking(ctx, during, |enc| {
+        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
+        Ok(())
+    })?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    staging.map_async(wgpu::MapMode::Read, .., move |r| {
+        let _ = tx.send(r);
+    });
+    gpu.device
+        .poll(wgpu::PollType::Wait {
+            submission_index: None,
+            timeout: None,
+        })
+        .map_err(|e| Error::Gpu {
+            during,
+            message: e.to_string(),
+        })?;
+    rx.recv()
+        .map_err(|e| Error::Gpu {
+            during,
+            message: e.to_string(),
+        })?
+        .map_err(|e| Error::Gpu {
+            during,
+            message: e.to_string(),
+        })?;
+    let out = {
+        let view = staging.get_mapped_range(..).map_err(|e| Error::Gpu {
+            during,
+            message: e.to_string(),
+        })?;
+        view[..bytes as usize].to_vec()
+    };
+    staging.unmap();
+    Ok(out)
+}

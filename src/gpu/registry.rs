@@ -1,0 +1,281 @@
+//! Kernel registry: every kernel's sources (embedded at compile time), its bindings and
+//! workgroup size, and a lazily built pipeline cache keyed by (kernel, path, specialization).
+//!
+//! # Binding numbering (WGSL and MSL share it)
+//! Every kvpack kernel uses **one bind group (group 0)** whose entries are numbered
+//! `0..n` without gaps, in the order of [`KernelDef::bindings`]. wgpu's Metal backend gives
+//! each compute-visible buffer the next `[[buffer(N)]]` index in binding order, uniforms
+//! included, and kvpack never uses immediates, so **binding i is `[[buffer(i)]]`**
+//! ([`msl_buffer_index`]). There is no `arrayLength` in passthrough MSL: every length travels
+//! in the uniform at binding 0, and WGSL does the same for symmetry.
+//!
+//! # Specialization
+//! A pipeline may be specialized only on what is fixed for a cache's life (bits, group size,
+//! head dim, variant), never on a growing length. Specialization constants are prepended to the
+//! source as `const NAME: u32 = Vu;` (WGSL) or `#define NAME Vu` (MSL; `WORKGROUP_SIZE` without the
+//! suffix so that it can size `[[max_total_threads_per_threadgroup]]`), so both languages
+//! see the same names.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use crate::context::{Context, KernelPath};
+use crate::error::{Error, Result};
+
+/// How a binding is used by the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// A uniform buffer (the kernel's parameters).
+    Uniform,
+    /// A read-only storage buffer.
+    StorageRead,
+    /// A read-write storage buffer.
+    StorageReadWrite,
+}
+
+/// One kernel: its sources on every path, bindings and workgroup size.
+#[derive(Debug)]
+pub struct KernelDef {
+    /// The stem shared by `wgsl/<name>.wgsl`, `msl/<name>.metal` and `src/cpu/<name>.rs`;
+    /// also the MSL kernel function's name.
+    pub name: &'static str,
+    /// WGSL helpers from `wgsl/common/` concatenated before the kernel source.
+    pub wgsl_common: &'static [&'static str],
+    /// WGSL source of the subgroup variant; `None` when the kernel needs no cross-lane
+    /// operation and [`KernelDef::wgsl`] serves both variants.
+    pub wgsl_subgroup: Option<&'static str>,
+    /// WGSL source of the workgroup-memory variant (or the only one). Entry point `main`.
+    pub wgsl: &'static str,
+    /// MSL source, when written.
+    pub msl: Option<&'static str>,
+    /// Bindings of group 0, in binding order (binding i is `[[buffer(i)]]` in MSL).
+    pub bindings: &'static [Binding],
+    /// Threads per workgroup (x only).
+    pub workgroup_size: u32,
+}
+
+/// Which `[[buffer(N)]]` index a WGSL `@group(group) @binding(binding)` gets on wgpu's Metal
+/// backend, for kvpack's layouts (one group, contiguous bindings, no immediates).
+pub fn msl_buffer_index(def: &KernelDef, group: u32, binding: u32) -> Option<u32> {
+    (group == 0 && (binding as usize) < def.bindings.len()).then_some(binding)
+}
+
+/// `bitpack`: codes (bytes, 4 per u32) → dense LSB-first bitstream.
+pub static BITPACK: KernelDef = KernelDef {
+    name: "bitpack",
+    wgsl_common: &[include_str!("../../wgsl/common/dispatch.wgsl")],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../../wgsl/bitpack.wgsl"),
+    msl: Some(include_str!("../../msl/bitpack.metal")),
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+    ],
+    workgroup_size: 64,
+};
+
+/// `bitunpack`: dense bitstream → codes (bytes, 4 per u32).
+pub static BITUNPACK: KernelDef = KernelDef {
+    name: "bitunpack",
+    wgsl_common: &[include_str!("../../wgsl/common/dispatch.wgsl")],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../../wgsl/bitunpack.wgsl"),
+    msl: Some(include_str!("../../msl/bitunpack.metal")),
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+    ],
+    workgroup_size: 64,
+};
+
+/// Every kernel kvpack has, for [`Context::describe`] and the test harnesses.
+pub static KERNELS: &[&KernelDef] = &[&BITPACK, &BITUNPACK];
+
+/// Values fixed for a cache's life that a pipeline is specialized on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Specialization(pub Vec<(&'static str, u32)>);
+
+/// Cache key of a built pipeline.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PipelineKey {
+    kernel: &'static str,
+    path: KernelPath,
+    spec: Specialization,
+}
+
+/// A built pipeline and its bind group layout.
+#[derive(Debug)]
+pub struct Pipeline {
+    /// The compute pipeline.
+    pub pipeline: wgpu::ComputePipeline,
+    /// Layout of bind group 0.
+    pub layout: wgpu::BindGroupLayout,
+}
+
+/// The WGSL that is compiled for `def` on `path` with `spec`.
+pub fn compose_wgsl(def: &KernelDef, path: KernelPath, spec: &Specialization) -> String {
+    let body = match path {
+        KernelPath::WgslSubgroup => def.wgsl_subgroup.unwrap_or(def.wgsl),
+        _ => def.wgsl,
+    };
+    let mut s = String::new();
+    s.push_str(&format!(
+        "const WORKGROUP_SIZE: u32 = {}u;\n",
+        def.workgroup_size
+    ));
+    for (name, v) in &spec.0 {
+        s.push_str(&format!("const {name}: u32 = {v}u;\n"));
+    }
+    for c in def.wgsl_common {
+        s.push_str(c);
+        s.push('\n');
+    }
+    s.push_str(body);
+    s
+}
+
+/// The MSL that is compiled for `def` with `spec` (also what the CPU emulator compiles).
+pub fn compose_msl(def: &KernelDef, spec: &Specialization) -> Option<String> {
+    let body = def.msl?;
+    let mut s = String::new();
+    s.push_str(&format!("#define WORKGROUP_SIZE {}\n", def.workgroup_size));
+    for (name, v) in &spec.0 {
+        s.push_str(&format!("#define {name} {v}u\n"));
+    }
+    s.push_str(body);
+    Some(s)
+}
+
+fn layout_entries(def: &KernelDef) -> Vec<wgpu::BindGroupLayoutEntry> {
+    def.bindings
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupLayoutEntry {
+            binding: i as u32,
+            // COMPUTE only: wgpu's Metal backend miscounts slots when other stages are visible.
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: match b {
+                    Binding::Uniform => wgpu::BufferBindingType::Uniform,
+                    Binding::StorageRead => wgpu::BufferBindingType::Storage { read_only: true },
+                    Binding::StorageReadWrite => {
+                        wgpu::BufferBindingType::Storage { read_only: false }
+                    }
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        })
+        .collect()
+}
+
+/// The pipeline for `def` on `path`, built on first use and cached in the context.
+pub fn pipeline(
+    ctx: &Context,
+    def: &'static KernelDef,
+    path: KernelPath,
+    spec: &Specialization,
+) -> Result<Arc<Pipeline>> {
+    let gpu = ctx.gpu().ok_or_else(|| Error::PathUnavailable {
+        kernel: def.name,
+        requested: path.to_string(),
+        reason: "no GPU device".into(),
+    })?;
+    if !path.is_gpu() {
+        return Err(Error::PathUnavailable {
+            kernel: def.name,
+            requested: path.to_string(),
+            reason: "the CPU path has no pipeline".into(),
+        });
+    }
+    let key = PipelineKey {
+        kernel: def.name,
+        path,
+        spec: spec.clone(),
+    };
+    if let Some(p) = lock(&gpu.pipelines).get(&key) {
+        return Ok(p.clone());
+    }
+    let built = Arc::new(build(gpu, def, path, spec)?);
+    lock(&gpu.pipelines).insert(key, built.clone());
+    Ok(built)
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding this lock cannot leave the cache inconsistent (inserts are atomic).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn build(
+    gpu: &crate::context::Gpu,
+    def: &'static KernelDef,
+    path: KernelPath,
+    spec: &Specialization,
+) -> Result<Pipeline> {
+    let device = &gpu.device;
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(def.name),
+        entries: &layout_entries(def),
+    });
+    let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(def.name),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let (module, entry) = match path {
+        KernelPath::Msl => {
+            let src = compose_msl(def, spec).ok_or_else(|| Error::PathUnavailable {
+                kernel: def.name,
+                requested: path.to_string(),
+                reason: "kernel has no MSL source".into(),
+            })?;
+            let entry_points = [wgpu::PassthroughShaderEntryPoint {
+                name: Cow::Borrowed(def.name),
+                workgroup_size: (def.workgroup_size, 1, 1),
+            }];
+            let desc = wgpu::ShaderModuleDescriptorPassthrough {
+                label: Some(def.name),
+                entry_points: Cow::Borrowed(&entry_points),
+                msl: Some(Cow::Owned(src)),
+                ..Default::default()
+            };
+            // SAFETY: the MSL sources are kvpack's own, reviewed to stay within their buffers
+            // (lengths travel in the uniform at buffer(0)) and emulated on the CPU in tests.
+            (
+                unsafe { device.create_shader_module_passthrough(desc) },
+                def.name,
+            )
+        }
+        _ => {
+            let src = compose_wgsl(def, path, spec);
+            let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(def.name),
+                source: wgpu::ShaderSource::Wgsl(Cow::Owned(src)),
+            });
+            (m, "main")
+        }
+    };
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(def.name),
+        layout: Some(&pl),
+        module: &module,
+        entry_point: Some(entry),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let e_internal = pollster::block_on(internal.pop());
+    let e_validation = pollster::block_on(validation.pop());
+    if let Some(e) = e_validation.or(e_internal) {
+        return Err(Error::Shader {
+            kernel: def.name,
+            path,
+            message: e.to_string(),
+        });
+    }
+    Ok(Pipeline { pipeline, layout })
+}
