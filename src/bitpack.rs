@@ -9,7 +9,7 @@
 use crate::context::{Context, KernelPath, PathChoice};
 use crate::cpu;
 use crate::error::{Error, Result};
-use crate::gpu::{self, registry};
+use crate::gpu::{self, DispatchPlan, registry};
 
 pub use cpu::bitpack::packed_words;
 
@@ -58,11 +58,6 @@ impl BitpackParams {
     /// Bytes of the bitstream.
     pub fn word_bytes(&self) -> u64 {
         u64::from(self.n_words) * 4
-    }
-
-    /// Workgroups for a kernel that runs one invocation per `items` outputs.
-    fn workgroups(items: u64, def: &registry::KernelDef) -> u64 {
-        items.div_ceil(u64::from(def.workgroup_size))
     }
 }
 
@@ -123,11 +118,15 @@ impl BitPacker {
     /// Unpacks `n` codes of `bits` bits from `words` (blocking on GPU paths).
     pub fn unpack(&self, words: &[u32], bits: u32, n: usize) -> Result<Vec<u8>> {
         let params = BitpackParams::new(n, bits)?;
-        // Validate on the host whatever the path: lengths and zero padding.
-        let mut codes = vec![0u8; n];
-        cpu::bitunpack::bitunpack(words, bits, &mut codes)?;
-        if !self.unpack_path.is_gpu() || n == 0 {
+        if !self.unpack_path.is_gpu() {
+            let mut codes = vec![0u8; n];
+            cpu::bitunpack::bitunpack(words, bits, &mut codes)?;
             return Ok(codes);
+        }
+        // Same validation as the CPU path: lengths and zero padding.
+        cpu::bitunpack::check_stream(words, bits, n)?;
+        if n == 0 {
+            return Ok(Vec::new());
         }
         let input = gpu::upload(
             &self.ctx,
@@ -157,14 +156,12 @@ impl BitPacker {
         let params = BitpackParams::new(n, bits)?;
         gpu::check_buffer(codes, "bitpack input codes", params.code_bytes())?;
         gpu::check_buffer(words, "bitpack output words", params.word_bytes())?;
-        self.encode(
+        gpu::encode_plan(
+            &self.ctx,
             encoder,
-            &registry::BITPACK,
             self.pack_path,
-            &params,
-            codes,
-            words,
-            u64::from(params.n_words),
+            &plan_pack(n, bits)?,
+            &[codes, words],
         )
     }
 
@@ -181,49 +178,40 @@ impl BitPacker {
         let params = BitpackParams::new(n, bits)?;
         gpu::check_buffer(words, "bitunpack input words", params.word_bytes())?;
         gpu::check_buffer(codes, "bitunpack output codes", params.code_bytes())?;
-        let outputs = u64::from(params.n).div_ceil(4);
-        self.encode(
-            encoder,
-            &registry::BITUNPACK,
-            self.unpack_path,
-            &params,
-            words,
-            codes,
-            outputs,
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn encode(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        def: &'static registry::KernelDef,
-        path: KernelPath,
-        params: &BitpackParams,
-        input: &wgpu::Buffer,
-        output: &wgpu::Buffer,
-        items: u64,
-    ) -> Result<()> {
-        if !path.is_gpu() {
-            return Err(Error::PathUnavailable {
-                kernel: def.name,
-                requested: path.to_string(),
-                reason: "encode() records GPU work; this packer runs on the CPU".into(),
-            });
-        }
-        if params.n == 0 {
-            return Ok(());
-        }
-        let pipeline =
-            registry::pipeline(&self.ctx, def, path, &registry::Specialization::default())?;
-        let uniform = gpu::uniform(&self.ctx, def.name, params)?;
-        gpu::encode_dispatch(
+        gpu::encode_plan(
             &self.ctx,
             encoder,
-            &pipeline,
-            def.name,
-            &[&uniform, input, output],
-            BitpackParams::workgroups(items, def),
+            self.unpack_path,
+            &plan_unpack(n, bits)?,
+            &[words, codes],
         )
     }
+}
+
+/// The dispatch of `bitpack` for `n` codes of `bits` bits: one invocation per output word.
+/// Storage bindings: 1 = codes, 2 = words.
+pub fn plan_pack(n: usize, bits: u32) -> Result<DispatchPlan> {
+    let params = BitpackParams::new(n, bits)?;
+    let def = &registry::BITPACK;
+    Ok(DispatchPlan {
+        kernel: def,
+        spec: registry::Specialization::default(),
+        uniform: bytemuck::bytes_of(&params).to_vec(),
+        workgroups: u64::from(params.n_words).div_ceil(u64::from(def.workgroup_size)),
+    })
+}
+
+/// The dispatch of `bitunpack` for `n` codes of `bits` bits: one invocation per 4 codes.
+/// Storage bindings: 1 = words, 2 = codes.
+pub fn plan_unpack(n: usize, bits: u32) -> Result<DispatchPlan> {
+    let params = BitpackParams::new(n, bits)?;
+    let def = &registry::BITUNPACK;
+    Ok(DispatchPlan {
+        kernel: def,
+        spec: registry::Specialization::default(),
+        uniform: bytemuck::bytes_of(&params).to_vec(),
+        workgroups: u64::from(params.n)
+            .div_ceil(4)
+            .div_ceil(u64::from(def.workgroup_size)),
+    })
 }

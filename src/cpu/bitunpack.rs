@@ -3,11 +3,10 @@
 use super::bitpack::{check_bits, packed_words};
 use crate::error::{Error, Result};
 
-/// Unpacks `codes.len()` codes of `bits` bits from `words`, which must hold exactly
-/// ceil(n·b / 32) words whose unused high bits are zero.
-pub fn bitunpack(words: &[u32], bits: u32, codes: &mut [u8]) -> Result<()> {
+/// Checks that `words` is a well-formed stream of `n` codes of `bits` bits: exactly
+/// ceil(n·b / 32) words, unused high bits of the last word zero.
+pub fn check_stream(words: &[u32], bits: u32, n: usize) -> Result<()> {
     check_bits(bits)?;
-    let n = codes.len();
     let n_words = packed_words(n, bits)?;
     if words.len() != n_words {
         return Err(Error::LengthMismatch {
@@ -25,6 +24,12 @@ pub fn bitunpack(words: &[u32], bits: u32, codes: &mut [u8]) -> Result<()> {
             });
         }
     }
+    Ok(())
+}
+
+/// Unpacks `codes.len()` codes of `bits` bits from `words`, which must pass [`check_stream`].
+pub fn bitunpack(words: &[u32], bits: u32, codes: &mut [u8]) -> Result<()> {
+    check_stream(words, bits, codes.len())?;
     let b = bits as usize;
     let mask = (1u32 << bits) - 1;
     for (i, out) in codes.iter_mut().enumerate() {

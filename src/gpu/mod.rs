@@ -70,22 +70,6 @@ pub fn upload(ctx: &Context, label: &'static str, data: &[u8]) -> Result<wgpu::B
         }))
 }
 
-/// A uniform buffer holding a `Pod` parameter block.
-pub fn uniform<T: bytemuck::Pod>(
-    ctx: &Context,
-    label: &'static str,
-    params: &T,
-) -> Result<wgpu::Buffer> {
-    let gpu = gpu_of(ctx, label)?;
-    Ok(gpu
-        .device
-        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: bytemuck::bytes_of(params),
-            usage: wgpu::BufferUsages::UNIFORM,
-        }))
-}
-
 /// Checks that `buf` is a storage buffer of at least `bytes`.
 pub fn check_buffer(buf: &wgpu::Buffer, what: &'static str, bytes: u64) -> Result<()> {
     if !buf.usage().contains(wgpu::BufferUsages::STORAGE) {
@@ -101,11 +85,16 @@ pub fn check_buffer(buf: &wgpu::Buffer, what: &'static str, bytes: u64) -> Resul
     Ok(())
 }
 
-/// Workgroup counts (x, y) for `total` workgroups: x up to the per-dimension limit, y the rest.
+/// Workgroup counts (x, y) for `total` workgroups on this context (see [`split_workgroups_with`]).
+pub fn split_workgroups(ctx: &Context, total: u64) -> Result<(u32, u32)> {
+    split_workgroups_with(total, ctx.max_workgroups_per_dim())
+}
+
+/// Workgroup counts (x, y) for `total` workgroups: x up to `max_per_dim`, y the rest.
 /// Kernels compute their linear workgroup index as `wg.y * num_wg.x + wg.x` and return early
 /// (uniformly per workgroup) past the end.
-pub fn split_workgroups(ctx: &Context, total: u64) -> Result<(u32, u32)> {
-    let max = u64::from(ctx.max_workgroups_per_dim());
+pub fn split_workgroups_with(total: u64, max_per_dim: u32) -> Result<(u32, u32)> {
+    let max = u64::from(max_per_dim.max(1));
     if total == 0 {
         return Ok((0, 0));
     }
@@ -119,6 +108,63 @@ pub fn split_workgroups(ctx: &Context, total: u64) -> Result<(u32, u32)> {
         });
     }
     Ok((x as u32, y as u32))
+}
+
+/// Everything one dispatch of a kernel needs besides its storage buffers: the kernel, its
+/// specialization, the bytes of its uniform (binding 0) and the number of workgroups. Host code
+/// builds a plan once; the GPU paths record it ([`encode_plan`]) and the tests' MSL emulator
+/// runs the very same plan, so dispatch geometry and parameters are written once.
+#[derive(Clone, Debug)]
+pub struct DispatchPlan {
+    /// The kernel.
+    pub kernel: &'static registry::KernelDef,
+    /// Its specialization.
+    pub spec: registry::Specialization,
+    /// Bytes of the uniform block bound at binding 0.
+    pub uniform: Vec<u8>,
+    /// Total workgroups (split over x/y at dispatch).
+    pub workgroups: u64,
+}
+
+/// Records `plan` on `path`: builds (or reuses) the pipeline, uploads the uniform and binds
+/// `storage` as bindings 1.. in order.
+pub fn encode_plan(
+    ctx: &Context,
+    encoder: &mut wgpu::CommandEncoder,
+    path: crate::context::KernelPath,
+    plan: &DispatchPlan,
+    storage: &[&wgpu::Buffer],
+) -> Result<()> {
+    let def = plan.kernel;
+    if !path.is_gpu() {
+        return Err(Error::PathUnavailable {
+            kernel: def.name,
+            requested: path.to_string(),
+            reason: "encode() records GPU work; this operation was resolved to the CPU path".into(),
+        });
+    }
+    if storage.len() + 1 != def.bindings.len() {
+        return Err(Error::LengthMismatch {
+            what: "kernel bindings",
+            expected: def.bindings.len(),
+            actual: storage.len() + 1,
+        });
+    }
+    if plan.workgroups == 0 {
+        return Ok(());
+    }
+    let pipeline = registry::pipeline(ctx, def, path, &plan.spec)?;
+    let gpu = gpu_of(ctx, def.name)?;
+    let uniform = gpu
+        .device
+        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(def.name),
+            contents: &plan.uniform,
+            usage: wgpu::BufferUsages::UNIFORM,
+        });
+    let mut all: Vec<&wgpu::Buffer> = vec![&uniform];
+    all.extend_from_slice(storage);
+    encode_dispatch(ctx, encoder, &pipeline, def.name, &all, plan.workgroups)
 }
 
 /// Records one compute dispatch of `pipeline` with `buffers` bound in binding order.
