@@ -19,11 +19,15 @@
 //! ```
 
 pub mod bitpack;
+pub mod cache;
 pub mod context;
 pub mod cpu;
 pub mod error;
 pub mod gpu;
+pub mod kivi;
 
 pub use bitpack::{BitPacker, packed_words};
+pub use cache::KiviCache;
+pub use kivi::{Input, KiviConfig, KiviLayer, MemoryReport, ParamStorage};
 pub use context::{Context, Description, HeadlessOptions, KernelPath, Origin, PathChoice};
 pub use error::{Error, Result};

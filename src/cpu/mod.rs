@@ -4,3 +4,8 @@
 
 pub mod bitpack;
 pub mod bitunpack;
+pub mod kivi_dequant_keys;
+pub mod kivi_dequant_values;
+pub mod kivi_group;
+pub mod kivi_quant_keys;
+pub mod kivi_quant_values;

@@ -63,7 +63,7 @@ pub fn msl_buffer_index(def: &KernelDef, group: u32, binding: u32) -> Option<u32
 /// `bitpack`: codes (bytes, 4 per u32) → dense LSB-first bitstream.
 pub static BITPACK: KernelDef = KernelDef {
     name: "bitpack",
-    wgsl_common: &[include_str!("../../wgsl/common/dispatch.wgsl")],
+    wgsl_common: &[DISPATCH],
     wgsl_subgroup: None,
     wgsl: include_str!("../../wgsl/bitpack.wgsl"),
     msl: Some(include_str!("../../msl/bitpack.metal")),
@@ -78,7 +78,7 @@ pub static BITPACK: KernelDef = KernelDef {
 /// `bitunpack`: dense bitstream → codes (bytes, 4 per u32).
 pub static BITUNPACK: KernelDef = KernelDef {
     name: "bitunpack",
-    wgsl_common: &[include_str!("../../wgsl/common/dispatch.wgsl")],
+    wgsl_common: &[DISPATCH],
     wgsl_subgroup: None,
     wgsl: include_str!("../../wgsl/bitunpack.wgsl"),
     msl: Some(include_str!("../../msl/bitunpack.metal")),
@@ -90,8 +90,70 @@ pub static BITUNPACK: KernelDef = KernelDef {
     workgroup_size: 64,
 };
 
+const DISPATCH: &str = include_str!("../../wgsl/common/dispatch.wgsl");
+const KIVI: &str = include_str!("../../wgsl/common/kivi.wgsl");
+const KIVI_QUANT_IO: &str = include_str!("../../wgsl/common/kivi_quant_io.wgsl");
+const KIVI_DEQUANT_IO: &str = include_str!("../../wgsl/common/kivi_dequant_io.wgsl");
+
+/// KIVI per-channel key quantization (specialized on `PARAMS_F16`).
+pub static KIVI_QUANT_KEYS: KernelDef = KernelDef {
+    name: "kivi_quant_keys",
+    wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../../wgsl/kivi_quant_keys.wgsl"),
+    msl: None,
+    bindings: KIVI_QUANT_BINDINGS,
+    workgroup_size: 64,
+};
+
+/// KIVI per-token value quantization: one workgroup of 32 per group (specialized on
+/// `PARAMS_F16`).
+pub static KIVI_QUANT_VALUES: KernelDef = KernelDef {
+    name: "kivi_quant_values",
+    wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
+    wgsl_subgroup: Some(include_str!("../../wgsl/kivi_quant_values_subgroup.wgsl")),
+    wgsl: include_str!("../../wgsl/kivi_quant_values.wgsl"),
+    msl: None,
+    bindings: KIVI_QUANT_BINDINGS,
+    workgroup_size: 32,
+};
+
+/// KIVI key reconstruction (tests and tools).
+pub static KIVI_DEQUANT_KEYS: KernelDef = KernelDef {
+    name: "kivi_dequant_keys",
+    wgsl_common: &[DISPATCH, KIVI, KIVI_DEQUANT_IO],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../../wgsl/kivi_dequant_keys.wgsl"),
+    msl: None,
+    bindings: KIVI_DEQUANT_BINDINGS,
+    workgroup_size: 64,
+};
+
+/// KIVI value reconstruction (tests and tools).
+pub static KIVI_DEQUANT_VALUES: KernelDef = KernelDef {
+    name: "kivi_dequant_values",
+    wgsl_common: &[DISPATCH, KIVI, KIVI_DEQUANT_IO],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../../wgsl/kivi_dequant_values.wgsl"),
+    msl: None,
+    bindings: KIVI_DEQUANT_BINDINGS,
+    workgroup_size: 64,
+};
+
+const KIVI_QUANT_BINDINGS: &[Binding] = &[
+    Binding::Uniform,
+    Binding::StorageRead,
+    Binding::StorageRead,
+    Binding::StorageReadWrite,
+    Binding::StorageReadWrite,
+    Binding::StorageReadWrite,
+];
+const KIVI_DEQUANT_BINDINGS: &[Binding] =
+    &[Binding::Uniform, Binding::StorageRead, Binding::StorageRead, Binding::StorageReadWrite];
+
 /// Every kernel kvpack has, for [`Context::describe`] and the test harnesses.
-pub static KERNELS: &[&KernelDef] = &[&BITPACK, &BITUNPACK];
+pub static KERNELS: &[&KernelDef] =
+    &[&BITPACK, &BITUNPACK, &KIVI_QUANT_KEYS, &KIVI_QUANT_VALUES, &KIVI_DEQUANT_KEYS, &KIVI_DEQUANT_VALUES];
 
 /// Values fixed for a cache's life that a pipeline is specialized on.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

@@ -1,0 +1,411 @@
+//! The GPU path of a KIVI layer: packed codes and parameters in segment buffers, the f16
+//! residual in a ring, all on the device. Nothing dequantized is ever kept.
+//!
+//! Segments: quantized tokens are stored in segments of at most `segment_tokens` tokens (a
+//! multiple of the key group, sized so every buffer fits the device's storage-binding limit),
+//! so a cache can outgrow any single binding. The last segment grows geometrically by a
+//! device-side copy; the history is never re-uploaded.
+//!
+//! Residual ring: `R + Gk` rows of f16 K and of f16 V; token s sits in slot `s mod (R + Gk)`.
+//! An append uploads only its own tokens (as f16), quantizes whole key blocks straight from
+//! ring + upload, then copies the tokens that stay in the window into the ring.
+
+use half::f16;
+
+use super::cpu_store::{overflow_error, payload_memory};
+use super::layout::{Layout, ParamStorage};
+use super::{KiviPaths, Memory, RawKivi};
+use crate::context::Context;
+use crate::cpu::kivi_group::inv_levels;
+use crate::cpu::kivi_quant_keys::ParamOverflow;
+use crate::error::{Error, Result};
+use crate::gpu::{self, DispatchPlan, registry};
+
+/// Uniform block of every KIVI kernel.
+/// Keep in sync with `KiviParams` in wgsl/common/kivi.wgsl and msl/kivi_common.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct KiviParams {
+    pub heads: u32,
+    pub dim: u32,
+    pub bits: u32,
+    pub group: u32,
+    pub count: u32,
+    pub src_start: u32,
+    pub t_old: u32,
+    pub ring_tokens: u32,
+    pub dst_offset: u32,
+    pub inv_levels: f32,
+    pub group_words: u32,
+    pub row_words: u32,
+    pub n_groups: u32,
+    pub resid_row_words: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+}
+
+/// The specialization of every KIVI kernel: parameter storage only.
+pub fn specialization(l: &Layout) -> registry::Specialization {
+    registry::Specialization(vec![("PARAMS_F16", u32::from(l.params == ParamStorage::F16))])
+}
+
+fn base_params(l: &Layout) -> KiviParams {
+    KiviParams {
+        heads: l.heads as u32,
+        dim: l.dim as u32,
+        ring_tokens: l.ring_tokens() as u32,
+        resid_row_words: l.residual_row_words() as u32,
+        ..Default::default()
+    }
+}
+
+/// Key quantization of `blocks` blocks whose first token is `src_start`, into a segment at
+/// block `dst_block`. Storage bindings: ring_k, incoming_k, codes, params, status.
+pub fn plan_quant_keys(l: &Layout, blocks: usize, src_start: usize, t_old: usize, dst_block: usize) -> DispatchPlan {
+    let def = &registry::KIVI_QUANT_KEYS;
+    let p = KiviParams {
+        bits: l.key_bits,
+        group: l.key_group as u32,
+        count: blocks as u32,
+        src_start: src_start as u32,
+        t_old: t_old as u32,
+        dst_offset: dst_block as u32,
+        inv_levels: inv_levels(l.key_bits),
+        group_words: l.key_group_words() as u32,
+        ..base_params(l)
+    };
+    let items = (blocks * l.token_elems()) as u64;
+    DispatchPlan {
+        kernel: def,
+        spec: specialization(l),
+        uniform: bytemuck::bytes_of(&p).to_vec(),
+        workgroups: items.div_ceil(u64::from(def.workgroup_size)),
+    }
+}
+
+/// Value quantization of `tokens` tokens from `src_start`, into a segment at token
+/// `dst_token`. Storage bindings: ring_v, incoming_v, codes, params, status.
+pub fn plan_quant_values(l: &Layout, tokens: usize, src_start: usize, t_old: usize, dst_token: usize) -> DispatchPlan {
+    let p = KiviParams {
+        bits: l.value_bits,
+        group: l.value_group as u32,
+        count: tokens as u32,
+        src_start: src_start as u32,
+        t_old: t_old as u32,
+        dst_offset: dst_token as u32,
+        inv_levels: inv_levels(l.value_bits),
+        group_words: l.value_group_words() as u32,
+        row_words: l.value_row_words() as u32,
+        n_groups: l.value_groups() as u32,
+        ..base_params(l)
+    };
+    DispatchPlan {
+        kernel: &registry::KIVI_QUANT_VALUES,
+        spec: specialization(l),
+        uniform: bytemuck::bytes_of(&p).to_vec(),
+        workgroups: (tokens * l.heads * l.value_groups()) as u64,
+    }
+}
+
+/// Key reconstruction of `tokens` tokens (whole blocks) of a segment from block `dst_block`.
+/// Storage bindings: codes, params, out.
+pub fn plan_dequant_keys(l: &Layout, tokens: usize, dst_block: usize) -> DispatchPlan {
+    let def = &registry::KIVI_DEQUANT_KEYS;
+    let p = KiviParams {
+        bits: l.key_bits,
+        group: l.key_group as u32,
+        count: tokens as u32,
+        dst_offset: dst_block as u32,
+        group_words: l.key_group_words() as u32,
+        ..base_params(l)
+    };
+    DispatchPlan {
+        kernel: def,
+        spec: specialization(l),
+        uniform: bytemuck::bytes_of(&p).to_vec(),
+        workgroups: ((tokens * l.token_elems()) as u64).div_ceil(u64::from(def.workgroup_size)),
+    }
+}
+
+/// Value reconstruction of `tokens` tokens of a segment from token `dst_token`.
+/// Storage bindings: codes, params, out.
+pub fn plan_dequant_values(l: &Layout, tokens: usize, dst_token: usize) -> DispatchPlan {
+    let def = &registry::KIVI_DEQUANT_VALUES;
+    let p = KiviParams {
+        bits: l.value_bits,
+        group: l.value_group as u32,
+        count: tokens as u32,
+        dst_offset: dst_token as u32,
+        group_words: l.value_group_words() as u32,
+        row_words: l.value_row_words() as u32,
+        n_groups: l.value_groups() as u32,
+        ..base_params(l)
+    };
+    DispatchPlan {
+        kernel: def,
+        spec: specialization(l),
+        uniform: bytemuck::bytes_of(&p).to_vec(),
+        workgroups: ((tokens * l.token_elems()) as u64).div_ceil(u64::from(def.workgroup_size)),
+    }
+}
+
+/// f16 rows `[n][H·D]` as u32 words `[n][residual_row_words]` (odd H·D rows padded).
+pub fn rows_to_words(l: &Layout, x: &[f16]) -> Vec<u32> {
+    let (row, rw) = (l.token_elems(), l.residual_row_words());
+    let n = x.len() / row;
+    let mut out = vec![0u32; n * rw];
+    for t in 0..n {
+        for (e, v) in x[t * row..(t + 1) * row].iter().enumerate() {
+            out[t * rw + e / 2] |= u32::from(v.to_bits()) << (16 * (e % 2));
+        }
+    }
+    out
+}
+
+struct Segment {
+    key_codes: wgpu::Buffer,
+    key_params: wgpu::Buffer,
+    value_codes: wgpu::Buffer,
+    value_params: wgpu::Buffer,
+    /// Tokens this segment's buffers can hold now (a multiple of the key group).
+    cap: usize,
+}
+
+pub(crate) struct GpuStore {
+    ctx: Context,
+    l: Layout,
+    paths: KiviPaths,
+    segment_tokens: usize,
+    segments: Vec<Segment>,
+    ring_k: wgpu::Buffer,
+    ring_v: wgpu::Buffer,
+    status: wgpu::Buffer,
+}
+
+impl GpuStore {
+    pub(crate) fn new(ctx: &Context, l: Layout, paths: KiviPaths) -> Result<Self> {
+        let ring_bytes = (l.ring_tokens() * l.residual_row_words() * 4) as u64;
+        let ring_k = gpu::storage_buffer(ctx, "kvpack kivi ring k", ring_bytes)?;
+        let ring_v = gpu::storage_buffer(ctx, "kvpack kivi ring v", ring_bytes)?;
+        let status = gpu::storage_buffer(ctx, "kvpack kivi status", 4)?;
+        let segment_tokens = Self::segment_tokens(ctx, &l)?;
+        Ok(Self { ctx: ctx.clone(), l, paths, segment_tokens, segments: Vec::new(), ring_k, ring_v, status })
+    }
+
+    /// The most tokens one segment may hold: every buffer within the binding limit, and
+    /// token indices within u32.
+    fn segment_tokens(ctx: &Context, l: &Layout) -> Result<usize> {
+        let gpu = gpu::gpu_of(ctx, "kivi cache")?;
+        let limit = u64::from(gpu.limits.max_storage_buffer_binding_size).min(gpu.limits.max_buffer_size);
+        let per_token = [
+            l.key_block_words().div_ceil(l.key_group),
+            l.key_block_param_words().div_ceil(l.key_group),
+            l.value_token_words(),
+            l.value_token_param_words(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(1) as u64
+            * 4;
+        let tokens = (limit / per_token.max(1)).min(1 << 24) as usize / l.key_group * l.key_group;
+        if tokens == 0 {
+            return Err(Error::Limit { what: "one key block of the cache", needed: per_token * l.key_group as u64, limit });
+        }
+        Ok(tokens)
+    }
+
+    fn alloc_segment(&self, cap: usize) -> Result<Segment> {
+        let l = &self.l;
+        let blocks = cap / l.key_group;
+        Ok(Segment {
+            key_codes: gpu::storage_buffer(&self.ctx, "kvpack kivi key codes", (blocks * l.key_block_words() * 4) as u64)?,
+            key_params: gpu::storage_buffer(&self.ctx, "kvpack kivi key params", (blocks * l.key_block_param_words() * 4) as u64)?,
+            value_codes: gpu::storage_buffer(&self.ctx, "kvpack kivi value codes", (cap * l.value_token_words() * 4) as u64)?,
+            value_params: gpu::storage_buffer(&self.ctx, "kvpack kivi value params", (cap * l.value_token_param_words() * 4) as u64)?,
+            cap,
+        })
+    }
+
+    /// Makes room for `q_new` quantized tokens: new segments, or the last one grown (its
+    /// first `q_old` tokens copied on the device).
+    fn reserve(&mut self, q_old: usize, q_new: usize, enc: &mut wgpu::CommandEncoder) -> Result<()> {
+        let st = self.segment_tokens;
+        let needed_segments = q_new.div_ceil(st);
+        for s in 0..needed_segments {
+            let need = (q_new - s * st).min(st);
+            let have = self.segments.get(s).map_or(0, |g| g.cap);
+            if need <= have {
+                continue;
+            }
+            let cap = need.max(2 * have).min(st).div_ceil(self.l.key_group) * self.l.key_group;
+            let seg = self.alloc_segment(cap)?;
+            if let Some(old) = self.segments.get(s) {
+                let used = q_old.saturating_sub(s * st).min(old.cap);
+                let l = &self.l;
+                let blocks = used / l.key_group;
+                for (src, dst, bytes) in [
+                    (&old.key_codes, &seg.key_codes, blocks * l.key_block_words() * 4),
+                    (&old.key_params, &seg.key_params, blocks * l.key_block_param_words() * 4),
+                    (&old.value_codes, &seg.value_codes, used * l.value_token_words() * 4),
+                    (&old.value_params, &seg.value_params, used * l.value_token_param_words() * 4),
+                ] {
+                    if bytes > 0 {
+                        enc.copy_buffer_to_buffer(src, 0, dst, 0, bytes as u64);
+                    }
+                }
+                self.segments[s] = seg;
+            } else {
+                self.segments.push(seg);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn append(&mut self, t_old: usize, k: &[f16], v: &[f16]) -> Result<()> {
+        let l = self.l;
+        let n = k.len() / l.token_elems();
+        let t_new = t_old + n;
+        let (q_old, q_new) = (l.quantized_len(t_old), l.quantized_len(t_new));
+        let inc_k = gpu::upload(&self.ctx, "kvpack kivi incoming k", bytemuck::cast_slice(&rows_to_words(&l, k)))?;
+        let inc_v = gpu::upload(&self.ctx, "kvpack kivi incoming v", bytemuck::cast_slice(&rows_to_words(&l, v)))?;
+        let queue = self.ctx.queue().ok_or_else(|| Error::Gpu { during: "kivi append", message: "no queue".into() })?;
+        if q_new > q_old {
+            // Phase 1: quantize into the segments (past the committed length) and check status.
+            queue.write_buffer(&self.status, 0, &[0u8; 4]);
+            let paths = self.paths;
+            let st = self.segment_tokens;
+            let ctx = self.ctx.clone();
+            gpu::submit_blocking(&ctx, "kivi quantize", |enc| {
+                self.reserve(q_old, q_new, enc)?;
+                let mut s = q_old;
+                while s < q_new {
+                    let seg_i = s / st;
+                    let seg_end = ((seg_i + 1) * st).min(q_new);
+                    let seg = &self.segments[seg_i];
+                    let (count, off) = (seg_end - s, s - seg_i * st);
+                    let pk = plan_quant_keys(&l, count / l.key_group, s, t_old, off / l.key_group);
+                    gpu::encode_plan(&self.ctx, enc, paths.quant_keys, &pk, &[&self.ring_k, &inc_k, &seg.key_codes, &seg.key_params, &self.status])?;
+                    let pv = plan_quant_values(&l, count, s, t_old, off);
+                    gpu::encode_plan(&self.ctx, enc, paths.quant_values, &pv, &[&self.ring_v, &inc_v, &seg.value_codes, &seg.value_params, &self.status])?;
+                    s = seg_end;
+                }
+                Ok(())
+            })?;
+            let status = gpu::readback(&self.ctx, &self.status, 4)?;
+            if status != [0u8; 4] {
+                let o = ParamOverflow { token: q_old, head: 0, index: 0 };
+                return Err(overflow_error(o, "a key or value (first token of the failed flush; exact group on the CPU path)"));
+            }
+        }
+        // Phase 2 (commit): tokens that stay in the window go to the ring.
+        let first = q_new.max(t_old);
+        if first < t_new {
+            let (c, rw) = (l.ring_tokens(), l.residual_row_words() as u64 * 4);
+            gpu::submit_blocking(&self.ctx, "kivi residual", |enc| {
+                let mut s = first;
+                while s < t_new {
+                    let slot = s % c;
+                    let run = (t_new - s).min(c - slot);
+                    for (inc, ring) in [(&inc_k, &self.ring_k), (&inc_v, &self.ring_v)] {
+                        enc.copy_buffer_to_buffer(inc, (s - t_old) as u64 * rw, ring, slot as u64 * rw, run as u64 * rw);
+                    }
+                    s += run;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn reconstruct(&self, t: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        let l = self.l;
+        let q = l.quantized_len(t);
+        let row = l.token_elems();
+        let mut k = vec![0f32; t * row];
+        let mut v = vec![0f32; t * row];
+        let st = self.segment_tokens;
+        for (si, seg) in self.segments.iter().enumerate() {
+            let start = si * st;
+            if start >= q {
+                break;
+            }
+            let count = (q - start).min(st);
+            let bytes = (count * row * 4) as u64;
+            let out_k = gpu::storage_buffer(&self.ctx, "kvpack kivi dequant k", bytes)?;
+            let out_v = gpu::storage_buffer(&self.ctx, "kvpack kivi dequant v", bytes)?;
+            let path = self.paths.quant_keys;
+            gpu::submit_blocking(&self.ctx, "kivi dequantize", |enc| {
+                gpu::encode_plan(&self.ctx, enc, path, &plan_dequant_keys(&l, count, 0), &[&seg.key_codes, &seg.key_params, &out_k])?;
+                gpu::encode_plan(&self.ctx, enc, path, &plan_dequant_values(&l, count, 0), &[&seg.value_codes, &seg.value_params, &out_v])
+            })?;
+            let rk = gpu::readback(&self.ctx, &out_k, bytes)?;
+            let rv = gpu::readback(&self.ctx, &out_v, bytes)?;
+            k[start * row..(start + count) * row].copy_from_slice(bytemuck::cast_slice(&rk));
+            v[start * row..(start + count) * row].copy_from_slice(bytemuck::cast_slice(&rv));
+        }
+        let (rk, rv) = self.residual_rows(t)?;
+        for (out, resid) in [(&mut k, rk), (&mut v, rv)] {
+            for (o, r) in out[q * row..].iter_mut().zip(resid) {
+                *o = r.to_f32();
+            }
+        }
+        Ok((k, v))
+    }
+
+    /// f16 K and V of tokens `[Q, T)` read back from the ring.
+    fn residual_rows(&self, t: usize) -> Result<(Vec<f16>, Vec<f16>)> {
+        let l = self.l;
+        let q = l.quantized_len(t);
+        let (c, rw, row) = (l.ring_tokens(), l.residual_row_words(), l.token_elems());
+        let mut out = Vec::new();
+        for ring in [&self.ring_k, &self.ring_v] {
+            let mut rows = Vec::with_capacity((t - q) * row);
+            if t > q {
+                let words: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(&self.ctx, ring, (c * rw * 4) as u64)?);
+                for s in q..t {
+                    let w = &words[(s % c) * rw..];
+                    rows.extend((0..row).map(|e| f16::from_bits((w[e / 2] >> (16 * (e % 2))) as u16)));
+                }
+            }
+            out.push(rows);
+        }
+        let v = out.pop().unwrap_or_default();
+        let k = out.pop().unwrap_or_default();
+        Ok((k, v))
+    }
+
+    pub(crate) fn memory(&self, t: usize) -> (Memory, Memory) {
+        let mut held = Memory { residual: self.ring_k.size() + self.ring_v.size(), ..Default::default() };
+        for s in &self.segments {
+            held.key_codes += s.key_codes.size();
+            held.key_params += s.key_params.size();
+            held.value_codes += s.value_codes.size();
+            held.value_params += s.value_params.size();
+        }
+        (held, payload_memory(&self.l, t))
+    }
+
+    pub(crate) fn raw(&self, t: usize) -> Result<RawKivi> {
+        let l = self.l;
+        let q = l.quantized_len(t);
+        let st = self.segment_tokens;
+        let mut raw = RawKivi::default();
+        for (si, seg) in self.segments.iter().enumerate() {
+            let start = si * st;
+            if start >= q {
+                break;
+            }
+            let count = (q - start).min(st);
+            let blocks = count / l.key_group;
+            let read = |b: &wgpu::Buffer, words: usize| -> Result<Vec<u32>> {
+                Ok(bytemuck::pod_collect_to_vec(&gpu::readback(&self.ctx, b, (words * 4) as u64)?))
+            };
+            raw.key_codes.extend(read(&seg.key_codes, blocks * l.key_block_words())?);
+            raw.key_params.extend(read(&seg.key_params, blocks * l.key_block_param_words())?);
+            raw.value_codes.extend(read(&seg.value_codes, count * l.value_token_words())?);
+            raw.value_params.extend(read(&seg.value_params, count * l.value_token_param_words())?);
+        }
+        (raw.residual_k, raw.residual_v) = self.residual_rows(t)?;
+        Ok(raw)
+    }
+}
