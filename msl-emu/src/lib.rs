@@ -43,7 +43,9 @@ pub enum EmuError {
         thread: [u32; 3],
     },
     /// A threadgroup array indexed out of range.
-    #[error("out-of-bounds index {index} into threadgroup array `{name}` of {len} elements, threadgroup {threadgroup:?}, thread {thread:?}")]
+    #[error(
+        "out-of-bounds index {index} into threadgroup array `{name}` of {len} elements, threadgroup {threadgroup:?}, thread {thread:?}"
+    )]
     ThreadgroupOutOfBounds {
         name: String,
         index: i64,
@@ -186,13 +188,22 @@ fn cache_dir() -> PathBuf {
     if let Ok(d) = std::env::var("MSL_EMU_CACHE_DIR") {
         return PathBuf::from(d);
     }
-    let target = std::env::var("CARGO_TARGET_DIR").ok().map(PathBuf::from).or_else(|| {
-        option_env!("CARGO_TARGET_DIR").map(PathBuf::from).or_else(|| {
-            let exe = std::env::current_exe().ok()?;
-            exe.ancestors().find(|a| a.join("CACHEDIR.TAG").exists()).map(Path::to_path_buf)
-        })
-    });
-    target.unwrap_or_else(std::env::temp_dir).join("msl-emu-cache")
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .ok()
+        .map(PathBuf::from)
+        .or_else(|| {
+            option_env!("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    let exe = std::env::current_exe().ok()?;
+                    exe.ancestors()
+                        .find(|a| a.join("CACHEDIR.TAG").exists())
+                        .map(Path::to_path_buf)
+                })
+        });
+    target
+        .unwrap_or_else(std::env::temp_dir)
+        .join("msl-emu-cache")
 }
 
 /// 128-bit FNV-1a (two lanes), hex.
@@ -202,7 +213,9 @@ fn hash(parts: &[&str]) -> String {
     for p in parts {
         for &c in p.as_bytes().iter().chain(&[0xffu8]) {
             a = (a ^ c as u64).wrapping_mul(0x100000001b3);
-            b = (b ^ (c as u64)).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+            b = (b ^ (c as u64))
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left(29);
         }
     }
     format!("{a:016x}{b:016x}")
@@ -223,7 +236,11 @@ fn run_clang(tc: &Toolchain, args: &[String], what: &str) -> Result<(), EmuError
         .map_err(|e| EmuError::Toolchain(format!("running {}: {e}", tc.clang.display())))?;
     if !out.status.success() {
         let msg = String::from_utf8_lossy(&out.stderr).to_string();
-        return Err(if what == "kernel" { EmuError::Compile(msg) } else { EmuError::Toolchain(format!("compiling the {what}: {msg}")) });
+        return Err(if what == "kernel" {
+            EmuError::Compile(msg)
+        } else {
+            EmuError::Toolchain(format!("compiling the {what}: {msg}"))
+        });
     }
     Ok(())
 }
@@ -280,10 +297,14 @@ impl MslKernel {
         let tc = toolchain()?;
         let prepared = preprocess::prepare(source, fn_name)?;
         let adapter = preprocess::adapter(fn_name, &prepared);
-        let tu = format!("#line 1 \"{fn_name}.metal\"\n{}\n{adapter}", prepared.source);
+        let tu = format!(
+            "#line 1 \"{fn_name}.metal\"\n{}\n{adapter}",
+            prepared.source
+        );
 
         let dir = cache_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| EmuError::Toolchain(format!("creating {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| EmuError::Toolchain(format!("creating {}: {e}", dir.display())))?;
 
         // runtime object, shared by every kernel
         let rflags = common_flags(tc);
@@ -295,7 +316,14 @@ impl MslKernel {
             std::fs::write(&tmp_src, RUNTIME).map_err(|e| EmuError::Toolchain(e.to_string()))?;
             let tmp = unique_tmp(&rt_obj);
             let mut args = rflags.clone();
-            args.extend(["-x".into(), "c++".into(), "-c".into(), tmp_src.display().to_string(), "-o".into(), tmp.display().to_string()]);
+            args.extend([
+                "-x".into(),
+                "c++".into(),
+                "-c".into(),
+                tmp_src.display().to_string(),
+                "-o".into(),
+                tmp.display().to_string(),
+            ]);
             let r = run_clang(tc, &args, "emulator runtime");
             let _ = std::fs::remove_file(&tmp_src);
             r?;
@@ -331,7 +359,9 @@ impl MslKernel {
             if let Err(e) = r {
                 let _ = std::fs::remove_file(&tmp);
                 return Err(match e {
-                    EmuError::Compile(m) => EmuError::Compile(m.replace(&tmp_cpp.display().to_string(), "kernel.cpp")),
+                    EmuError::Compile(m) => {
+                        EmuError::Compile(m.replace(&tmp_cpp.display().to_string(), "kernel.cpp"))
+                    }
                     e => e,
                 });
             }
@@ -344,10 +374,12 @@ impl MslKernel {
             .map_err(|e| EmuError::Toolchain(format!("loading {}: {e}", so.display())))?;
         // SAFETY: symbol types match runtime.cpp / the generated adapter.
         let (dispatch_fn, max_total_threads) = unsafe {
-            let f: libloading::Symbol<DispatchFn> =
-                lib.get(b"msl_emu_dispatch\0").map_err(|e| EmuError::Toolchain(e.to_string()))?;
-            let m: libloading::Symbol<*const u32> =
-                lib.get(b"msl_emu_max_total_threads\0").map_err(|e| EmuError::Toolchain(e.to_string()))?;
+            let f: libloading::Symbol<DispatchFn> = lib
+                .get(b"msl_emu_dispatch\0")
+                .map_err(|e| EmuError::Toolchain(e.to_string()))?;
+            let m: libloading::Symbol<*const u32> = lib
+                .get(b"msl_emu_max_total_threads\0")
+                .map_err(|e| EmuError::Toolchain(e.to_string()))?;
             (*f, **m)
         };
         let buffers = prepared
@@ -358,7 +390,13 @@ impl MslKernel {
                 _ => None,
             })
             .collect();
-        Ok(MslKernel { dispatch_fn, max_total_threads, buffers, name: fn_name.to_string(), _lib: lib })
+        Ok(MslKernel {
+            dispatch_fn,
+            max_total_threads,
+            buffers,
+            name: fn_name.to_string(),
+            _lib: lib,
+        })
     }
 
     /// The value of `[[max_total_threads_per_threadgroup(N)]]`, if the kernel has one.
@@ -401,7 +439,13 @@ impl MslKernel {
         }
         // Aligned copies (Metal buffers are at least 16-byte aligned; slices need not be).
         let mut copies: Vec<AlignedBuf> = buffers.iter().map(|b| AlignedBuf::from(b)).collect();
-        let raw: Vec<EmuBuffer> = copies.iter_mut().map(|c| EmuBuffer { ptr: c.ptr, len: c.len as u64 }).collect();
+        let raw: Vec<EmuBuffer> = copies
+            .iter_mut()
+            .map(|c| EmuBuffer {
+                ptr: c.ptr,
+                len: c.len as u64,
+            })
+            .collect();
         let (order, seed) = match opts.lane_order {
             LaneOrder::InOrder => (0, 0),
             LaneOrder::Reversed => (1, 0),
@@ -427,7 +471,12 @@ impl MslKernel {
             return Ok(());
         }
         let msg = {
-            let bytes: Vec<u8> = err.message.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+            let bytes: Vec<u8> = err
+                .message
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
             String::from_utf8_lossy(&bytes).to_string()
         };
         Err(match err.kind {
@@ -468,7 +517,11 @@ impl AlignedBuf {
         }
         // SAFETY: ptr has room for b.len() bytes.
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), ptr, b.len()) };
-        AlignedBuf { ptr, len: b.len(), layout }
+        AlignedBuf {
+            ptr,
+            len: b.len(),
+            layout,
+        }
     }
     fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr holds len initialised bytes.

@@ -57,38 +57,77 @@ fn tokenize(src: &str) -> Vec<Tok> {
                 i += 1;
             }
             i = (i + 1).min(b.len());
-            out.push(Tok { kind: Kind::Str, start: s, end: i });
+            out.push(Tok {
+                kind: Kind::Str,
+                start: s,
+                end: i,
+            });
         } else if c.is_ascii_alphabetic() || c == b'_' {
             let s = i;
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
                 i += 1;
             }
-            out.push(Tok { kind: Kind::Ident, start: s, end: i });
-        } else if c.is_ascii_digit() || (c == b'.' && b.get(i + 1).is_some_and(|d| d.is_ascii_digit())) {
+            out.push(Tok {
+                kind: Kind::Ident,
+                start: s,
+                end: i,
+            });
+        } else if c.is_ascii_digit()
+            || (c == b'.' && b.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
+        {
             let s = i;
             while i < b.len() {
                 let d = b[i];
-                if d.is_ascii_alphanumeric() || d == b'_' || d == b'.' {
-                    i += 1;
-                } else if (d == b'+' || d == b'-') && matches!(b[i - 1], b'e' | b'E' | b'p' | b'P') {
+                let sign =
+                    (d == b'+' || d == b'-') && matches!(b[i - 1], b'e' | b'E' | b'p' | b'P');
+                if d.is_ascii_alphanumeric() || d == b'_' || d == b'.' || sign {
                     i += 1;
                 } else {
                     break;
                 }
             }
-            out.push(Tok { kind: Kind::Number, start: s, end: i });
+            out.push(Tok {
+                kind: Kind::Number,
+                start: s,
+                end: i,
+            });
         } else {
             let s = i;
             let two = &src[i..(i + 2).min(b.len())];
             let len = if src[i..].starts_with("->*") {
                 3
-            } else if matches!(two, "::" | "->" | "&&" | "||" | "==" | "!=" | "<=" | ">=" | "++" | "--" | "+=" | "-=" | "*=" | "/=" | "|=" | "&=" | "^=" | "%=" | "<<" | ">>") {
+            } else if matches!(
+                two,
+                "::" | "->"
+                    | "&&"
+                    | "||"
+                    | "=="
+                    | "!="
+                    | "<="
+                    | ">="
+                    | "++"
+                    | "--"
+                    | "+="
+                    | "-="
+                    | "*="
+                    | "/="
+                    | "|="
+                    | "&="
+                    | "^="
+                    | "%="
+                    | "<<"
+                    | ">>"
+            ) {
                 2
             } else {
                 1
             };
             i += len;
-            out.push(Tok { kind: Kind::Punct, start: s, end: i });
+            out.push(Tok {
+                kind: Kind::Punct,
+                start: s,
+                end: i,
+            });
         }
     }
     out
@@ -124,7 +163,9 @@ const VEC_BASES: &[&str] = &[
 
 fn is_vec_type(s: &str) -> bool {
     let s = s.strip_prefix("metal::").unwrap_or(s);
-    let Some(n) = s.chars().last() else { return false };
+    let Some(n) = s.chars().last() else {
+        return false;
+    };
     matches!(n, '2' | '3' | '4') && VEC_BASES.contains(&&s[..s.len() - 1])
 }
 
@@ -156,9 +197,17 @@ pub fn prepare(src: &str, fn_name: &str) -> Result<Prepared, EmuError> {
                 if is_float || hex_float {
                     let last = s.as_bytes()[s.len() - 1];
                     match last {
-                        b'h' | b'H' => edits.push(Edit { start: tok.end - 1, end: tok.end, text: "f16".into() }),
+                        b'h' | b'H' => edits.push(Edit {
+                            start: tok.end - 1,
+                            end: tok.end,
+                            text: "f16".into(),
+                        }),
                         b'f' | b'F' | b'l' | b'L' => {}
-                        _ => edits.push(Edit { start: tok.end, end: tok.end, text: "f".into() }),
+                        _ => edits.push(Edit {
+                            start: tok.end,
+                            end: tok.end,
+                            text: "f".into(),
+                        }),
                     }
                 }
             }
@@ -176,7 +225,7 @@ pub fn prepare(src: &str, fn_name: &str) -> Result<Prepared, EmuError> {
                     } else if u == ">" && depth > 0 {
                         depth -= 1;
                         j += 1;
-                    } else if u == "," && depth > 0 || toks[j].kind == Kind::Number && depth > 0 {
+                    } else if depth > 0 && (u == "," || toks[j].kind == Kind::Number) {
                         j += 1;
                     } else {
                         break;
@@ -188,7 +237,10 @@ pub fn prepare(src: &str, fn_name: &str) -> Result<Prepared, EmuError> {
                     edits.push(Edit {
                         start: tok.start,
                         end: toks[j].end,
-                        text: format!("::metal::__dptr<{c}{ty}>{}", newlines(&src[tok.start..toks[j].end])),
+                        text: format!(
+                            "::metal::__dptr<{c}{ty}>{}",
+                            newlines(&src[tok.start..toks[j].end])
+                        ),
                     });
                     i = j + 1;
                     continue;
@@ -198,14 +250,27 @@ pub fn prepare(src: &str, fn_name: &str) -> Result<Prepared, EmuError> {
                 let prev = if i == 0 { "" } else { t(i - 1) };
                 if i == 0 || matches!(prev, ";" | "{" | "}") {
                     if let Some((end_idx, text)) = threadgroup_decl(src, &toks, i, &mut site) {
-                        edits.push(Edit { start: tok.start, end: toks[end_idx].end, text });
+                        edits.push(Edit {
+                            start: tok.start,
+                            end: toks[end_idx].end,
+                            text,
+                        });
                         i = end_idx + 1;
                         continue;
                     }
                 }
             }
-            Kind::Ident if s == "static_cast" && t(i + 1) == "<" && is_vec_type(t(i + 2)) && t(i + 3) == ">" => {
-                edits.push(Edit { start: tok.start, end: tok.end, text: "::metal::__vcastfn".into() });
+            Kind::Ident
+                if s == "static_cast"
+                    && t(i + 1) == "<"
+                    && is_vec_type(t(i + 2))
+                    && t(i + 3) == ">" =>
+            {
+                edits.push(Edit {
+                    start: tok.start,
+                    end: tok.end,
+                    text: "::metal::__vcastfn".into(),
+                });
             }
             Kind::Punct if s == "(" => {
                 // (vec)expr → converting cast
@@ -222,7 +287,10 @@ pub fn prepare(src: &str, fn_name: &str) -> Result<Prepared, EmuError> {
                     let next = ty_end + 2;
                     let next_ok = next < toks.len()
                         && (matches!(toks[next].kind, Kind::Ident | Kind::Number)
-                            || matches!(t(next), "(" | "-" | "+" | "!" | "~" | "*" | "::" | "++" | "--"));
+                            || matches!(
+                                t(next),
+                                "(" | "-" | "+" | "!" | "~" | "*" | "::" | "++" | "--"
+                            ));
                     if prev_ok && next_ok {
                         let ty = &src[toks[i + 1].start..toks[ty_end].end];
                         edits.push(Edit {
@@ -254,7 +322,11 @@ pub fn prepare(src: &str, fn_name: &str) -> Result<Prepared, EmuError> {
         pos = e.end;
     }
     out.push_str(&src[pos..]);
-    Ok(Prepared { source: out, params, max_threads_expr })
+    Ok(Prepared {
+        source: out,
+        params,
+        max_threads_expr,
+    })
 }
 
 /// `threadgroup T name[A][B];` starting at token `i` → (index of `;`, replacement).
@@ -335,7 +407,10 @@ fn threadgroup_decl(src: &str, toks: &[Tok], i: usize, site: &mut u32) -> Option
     for d in dims.iter().rev() {
         full = format!("::metal::__tgarr<{full}, ({d}), {s}u>");
     }
-    Some((semi, format!("{full}& {name} = ::metal::__tg_decl<{full}>({s}u, \"{name}\");{nl}")))
+    Some((
+        semi,
+        format!("{full}& {name} = ::metal::__tg_decl<{full}>({s}u, \"{name}\");{nl}"),
+    ))
 }
 
 const BUILTINS_VEC: &[&str] = &[
@@ -355,12 +430,19 @@ const BUILTINS_SCALAR: &[&str] = &[
     "thread_execution_width",
 ];
 
-fn parse_kernel(src: &str, toks: &[Tok], fn_name: &str) -> Result<(Vec<Param>, Option<String>), EmuError> {
+fn parse_kernel(
+    src: &str,
+    toks: &[Tok],
+    fn_name: &str,
+) -> Result<(Vec<Param>, Option<String>), EmuError> {
     let t = |k: usize| -> &str { toks.get(k).map_or("", |x| &src[x.start..x.end]) };
     let line_of = |k: usize| src[..toks[k].start].matches('\n').count() + 1;
-    let Some(kpos) = (0..toks.len()).find(|&k| t(k) == "kernel" && t(k + 1) == "void" && t(k + 2) == fn_name && t(k + 3) == "(")
-    else {
-        return Err(EmuError::Signature(format!("no `kernel void {fn_name}(...)` in the source")));
+    let Some(kpos) = (0..toks.len()).find(|&k| {
+        t(k) == "kernel" && t(k + 1) == "void" && t(k + 2) == fn_name && t(k + 3) == "("
+    }) else {
+        return Err(EmuError::Signature(format!(
+            "no `kernel void {fn_name}(...)` in the source"
+        )));
     };
     // [[max_total_threads_per_threadgroup(N)]] right before `kernel`
     let mut max_expr = None;
@@ -393,7 +475,9 @@ fn parse_kernel(src: &str, toks: &[Tok], fn_name: &str) -> Result<(Vec<Param>, O
         }
     }
     if close == open {
-        return Err(EmuError::Signature(format!("unbalanced parameter list of `{fn_name}`")));
+        return Err(EmuError::Signature(format!(
+            "unbalanced parameter list of `{fn_name}`"
+        )));
     }
     // split at depth-0 commas
     let mut parts: Vec<(usize, usize)> = Vec::new();
@@ -424,18 +508,27 @@ fn parse_kernel(src: &str, toks: &[Tok], fn_name: &str) -> Result<(Vec<Param>, O
             )));
         };
         if at == a || toks[at - 1].kind != Kind::Ident {
-            return Err(EmuError::Signature(format!("line {}: cannot parse kernel parameter", line_of(a))));
+            return Err(EmuError::Signature(format!(
+                "line {}: cannot parse kernel parameter",
+                line_of(a)
+            )));
         }
         let name = t(at - 1).to_string();
         let ty: String = if at - 1 > a {
-            src[toks[a].start..toks[at - 2].end].split_whitespace().collect::<Vec<_>>().join(" ")
+            src[toks[a].start..toks[at - 2].end]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
         } else {
             String::new()
         };
         let attr = t(at + 2);
         let kind = if attr == "buffer" {
             let n: u32 = t(at + 4).parse().map_err(|_| {
-                EmuError::Signature(format!("line {}: [[buffer(...)]] index must be an integer literal", line_of(at)))
+                EmuError::Signature(format!(
+                    "line {}: [[buffer(...)]] index must be an integer literal",
+                    line_of(at)
+                ))
             })?;
             if !(ty.contains('*') || ty.contains('&')) {
                 return Err(EmuError::Signature(format!(
@@ -450,12 +543,17 @@ fn parse_kernel(src: &str, toks: &[Tok], fn_name: &str) -> Result<(Vec<Param>, O
                 )));
             }
             if let Some(prev) = used.insert(n, name.clone()) {
-                return Err(EmuError::Signature(format!("[[buffer({n})]] is bound twice (`{prev}` and `{name}`)")));
+                return Err(EmuError::Signature(format!(
+                    "[[buffer({n})]] is bound twice (`{prev}` and `{name}`)"
+                )));
             }
             ParamKind::Buffer(n)
         } else if BUILTINS_VEC.contains(&attr) || BUILTINS_SCALAR.contains(&attr) {
             let norm: String = ty.chars().filter(|c| !c.is_whitespace()).collect();
-            let norm = norm.trim_start_matches("const").trim_start_matches("metal::").to_string();
+            let norm = norm
+                .trim_start_matches("const")
+                .trim_start_matches("metal::")
+                .to_string();
             let allowed: &[&str] = if BUILTINS_VEC.contains(&attr) {
                 &["uint", "ushort", "uint2", "ushort2", "uint3", "ushort3"]
             } else {
@@ -468,7 +566,10 @@ fn parse_kernel(src: &str, toks: &[Tok], fn_name: &str) -> Result<(Vec<Param>, O
                     allowed.join(", ")
                 )));
             }
-            ParamKind::Builtin { attr: attr.to_string(), ty: norm }
+            ParamKind::Builtin {
+                attr: attr.to_string(),
+                ty: norm,
+            }
         } else {
             return Err(EmuError::Signature(format!(
                 "line {}: attribute [[{attr}]] on `{name}` is not supported by the emulator",
@@ -488,8 +589,16 @@ pub fn adapter(fn_name: &str, p: &Prepared) -> String {
         .map(|q| match &q.kind {
             ParamKind::Buffer(n) => format!("::metal::__buf_arg{{{n}u}}"),
             ParamKind::Builtin { attr, ty } => {
-                let field = if attr == "thread_execution_width" { "threads_per_simdgroup" } else { attr.as_str() };
-                let ptr = if BUILTINS_VEC.contains(&attr.as_str()) { format!("__b->{field}") } else { format!("&__b->{field}") };
+                let field = if attr == "thread_execution_width" {
+                    "threads_per_simdgroup"
+                } else {
+                    attr.as_str()
+                };
+                let ptr = if BUILTINS_VEC.contains(&attr.as_str()) {
+                    format!("__b->{field}")
+                } else {
+                    format!("&__b->{field}")
+                };
                 format!("::metal::__bi<::metal::{ty}>::get({ptr})")
             }
         })
@@ -512,14 +621,34 @@ mod tests {
         let src = "#include <metal_stdlib>\nusing namespace metal;\n[[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]\nkernel void k(device const float4* a [[buffer(0)]], constant P& p [[buffer(1)]],\n uint3 g [[threadgroup_position_in_grid]], ushort l [[thread_index_in_threadgroup]]) {\n  threadgroup float tile[16][WORKGROUP_SIZE];\n  threadgroup float* q = tile[0];\n  float4 v = (float4)a[0] * 0.5 + 1.5h + 1e3;\n}\n";
         let p = prepare(src, "k").unwrap();
         assert_eq!(p.source.matches('\n').count(), src.matches('\n').count());
-        assert!(p.source.contains("::metal::__dptr<const float4> a"), "{}", p.source);
+        assert!(
+            p.source.contains("::metal::__dptr<const float4> a"),
+            "{}",
+            p.source
+        );
         assert!(p.source.contains("constant P& p"));
-        assert!(p.source.contains("__tgarr<::metal::__tgarr<float, (WORKGROUP_SIZE), 0u>, (16), 0u>& tile"), "{}", p.source);
+        assert!(
+            p.source
+                .contains("__tgarr<::metal::__tgarr<float, (WORKGROUP_SIZE), 0u>, (16), 0u>& tile"),
+            "{}",
+            p.source
+        );
         assert!(p.source.contains("threadgroup float* q"));
-        assert!(p.source.contains("::metal::__vcast<float4>() ->* a[0] * 0.5f + 1.5f16 + 1e3f"), "{}", p.source);
+        assert!(
+            p.source
+                .contains("::metal::__vcast<float4>() ->* a[0] * 0.5f + 1.5f16 + 1e3f"),
+            "{}",
+            p.source
+        );
         assert_eq!(p.max_threads_expr.as_deref(), Some("WORKGROUP_SIZE"));
         assert_eq!(p.params.len(), 4);
         assert_eq!(p.params[0].kind, ParamKind::Buffer(0));
-        assert_eq!(p.params[3].kind, ParamKind::Builtin { attr: "thread_index_in_threadgroup".into(), ty: "ushort".into() });
+        assert_eq!(
+            p.params[3].kind,
+            ParamKind::Builtin {
+                attr: "thread_index_in_threadgroup".into(),
+                ty: "ushort".into()
+            }
+        );
     }
 }

@@ -18,7 +18,10 @@ fn opts(lane_order: LaneOrder) -> DispatchOptions {
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) as u32
     }
 }
@@ -27,10 +30,14 @@ fn bytes_u32(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 fn u32s(b: &[u8]) -> Vec<u32> {
-    b.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 fn bytes_f32(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -76,7 +83,16 @@ fn bitpack_and_bitunpack_match_reference() {
     let unpack = kvpack_kernel("bitunpack.metal", "bitunpack");
     eprintln!("compile bitpack+bitunpack: {:?}", t0.elapsed());
     let mut rng = Rng(7);
-    for &(n, b) in &[(1usize, 1u32), (5, 3), (64, 4), (100, 5), (257, 8), (1000, 2), (4099, 7), (10000, 3)] {
+    for &(n, b) in &[
+        (1usize, 1u32),
+        (5, 3),
+        (64, 4),
+        (100, 5),
+        (257, 8),
+        (1000, 2),
+        (4099, 7),
+        (10000, 3),
+    ] {
         for (k, order) in ORDERS.iter().enumerate() {
             let codes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
             let masked: Vec<u8> = codes.iter().map(|&c| c & ((1u16 << b) - 1) as u8).collect();
@@ -110,7 +126,10 @@ fn bitpack_and_bitunpack_match_reference() {
                 )
                 .unwrap_or_else(|e| panic!("bitunpack n={n} b={b}: {e}"));
             assert_eq!(&out[..n], &masked[..], "bitunpack n={n} b={b} {order:?}");
-            assert!(out[n..].iter().all(|&x| x == 0), "bitunpack padding n={n} b={b}");
+            assert!(
+                out[n..].iter().all(|&x| x == 0),
+                "bitunpack padding n={n} b={b}"
+            );
         }
     }
 }
@@ -122,31 +141,60 @@ fn bitpack_rejects_too_large_threadgroup() {
     let mut p = bytes_u32(&[4, 8, 1, 0]);
     let mut c = vec![0u8; 4];
     let mut w = vec![0u8; 4];
-    let e = pack.dispatch(&mut [&mut p, &mut c, &mut w], [1, 1, 1], [128, 1, 1], &opts(LaneOrder::InOrder)).unwrap_err();
+    let e = pack
+        .dispatch(
+            &mut [&mut p, &mut c, &mut w],
+            [1, 1, 1],
+            [128, 1, 1],
+            &opts(LaneOrder::InOrder),
+        )
+        .unwrap_err();
     assert!(matches!(e, EmuError::Dispatch(_)), "{e}");
     // a missing buffer is reported, not read
-    let e = pack.dispatch(&mut [&mut p, &mut c], [1, 1, 1], [64, 1, 1], &opts(LaneOrder::InOrder)).unwrap_err();
+    let e = pack
+        .dispatch(
+            &mut [&mut p, &mut c],
+            [1, 1, 1],
+            [64, 1, 1],
+            &opts(LaneOrder::InOrder),
+        )
+        .unwrap_err();
     assert!(matches!(e, EmuError::Dispatch(_)), "{e}");
     // a uniform that is too small is an out-of-bounds access
     let mut small = vec![0u8; 8];
-    let e = pack.dispatch(&mut [&mut small, &mut c, &mut w], [1, 1, 1], [64, 1, 1], &opts(LaneOrder::InOrder)).unwrap_err();
+    let e = pack
+        .dispatch(
+            &mut [&mut small, &mut c, &mut w],
+            [1, 1, 1],
+            [64, 1, 1],
+            &opts(LaneOrder::InOrder),
+        )
+        .unwrap_err();
     assert!(matches!(e, EmuError::OutOfBounds { buffer: 0, .. }), "{e}");
 }
 
 #[test]
 fn simd_butterfly_minmax_all_orders() {
-    let k = MslKernel::compile(include_str!("kernels/simd_minmax.metal"), "simd_minmax").unwrap_or_else(|e| panic!("{e}"));
+    let k = MslKernel::compile(include_str!("kernels/simd_minmax.metal"), "simd_minmax")
+        .unwrap_or_else(|e| panic!("{e}"));
     let (rows, cols) = (7u32, 100u32);
     let mut rng = Rng(3);
-    let x: Vec<f32> = (0..rows * cols).map(|_| (rng.next() % 20000) as f32 / 7.0 - 1000.0).collect();
+    let x: Vec<f32> = (0..rows * cols)
+        .map(|_| (rng.next() % 20000) as f32 / 7.0 - 1000.0)
+        .collect();
     for order in ORDERS {
         let mut p = bytes_u32(&[rows, cols]);
         let mut xb = bytes_f32(&x);
         let mut out = vec![0u8; rows as usize * 8];
         let mut agree = vec![0u8; rows as usize * 4];
         // 2 SIMD groups per threadgroup → 4 threadgroups, the last half empty
-        k.dispatch(&mut [&mut p, &mut xb, &mut out, &mut agree], [rows.div_ceil(2), 1, 1], [64, 1, 1], &opts(order))
-            .unwrap_or_else(|e| panic!("{e}"));
+        k.dispatch(
+            &mut [&mut p, &mut xb, &mut out, &mut agree],
+            [rows.div_ceil(2), 1, 1],
+            [64, 1, 1],
+            &opts(order),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let out = f32s(&out);
         for r in 0..rows as usize {
             let row = &x[r * cols as usize..(r + 1) * cols as usize];
@@ -154,32 +202,59 @@ fn simd_butterfly_minmax_all_orders() {
             let hi = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
             assert_eq!((out[2 * r], out[2 * r + 1]), (lo, hi), "row {r} {order:?}");
         }
-        assert!(u32s(&agree).iter().all(|&a| a == 1), "simd_min/simd_max disagree with the butterfly");
+        assert!(
+            u32s(&agree).iter().all(|&a| a == 1),
+            "simd_min/simd_max disagree with the butterfly"
+        );
     }
 }
 
 #[test]
 fn threadgroup_reduction_all_orders() {
-    let k = MslKernel::compile(include_str!("kernels/tg_reduce.metal"), "tg_reduce").unwrap_or_else(|e| panic!("{e}"));
+    let k = MslKernel::compile(include_str!("kernels/tg_reduce.metal"), "tg_reduce")
+        .unwrap_or_else(|e| panic!("{e}"));
     let n = 1000u32;
     let groups = n.div_ceil(256);
     let mut rng = Rng(11);
     let a: Vec<u32> = (0..n).map(|_| rng.next() % 1000).collect();
-    let f: Vec<f32> = (0..n).map(|_| (rng.next() % 100000) as f32 * 0.25 - 5000.0).collect();
+    let f: Vec<f32> = (0..n)
+        .map(|_| (rng.next() % 100000) as f32 * 0.25 - 5000.0)
+        .collect();
     for order in ORDERS {
         let mut p = bytes_u32(&[n]);
         let (mut ab, mut fb) = (bytes_u32(&a), bytes_f32(&f));
         let mut sums = vec![0u8; groups as usize * 4];
         let mut maxes = vec![0u8; groups as usize * 4];
         let mut shifted = vec![0u8; n as usize * 4];
-        k.dispatch(&mut [&mut p, &mut ab, &mut fb, &mut sums, &mut maxes, &mut shifted], [groups, 1, 1], [256, 1, 1], &opts(order))
-            .unwrap_or_else(|e| panic!("{e}"));
+        k.dispatch(
+            &mut [
+                &mut p,
+                &mut ab,
+                &mut fb,
+                &mut sums,
+                &mut maxes,
+                &mut shifted,
+            ],
+            [groups, 1, 1],
+            [256, 1, 1],
+            &opts(order),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let (sums, maxes, shifted) = (u32s(&sums), f32s(&maxes), u32s(&shifted));
         for g in 0..groups as usize {
             let lo = g * 256;
             let hi = ((g + 1) * 256).min(n as usize);
-            assert_eq!(sums[g], a[lo..hi].iter().sum::<u32>(), "group {g} {order:?}");
-            assert_eq!(maxes[g], f[lo..hi].iter().cloned().fold(-3.0e38, f32::max), "group {g} {order:?}");
+            assert_eq!(
+                sums[g],
+                a[lo..hi].iter().sum::<u32>(),
+                "group {g} {order:?}"
+            );
+            assert_eq!(
+                maxes[g],
+                f[lo..hi].iter().cloned().fold(-3.0e38, f32::max),
+                "group {g} {order:?}"
+            );
+            #[allow(clippy::needless_range_loop)]
             for i in lo..hi {
                 let j = lo + (i - lo + 1) % 256;
                 let expect = if j < n as usize { a[j] } else { 0 };
@@ -191,20 +266,34 @@ fn threadgroup_reduction_all_orders() {
 
 #[test]
 fn simd_functions_with_inactive_lanes() {
-    let k = MslKernel::compile(include_str!("kernels/simd_ops.metal"), "simd_ops").unwrap_or_else(|e| panic!("{e}"));
+    let k = MslKernel::compile(include_str!("kernels/simd_ops.metal"), "simd_ops")
+        .unwrap_or_else(|e| panic!("{e}"));
     for live in [32u32, 20, 5] {
         for order in ORDERS {
             let x: Vec<i32> = (0..64).map(|i| (i * 7 % 13) - 3).collect();
             let mut lb = bytes_u32(&[live]);
             let mut xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
             let mut out = vec![0u8; 64 * 12 * 4];
-            k.dispatch(&mut [&mut lb, &mut xb, &mut out], [1, 1, 1], [64, 1, 1], &opts(order)).unwrap_or_else(|e| panic!("{e}"));
-            let out: Vec<i32> = out.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect();
+            k.dispatch(
+                &mut [&mut lb, &mut xb, &mut out],
+                [1, 1, 1],
+                [64, 1, 1],
+                &opts(order),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let out: Vec<i32> = out
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
             for sg in 0..2usize {
                 let v: Vec<i32> = (0..live as usize).map(|l| x[sg * 32 + l]).collect();
                 for l in 0..live as usize {
                     let o = &out[(sg * 32 + l) * 12..][..12];
-                    let ballot = v.iter().enumerate().filter(|&(_, &x)| x > 0).fold(0u32, |m, (i, _)| m | 1 << i);
+                    let ballot = v
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &x)| x > 0)
+                        .fold(0u32, |m, (i, _)| m | 1 << i);
                     let expect = [
                         v.iter().sum::<i32>(),
                         *v.iter().min().unwrap(),
@@ -213,13 +302,20 @@ fn simd_functions_with_inactive_lanes() {
                         if live > 3 { v[3] } else { -1 }, // inactive source lane: poison (all ones)
                         v[0] + 1,
                         if l >= 1 { v[l - 1] } else { v[l] },
-                        if l + 2 < 32 { if l + 2 < live as usize { v[l + 2] } else { -1 } } else { v[l] },
+                        if l + 2 < 32 {
+                            if l + 2 < live as usize { v[l + 2] } else { -1 }
+                        } else {
+                            v[l]
+                        },
                         v[(l + 1) % live as usize],
                         ballot as i32,
                         v.contains(&7) as i32,
                         v.iter().fold(0, |a, b| a | b),
                     ];
-                    assert_eq!(o, &expect, "lane {l} of SIMD group {sg}, live {live}, {order:?}");
+                    assert_eq!(
+                        o, &expect,
+                        "lane {l} of SIMD group {sg}, live {live}, {order:?}"
+                    );
                 }
             }
         }
@@ -228,13 +324,36 @@ fn simd_functions_with_inactive_lanes() {
 
 #[test]
 fn vectors_convert_and_math() {
-    let k = MslKernel::compile(include_str!("kernels/mathvec.metal"), "mathvec").unwrap_or_else(|e| panic!("{e}"));
+    let k = MslKernel::compile(include_str!("kernels/mathvec.metal"), "mathvec")
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut out = vec![0u8; 17 * 4];
-    k.dispatch(&mut [&mut out], [1, 1, 1], [4, 1, 1], &opts(LaneOrder::InOrder)).unwrap();
+    k.dispatch(
+        &mut [&mut out],
+        [1, 1, 1],
+        [4, 1, 1],
+        &opts(LaneOrder::InOrder),
+    )
+    .unwrap();
     let o = f32s(&out);
     let third = half_round(1.0 / 3.0);
     let expect = [
-        1.0, -2.0, 7.0, -1.0, 9.0, 10.0, third, 2.0, 3.0, 1.0, 1.0, std::f32::consts::E, 2.0, 7.0, 0.5, 1.0, 1.75,
+        1.0,
+        -2.0,
+        7.0,
+        -1.0,
+        9.0,
+        10.0,
+        third,
+        2.0,
+        3.0,
+        1.0,
+        1.0,
+        std::f32::consts::E,
+        2.0,
+        7.0,
+        0.5,
+        1.0,
+        1.75,
     ];
     assert_eq!(&o[..], &expect[..]);
 }
@@ -250,7 +369,8 @@ fn half_round(x: f32) -> f32 {
 
 fn broken(name: &str) -> MslKernel {
     let path = format!("{}/tests/broken/{name}.metal", env!("CARGO_MANIFEST_DIR"));
-    MslKernel::compile(&std::fs::read_to_string(path).unwrap(), name).unwrap_or_else(|e| panic!("{e}"))
+    MslKernel::compile(&std::fs::read_to_string(path).unwrap(), name)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -258,15 +378,31 @@ fn missing_barrier_fails_in_reversed_and_random_order() {
     let k = broken("missing_barrier");
     let n = 256usize;
     let a: Vec<u32> = (0..n as u32).map(|i| i * 3 + 1).collect();
-    let expect: Vec<u32> = (0..n).map(|i| a[(i / 64) * 64 + (i % 64 + 1) % 64]).collect();
+    let expect: Vec<u32> = (0..n)
+        .map(|i| a[(i / 64) * 64 + (i % 64 + 1) % 64])
+        .collect();
     let mut wrong = Vec::new();
-    for order in [LaneOrder::Reversed, LaneOrder::Random(1), LaneOrder::Random(2), LaneOrder::Random(3)] {
+    for order in [
+        LaneOrder::Reversed,
+        LaneOrder::Random(1),
+        LaneOrder::Random(2),
+        LaneOrder::Random(3),
+    ] {
         let mut ab = bytes_u32(&a);
         let mut out = vec![0u8; n * 4];
-        k.dispatch(&mut [&mut ab, &mut out], [4, 1, 1], [64, 1, 1], &opts(order)).unwrap();
+        k.dispatch(
+            &mut [&mut ab, &mut out],
+            [4, 1, 1],
+            [64, 1, 1],
+            &opts(order),
+        )
+        .unwrap();
         wrong.push(u32s(&out) != expect);
     }
-    assert!(wrong.iter().all(|&w| w), "a missing barrier went unnoticed: {wrong:?}");
+    assert!(
+        wrong.iter().all(|&w| w),
+        "a missing barrier went unnoticed: {wrong:?}"
+    );
 }
 
 #[test]
@@ -275,9 +411,22 @@ fn wrong_shuffle_offset_gives_wrong_result() {
     let x: Vec<f32> = (0..64).map(|i| ((i * 37) % 64) as f32).collect();
     let mut xb = bytes_f32(&x);
     let mut out = vec![0u8; 64 * 4];
-    k.dispatch(&mut [&mut xb, &mut out], [1, 1, 1], [64, 1, 1], &opts(LaneOrder::InOrder)).unwrap();
+    k.dispatch(
+        &mut [&mut xb, &mut out],
+        [1, 1, 1],
+        [64, 1, 1],
+        &opts(LaneOrder::InOrder),
+    )
+    .unwrap();
     let out = f32s(&out);
-    let expect: Vec<f32> = (0..64).map(|i| x[(i / 32) * 32..][..32].iter().cloned().fold(f32::MIN, f32::max)).collect();
+    let expect: Vec<f32> = (0..64)
+        .map(|i| {
+            x[(i / 32) * 32..][..32]
+                .iter()
+                .cloned()
+                .fold(f32::MIN, f32::max)
+        })
+        .collect();
     assert_ne!(out, expect, "the wrong xor offset went unnoticed");
 }
 
@@ -287,9 +436,18 @@ fn out_of_range_index_is_reported() {
     for order in ORDERS {
         let mut a = bytes_u32(&[1; 100]);
         let mut out = vec![0u8; 400];
-        let e = k.dispatch(&mut [&mut a, &mut out], [2, 1, 1], [50, 1, 1], &opts(order)).unwrap_err();
+        let e = k
+            .dispatch(&mut [&mut a, &mut out], [2, 1, 1], [50, 1, 1], &opts(order))
+            .unwrap_err();
         match e {
-            EmuError::OutOfBounds { buffer, offset, size, len, threadgroup, thread } => {
+            EmuError::OutOfBounds {
+                buffer,
+                offset,
+                size,
+                len,
+                threadgroup,
+                thread,
+            } => {
                 assert_eq!((buffer, offset, size, len), (0, 400, 4, 400), "{e}");
                 assert_eq!((threadgroup, thread), ([1, 0, 0], [49, 0, 0]), "{e}");
             }
@@ -303,8 +461,18 @@ fn divergent_simd_calls_are_reported() {
     let k = broken("divergent_simd");
     let mut x = vec![0u8; 128];
     let mut out = vec![0u8; 128];
-    let e = k.dispatch(&mut [&mut x, &mut out], [1, 1, 1], [32, 1, 1], &opts(LaneOrder::InOrder)).unwrap_err();
-    assert!(matches!(&e, EmuError::Divergence(m) if m.contains("simd_sum (line 11)") && m.contains("simd_max (line 13)")), "{e}");
+    let e = k
+        .dispatch(
+            &mut [&mut x, &mut out],
+            [1, 1, 1],
+            [32, 1, 1],
+            &opts(LaneOrder::InOrder),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, EmuError::Divergence(m) if m.contains("simd_sum (line 11)") && m.contains("simd_max (line 13)")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -312,11 +480,27 @@ fn barrier_after_early_return_is_reported() {
     let k = broken("early_return_barrier");
     let mut n = bytes_u32(&[40]);
     let mut out = vec![0u8; 256];
-    let e = k.dispatch(&mut [&mut n, &mut out], [1, 1, 1], [64, 1, 1], &opts(LaneOrder::Random(5))).unwrap_err();
-    assert!(matches!(&e, EmuError::Deadlock(m) if m.contains("40-63 returned")), "{e}");
+    let e = k
+        .dispatch(
+            &mut [&mut n, &mut out],
+            [1, 1, 1],
+            [64, 1, 1],
+            &opts(LaneOrder::Random(5)),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, EmuError::Deadlock(m) if m.contains("40-63 returned")),
+        "{e}"
+    );
     // with every lane live it is fine
     let mut n = bytes_u32(&[64]);
-    k.dispatch(&mut [&mut n, &mut out], [1, 1, 1], [64, 1, 1], &opts(LaneOrder::Random(5))).unwrap();
+    k.dispatch(
+        &mut [&mut n, &mut out],
+        [1, 1, 1],
+        [64, 1, 1],
+        &opts(LaneOrder::Random(5)),
+    )
+    .unwrap();
     assert_eq!(f32s(&out)[0], 63.0);
 }
 
@@ -324,8 +508,18 @@ fn barrier_after_early_return_is_reported() {
 fn threadgroup_out_of_range_is_reported() {
     let k = broken("tg_out_of_range");
     let mut out = vec![0u8; 128];
-    let e = k.dispatch(&mut [&mut out], [1, 1, 1], [32, 1, 1], &opts(LaneOrder::InOrder)).unwrap_err();
-    assert!(matches!(&e, EmuError::ThreadgroupOutOfBounds { name, index: 32, len: 32, thread: [31, 0, 0], .. } if name == "t"), "{e}");
+    let e = k
+        .dispatch(
+            &mut [&mut out],
+            [1, 1, 1],
+            [32, 1, 1],
+            &opts(LaneOrder::InOrder),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&e, EmuError::ThreadgroupOutOfBounds { name, index: 32, len: 32, thread: [31, 0, 0], .. } if name == "t"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -333,21 +527,43 @@ fn uninitialised_threadgroup_memory_reads_as_nan() {
     let src = "#include <metal_stdlib>\nusing namespace metal;\nkernel void k(device float* o [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {\n threadgroup float t[8];\n o[i] = t[i];\n}\n";
     let k = MslKernel::compile(src, "k").unwrap();
     let mut out = vec![0u8; 32];
-    k.dispatch(&mut [&mut out], [1, 1, 1], [8, 1, 1], &opts(LaneOrder::InOrder)).unwrap();
+    k.dispatch(
+        &mut [&mut out],
+        [1, 1, 1],
+        [8, 1, 1],
+        &opts(LaneOrder::InOrder),
+    )
+    .unwrap();
     assert!(f32s(&out).iter().all(|x| x.is_nan()));
 }
 
 #[test]
 fn non_metal_cpp_is_rejected() {
     let head = "#include <metal_stdlib>\nusing namespace metal;\n";
-    let body = |b: &str| format!("{head}kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {{\n{b}\n}}\n");
+    let body = |b: &str| {
+        format!(
+            "{head}kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {{\n{b}\n}}\n"
+        )
+    };
     for (what, src) in [
         ("double", body("double d = o[i]; o[i] = d;")),
         ("std::", body("o[i] = std::max(o[i], 1.0f);")),
-        ("std header", format!("#include <cmath>\n{}", body("o[i] = 1;"))),
+        (
+            "std header",
+            format!("#include <cmath>\n{}", body("o[i] = 1;")),
+        ),
         ("new", body("float* p = new float; o[i] = *p;")),
-        ("virtual", format!("{head}struct S {{ virtual float f(); }};\n{}", body("o[i] = 1;"))),
-        ("implicit vector conversion", body("int4 a = int4(1); float4 b = a; o[i] = b.x;")),
+        (
+            "virtual",
+            format!(
+                "{head}struct S {{ virtual float f(); }};\n{}",
+                body("o[i] = 1;")
+            ),
+        ),
+        (
+            "implicit vector conversion",
+            body("int4 a = int4(1); float4 b = a; o[i] = b.x;"),
+        ),
         ("min of mixed types", body("o[i] = (float)min(i, 3);")),
     ] {
         let e = MslKernel::compile(&src, "k").expect_err(what);
@@ -363,20 +579,111 @@ fn non_metal_cpp_is_rejected() {
 #[ignore]
 fn show_messages() {
     let head = "#include <metal_stdlib>\nusing namespace metal;\n";
-    let body = |b: &str| format!("{head}kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {{\n{b}\n}}\n");
-    for src in [body("double d = o[i]; o[i] = d;"), body("o[i] = std::max(o[i], 1.0f);"), format!("#include <cmath>\n{}", body("o[i] = 1;")), body("float* p = new float; o[i] = *p;"), body("int4 a = int4(1); float4 b = a; o[i] = b.x;")] {
+    let body = |b: &str| {
+        format!(
+            "{head}kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {{\n{b}\n}}\n"
+        )
+    };
+    for src in [
+        body("double d = o[i]; o[i] = d;"),
+        body("o[i] = std::max(o[i], 1.0f);"),
+        format!("#include <cmath>\n{}", body("o[i] = 1;")),
+        body("float* p = new float; o[i] = *p;"),
+        body("int4 a = int4(1); float4 b = a; o[i] = b.x;"),
+    ] {
         eprintln!("=====\n{}", MslKernel::compile(&src, "k").unwrap_err());
     }
-    for name in ["divergent_simd", "early_return_barrier", "tg_out_of_range", "out_of_range"] {
+    for name in [
+        "divergent_simd",
+        "early_return_barrier",
+        "tg_out_of_range",
+        "out_of_range",
+    ] {
         let k = broken(name);
         let mut a = vec![0u8; 256];
         let mut b = vec![0u8; 256];
         let mut n = bytes_u32(&[40]);
         let r = match name {
-            "early_return_barrier" => k.dispatch(&mut [&mut n, &mut b], [1, 1, 1], [64, 1, 1], &opts(LaneOrder::InOrder)),
-            "tg_out_of_range" => k.dispatch(&mut [&mut a], [1, 1, 1], [32, 1, 1], &opts(LaneOrder::InOrder)),
-            _ => k.dispatch(&mut [&mut a, &mut b], [1, 1, 1], [64, 1, 1], &opts(LaneOrder::InOrder)),
+            "early_return_barrier" => k.dispatch(
+                &mut [&mut n, &mut b],
+                [1, 1, 1],
+                [64, 1, 1],
+                &opts(LaneOrder::InOrder),
+            ),
+            "tg_out_of_range" => k.dispatch(
+                &mut [&mut a],
+                [1, 1, 1],
+                [32, 1, 1],
+                &opts(LaneOrder::InOrder),
+            ),
+            _ => k.dispatch(
+                &mut [&mut a, &mut b],
+                [1, 1, 1],
+                [64, 1, 1],
+                &opts(LaneOrder::InOrder),
+            ),
         };
         eprintln!("=====\n{}", r.unwrap_err());
     }
+}
+
+#[test]
+fn structs_pointers_half_2d() {
+    let k = MslKernel::compile(include_str!("kernels/structs.metal"), "structs")
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Item: float scale, uint offset, half2 hv → 12 bytes, align 4
+    let items: [(f32, u32, [f32; 2]); 3] = [
+        (1.0, 0, [0.5, 0.25]),
+        (2.0, 1, [0.0, 0.0]),
+        (-1.0, 10, [1.0, -2.0]),
+    ];
+    let mut ib = Vec::new();
+    for (s, o, h) in items {
+        ib.extend(s.to_le_bytes());
+        ib.extend(o.to_le_bytes());
+        for x in h {
+            ib.extend(f16_bits(x).to_le_bytes());
+        }
+    }
+    let (gx, gy) = (2u32, 2u32); // threadgroups of 8 x 4
+    let (w, h) = (8 * gx, 4 * gy);
+    let n = (w * h) as usize;
+    let v: Vec<f32> = (0..n * 4).map(|i| (i % 7) as f32 * 0.5).collect();
+    for order in ORDERS {
+        let mut vb = bytes_f32(&v);
+        let mut out = vec![0u8; n * 2];
+        k.dispatch(
+            &mut [&mut ib.clone(), &mut vb, &mut out],
+            [gx, gy, 1],
+            [8, 4, 1],
+            &opts(order),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        for y in 0..h {
+            for x in 0..w {
+                let kk = (y * w + x) as usize;
+                let lx = x % 8;
+                let nx = (x - lx) + (lx + 1) % 8;
+                let nk = (y * w + nx) as usize;
+                let sum: f32 = v[nk * 4..nk * 4 + 4].iter().sum();
+                let (s, o, hv) = items[kk % 3];
+                let r = sum * s + o as f32 + (hv[0] + hv[1]);
+                let got = u16::from_le_bytes([out[2 * kk], out[2 * kk + 1]]);
+                assert_eq!(got, f16_bits(r), "({x},{y}) {order:?}");
+            }
+        }
+    }
+}
+
+/// f32 → f16 bits, round to nearest even (normal range and zero only).
+fn f16_bits(x: f32) -> u16 {
+    if x == 0.0 {
+        return if x.is_sign_negative() { 0x8000 } else { 0 };
+    }
+    let r = half_round(x);
+    let b = r.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let e = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    let m = ((b >> 13) & 0x3ff) as u16;
+    sign | ((e as u16) << 10) | m
 }
