@@ -147,3 +147,36 @@ pub fn rng(test: &str) -> rand::rngs::StdRng {
 
 /// The poison every output buffer is filled with before a kernel runs.
 pub const POISON: u32 = 0xDEAD_BEEF;
+
+/// `../shared/fixtures/smollm2-135m/<name>` relative to the repo root, or `None` after a
+/// visible skip (a failure when `KVPACK_REQUIRE_SHARED=1`).
+pub fn shared_fixture(name: &str, test: &str) -> Option<std::path::PathBuf> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/smollm2-135m")
+        .join(name);
+    if p.exists() {
+        return Some(p);
+    }
+    let msg = format!(
+        "SKIP {test} because {} is absent (it exists in CI)",
+        p.display()
+    );
+    if std::env::var("KVPACK_REQUIRE_SHARED").is_ok_and(|v| v == "1") {
+        panic!("{msg} (KVPACK_REQUIRE_SHARED=1 forbids skips)");
+    }
+    eprintln!("{msg}");
+    None
+}
+
+/// A real tensor from a fixture: (shape, f16 values).
+pub fn load_f16(path: &std::path::Path, name: &str) -> (Vec<usize>, Vec<half::f16>) {
+    let bytes = std::fs::read(path).expect("read fixture");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("parse fixture");
+    let t = st.tensor(name).expect("tensor in fixture");
+    assert_eq!(
+        t.dtype(),
+        safetensors::Dtype::F16,
+        "{name} is f16 in the fixtures"
+    );
+    (t.shape().to_vec(), bytemuck::pod_collect_to_vec(t.data()))
+}
