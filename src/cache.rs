@@ -13,16 +13,32 @@ pub struct KiviCache {
 
 impl KiviCache {
     /// `configs[l]` configures layer l; every layer has `heads` KV heads of width `dim`.
-    pub fn new(ctx: &Context, heads: usize, dim: usize, configs: &[KiviConfig], path: PathChoice) -> Result<Self> {
+    pub fn new(
+        ctx: &Context,
+        heads: usize,
+        dim: usize,
+        configs: &[KiviConfig],
+        path: PathChoice,
+    ) -> Result<Self> {
         if configs.is_empty() {
             return Err(Error::Config("a cache needs at least one layer".into()));
         }
-        let layers = configs.iter().map(|c| KiviLayer::with_path(ctx, heads, dim, c, path)).collect::<Result<Vec<_>>>()?;
+        let layers = configs
+            .iter()
+            .map(|c| KiviLayer::with_path(ctx, heads, dim, c, path))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self { layers })
     }
 
     /// The same configuration for every layer.
-    pub fn uniform(ctx: &Context, layers: usize, heads: usize, dim: usize, cfg: &KiviConfig, path: PathChoice) -> Result<Self> {
+    pub fn uniform(
+        ctx: &Context,
+        layers: usize,
+        heads: usize,
+        dim: usize,
+        cfg: &KiviConfig,
+        path: PathChoice,
+    ) -> Result<Self> {
         Self::new(ctx, heads, dim, &vec![*cfg; layers], path)
     }
 
@@ -41,7 +57,10 @@ impl KiviCache {
         let n = self.layers.len();
         self.layers
             .get_mut(l)
-            .ok_or_else(|| Error::Shape { what: "layer index", message: format!("layer {l} of a {n}-layer cache") })?
+            .ok_or_else(|| Error::Shape {
+                what: "layer index",
+                message: format!("layer {l} of a {n}-layer cache"),
+            })?
             .append(k, v)
     }
 

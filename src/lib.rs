@@ -28,6 +28,6 @@ pub mod kivi;
 
 pub use bitpack::{BitPacker, packed_words};
 pub use cache::KiviCache;
-pub use kivi::{Input, KiviConfig, KiviLayer, MemoryReport, ParamStorage};
 pub use context::{Context, Description, HeadlessOptions, KernelPath, Origin, PathChoice};
 pub use error::{Error, Result};
+pub use kivi::{Input, KiviConfig, KiviLayer, MemoryReport, ParamStorage};

@@ -48,6 +48,14 @@ fn pack_on(t: &Target, codes: &[u8], bits: u32) -> kvpack::Result<Vec<u32>> {
             let back = gpu::readback(ctx, &output, (n_words * 4) as u64)?;
             Ok(bytemuck::pod_collect_to_vec(&back))
         }
+        Target::MslEmulated(_) => {
+            let n_words = kvpack::packed_words(codes.len(), bits)?;
+            let mut input = codes.to_vec();
+            input.resize(codes.len().div_ceil(4) * 4, 0);
+            let mut storage = vec![input, bytemuck::cast_slice(&vec![POISON; n_words]).to_vec()];
+            common::run_plan(t, &plan_pack(codes.len(), bits)?, &mut storage)?;
+            Ok(bytemuck::pod_collect_to_vec(&storage[1]))
+        }
     }
 }
 
@@ -73,6 +81,13 @@ fn unpack_on(t: &Target, words: &[u32], bits: u32, n: usize) -> kvpack::Result<V
                 packer.encode_unpack(enc, &input, n, bits, &output)
             })?;
             gpu::readback(ctx, &output, (out_words * 4) as u64)
+        }
+        Target::MslEmulated(_) => {
+            let out_words = n.div_ceil(4);
+            let mut storage =
+                vec![bytemuck::cast_slice(words).to_vec(), bytemuck::cast_slice(&vec![POISON; out_words]).to_vec()];
+            common::run_plan(t, &plan_unpack(n, bits)?, &mut storage)?;
+            Ok(storage.swap_remove(1))
         }
     }
 }
@@ -125,7 +140,7 @@ fn bitpack_every_width_and_size(t: &Target) {
         }
     }
 }
-parity_tests!(bitpack_every_width_and_size);
+parity_tests!(bitpack_every_width_and_size, msl);
 
 /// All-ones codes set every bit of the stream: a word written short of its last code, or a
 /// code shifted past its word, shows at once.
@@ -146,13 +161,13 @@ fn bitpack_extreme_codes(t: &Target) {
         }
     }
 }
-parity_tests!(bitpack_extreme_codes);
+parity_tests!(bitpack_extreme_codes, msl);
 
 /// Dispatches split over x and y: the per-dimension limit lowered to 20 workgroups makes a
 /// 100,003-code pack run on a (20, 8) or (20, 20) grid; a wrong linear index shows as a wrong word.
 fn bitpack_split_dispatch(t: &Target) {
     let t = match t {
-        Target::Cpu(_) => return, // the CPU path has no dispatch geometry
+        Target::Cpu(_) | Target::MslEmulated(_) => return, // no device dispatch limit to lower
         Target::Wgsl(ctx, p) => Target::Wgsl(
             ctx.with_max_workgroups_per_dimension(20)
                 .expect("lower limit"),

@@ -4,8 +4,19 @@ use super::kivi_group as g;
 use crate::kivi::layout::Layout;
 
 /// Reconstructs `blocks` key blocks into `out` `[blocks·Gk][H][D]` f32.
-pub fn kivi_dequant_keys(l: &Layout, blocks: usize, codes: &[u32], params: &[u32], out: &mut [f32]) {
-    let (gk, bits, wpg, pw) = (l.key_group, l.key_bits, l.key_group_words(), l.params.words());
+pub fn kivi_dequant_keys(
+    l: &Layout,
+    blocks: usize,
+    codes: &[u32],
+    params: &[u32],
+    out: &mut [f32],
+) {
+    let (gk, bits, wpg, pw) = (
+        l.key_group,
+        l.key_bits,
+        l.key_group_words(),
+        l.params.words(),
+    );
     for t in 0..blocks * gk {
         let j = t / gk;
         for h in 0..l.heads {

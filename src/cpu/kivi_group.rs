@@ -42,7 +42,8 @@ pub fn store_params(scale: f32, lo: f32, storage: ParamStorage) -> Option<[u32; 
     match storage {
         ParamStorage::F16 => {
             let (s, l) = (f16::from_f32(scale), f16::from_f32(lo));
-            (s.is_finite() && l.is_finite()).then(|| [u32::from(s.to_bits()) | (u32::from(l.to_bits()) << 16), 0])
+            (s.is_finite() && l.is_finite())
+                .then(|| [u32::from(s.to_bits()) | (u32::from(l.to_bits()) << 16), 0])
         }
         ParamStorage::F32 => Some([scale.to_bits(), lo.to_bits()]),
     }
@@ -53,7 +54,10 @@ pub fn load_params(words: &[u32], storage: ParamStorage) -> (f32, f32) {
     match storage {
         ParamStorage::F16 => {
             let w = words[0];
-            (f16::from_bits(w as u16).to_f32(), f16::from_bits((w >> 16) as u16).to_f32())
+            (
+                f16::from_bits(w as u16).to_f32(),
+                f16::from_bits((w >> 16) as u16).to_f32(),
+            )
         }
         ParamStorage::F32 => (f32::from_bits(words[0]), f32::from_bits(words[1])),
     }
@@ -61,7 +65,9 @@ pub fn load_params(words: &[u32], storage: ParamStorage) -> (f32, f32) {
 
 /// Min and max of a group.
 pub fn min_max(xs: impl Iterator<Item = f32>) -> (f32, f32) {
-    xs.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)))
+    xs.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    })
 }
 
 /// Writes `code` at stream position `i` (b bits, LSB-first) of `words`.

@@ -28,20 +28,33 @@ pub fn kivi_quant_keys(
     codes: &mut [u32],
     params: &mut [u32],
 ) -> Result<(), ParamOverflow> {
-    let (gk, bits, wpg, pw) = (l.key_group, l.key_bits, l.key_group_words(), l.params.words());
+    let (gk, bits, wpg, pw) = (
+        l.key_group,
+        l.key_bits,
+        l.key_group_words(),
+        l.params.words(),
+    );
     for j in 0..blocks {
         for h in 0..l.heads {
             for d in 0..l.dim {
                 let gi = (j * l.heads + h) * l.dim + d;
                 let (lo, hi) = g::min_max((0..gk).map(|t| x(j * gk + t, h, d)));
                 let (scale, lo) = g::group_params(lo, hi, bits);
-                let stored = g::store_params(scale, lo, l.params)
-                    .ok_or(ParamOverflow { token: j * gk, head: h, index: d })?;
+                let stored = g::store_params(scale, lo, l.params).ok_or(ParamOverflow {
+                    token: j * gk,
+                    head: h,
+                    index: d,
+                })?;
                 params[gi * pw..(gi + 1) * pw].copy_from_slice(&stored[..pw]);
                 let words = &mut codes[gi * wpg..(gi + 1) * wpg];
                 words.fill(0);
                 for t in 0..gk {
-                    g::put_code(words, t, g::code(x(j * gk + t, h, d), scale, lo, bits), bits);
+                    g::put_code(
+                        words,
+                        t,
+                        g::code(x(j * gk + t, h, d), scale, lo, bits),
+                        bits,
+                    );
                 }
             }
         }

@@ -29,7 +29,11 @@ pub fn kivi_quant_values(
                 let (c0, c1) = (j * gv, ((j + 1) * gv).min(l.dim));
                 let (lo, hi) = g::min_max((c0..c1).map(|d| x(t, h, d)));
                 let (scale, lo) = g::group_params(lo, hi, bits);
-                let stored = g::store_params(scale, lo, l.params).ok_or(ParamOverflow { token: t, head: h, index: j })?;
+                let stored = g::store_params(scale, lo, l.params).ok_or(ParamOverflow {
+                    token: t,
+                    head: h,
+                    index: j,
+                })?;
                 let pi = ((t * l.heads + h) * ng + j) * pw;
                 params[pi..pi + pw].copy_from_slice(&stored[..pw]);
                 let words = &mut row[j * gw..];

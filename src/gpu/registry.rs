@@ -148,12 +148,22 @@ const KIVI_QUANT_BINDINGS: &[Binding] = &[
     Binding::StorageReadWrite,
     Binding::StorageReadWrite,
 ];
-const KIVI_DEQUANT_BINDINGS: &[Binding] =
-    &[Binding::Uniform, Binding::StorageRead, Binding::StorageRead, Binding::StorageReadWrite];
+const KIVI_DEQUANT_BINDINGS: &[Binding] = &[
+    Binding::Uniform,
+    Binding::StorageRead,
+    Binding::StorageRead,
+    Binding::StorageReadWrite,
+];
 
 /// Every kernel kvpack has, for [`Context::describe`] and the test harnesses.
-pub static KERNELS: &[&KernelDef] =
-    &[&BITPACK, &BITUNPACK, &KIVI_QUANT_KEYS, &KIVI_QUANT_VALUES, &KIVI_DEQUANT_KEYS, &KIVI_DEQUANT_VALUES];
+pub static KERNELS: &[&KernelDef] = &[
+    &BITPACK,
+    &BITUNPACK,
+    &KIVI_QUANT_KEYS,
+    &KIVI_QUANT_VALUES,
+    &KIVI_DEQUANT_KEYS,
+    &KIVI_DEQUANT_VALUES,
+];
 
 /// Values fixed for a cache's life that a pipeline is specialized on.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

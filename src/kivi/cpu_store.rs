@@ -49,19 +49,56 @@ impl CpuStore {
         let (q_old, q_new) = (l.quantized_len(t_old), l.quantized_len(t_old + n));
         // Token s in [Q_old, T_old + n): residual row s − Q_old, or new row s − T_old.
         let at = |src_k: bool, s: usize, e: usize| -> f32 {
-            let (resid, new) = if src_k { (&self.resid_k, k) } else { (&self.resid_v, v) };
-            if s < t_old { resid[(s - q_old) * row + e] } else { new[(s - t_old) * row + e] }.to_f32()
+            let (resid, new) = if src_k {
+                (&self.resid_k, k)
+            } else {
+                (&self.resid_v, v)
+            };
+            if s < t_old {
+                resid[(s - q_old) * row + e]
+            } else {
+                new[(s - t_old) * row + e]
+            }
+            .to_f32()
         };
         let blocks = (q_new - q_old) / l.key_group;
         let mut kc = vec![0u32; blocks * l.key_block_words()];
         let mut kp = vec![0u32; blocks * l.key_block_param_words()];
-        kivi_quant_keys::kivi_quant_keys(&l, blocks, |t, h, d| at(true, q_old + t, h * l.dim + d), &mut kc, &mut kp)
-            .map_err(|o| overflow_error(ParamOverflow { token: o.token + q_old, ..o }, "key"))?;
+        kivi_quant_keys::kivi_quant_keys(
+            &l,
+            blocks,
+            |t, h, d| at(true, q_old + t, h * l.dim + d),
+            &mut kc,
+            &mut kp,
+        )
+        .map_err(|o| {
+            overflow_error(
+                ParamOverflow {
+                    token: o.token + q_old,
+                    ..o
+                },
+                "key",
+            )
+        })?;
         let tokens = q_new - q_old;
         let mut vc = vec![0u32; tokens * l.value_token_words()];
         let mut vp = vec![0u32; tokens * l.value_token_param_words()];
-        kivi_quant_values::kivi_quant_values(&l, tokens, |t, h, d| at(false, q_old + t, h * l.dim + d), &mut vc, &mut vp)
-            .map_err(|o| overflow_error(ParamOverflow { token: o.token + q_old, ..o }, "value"))?;
+        kivi_quant_values::kivi_quant_values(
+            &l,
+            tokens,
+            |t, h, d| at(false, q_old + t, h * l.dim + d),
+            &mut vc,
+            &mut vp,
+        )
+        .map_err(|o| {
+            overflow_error(
+                ParamOverflow {
+                    token: o.token + q_old,
+                    ..o
+                },
+                "value",
+            )
+        })?;
         // Commit: nothing below can fail.
         self.key_codes.extend_from_slice(&kc);
         self.key_params.extend_from_slice(&kp);
@@ -82,8 +119,20 @@ impl CpuStore {
         let row = l.token_elems();
         let mut k = vec![0f32; t * row];
         let mut v = vec![0f32; t * row];
-        kivi_dequant_keys::kivi_dequant_keys(&l, q / l.key_group, &self.key_codes, &self.key_params, &mut k[..q * row]);
-        kivi_dequant_values::kivi_dequant_values(&l, q, &self.value_codes, &self.value_params, &mut v[..q * row]);
+        kivi_dequant_keys::kivi_dequant_keys(
+            &l,
+            q / l.key_group,
+            &self.key_codes,
+            &self.key_params,
+            &mut k[..q * row],
+        );
+        kivi_dequant_values::kivi_dequant_values(
+            &l,
+            q,
+            &self.value_codes,
+            &self.value_params,
+            &mut v[..q * row],
+        );
         for (out, resid) in [(&mut k, &self.resid_k), (&mut v, &self.resid_v)] {
             for (o, r) in out[q * row..].iter_mut().zip(resid) {
                 *o = r.to_f32();

@@ -46,7 +46,10 @@ pub struct KiviParams {
 
 /// The specialization of every KIVI kernel: parameter storage only.
 pub fn specialization(l: &Layout) -> registry::Specialization {
-    registry::Specialization(vec![("PARAMS_F16", u32::from(l.params == ParamStorage::F16))])
+    registry::Specialization(vec![(
+        "PARAMS_F16",
+        u32::from(l.params == ParamStorage::F16),
+    )])
 }
 
 fn base_params(l: &Layout) -> KiviParams {
@@ -61,7 +64,13 @@ fn base_params(l: &Layout) -> KiviParams {
 
 /// Key quantization of `blocks` blocks whose first token is `src_start`, into a segment at
 /// block `dst_block`. Storage bindings: ring_k, incoming_k, codes, params, status.
-pub fn plan_quant_keys(l: &Layout, blocks: usize, src_start: usize, t_old: usize, dst_block: usize) -> DispatchPlan {
+pub fn plan_quant_keys(
+    l: &Layout,
+    blocks: usize,
+    src_start: usize,
+    t_old: usize,
+    dst_block: usize,
+) -> DispatchPlan {
     let def = &registry::KIVI_QUANT_KEYS;
     let p = KiviParams {
         bits: l.key_bits,
@@ -85,7 +94,13 @@ pub fn plan_quant_keys(l: &Layout, blocks: usize, src_start: usize, t_old: usize
 
 /// Value quantization of `tokens` tokens from `src_start`, into a segment at token
 /// `dst_token`. Storage bindings: ring_v, incoming_v, codes, params, status.
-pub fn plan_quant_values(l: &Layout, tokens: usize, src_start: usize, t_old: usize, dst_token: usize) -> DispatchPlan {
+pub fn plan_quant_values(
+    l: &Layout,
+    tokens: usize,
+    src_start: usize,
+    t_old: usize,
+    dst_token: usize,
+) -> DispatchPlan {
     let p = KiviParams {
         bits: l.value_bits,
         group: l.value_group as u32,
@@ -189,14 +204,24 @@ impl GpuStore {
         let ring_v = gpu::storage_buffer(ctx, "kvpack kivi ring v", ring_bytes)?;
         let status = gpu::storage_buffer(ctx, "kvpack kivi status", 4)?;
         let segment_tokens = Self::segment_tokens(ctx, &l)?;
-        Ok(Self { ctx: ctx.clone(), l, paths, segment_tokens, segments: Vec::new(), ring_k, ring_v, status })
+        Ok(Self {
+            ctx: ctx.clone(),
+            l,
+            paths,
+            segment_tokens,
+            segments: Vec::new(),
+            ring_k,
+            ring_v,
+            status,
+        })
     }
 
     /// The most tokens one segment may hold: every buffer within the binding limit, and
     /// token indices within u32.
     fn segment_tokens(ctx: &Context, l: &Layout) -> Result<usize> {
         let gpu = gpu::gpu_of(ctx, "kivi cache")?;
-        let limit = u64::from(gpu.limits.max_storage_buffer_binding_size).min(gpu.limits.max_buffer_size);
+        let limit =
+            u64::from(gpu.limits.max_storage_buffer_binding_size).min(gpu.limits.max_buffer_size);
         let per_token = [
             l.key_block_words().div_ceil(l.key_group),
             l.key_block_param_words().div_ceil(l.key_group),
@@ -209,7 +234,11 @@ impl GpuStore {
             * 4;
         let tokens = (limit / per_token.max(1)).min(1 << 24) as usize / l.key_group * l.key_group;
         if tokens == 0 {
-            return Err(Error::Limit { what: "one key block of the cache", needed: per_token * l.key_group as u64, limit });
+            return Err(Error::Limit {
+                what: "one key block of the cache",
+                needed: per_token * l.key_group as u64,
+                limit,
+            });
         }
         Ok(tokens)
     }
@@ -218,17 +247,38 @@ impl GpuStore {
         let l = &self.l;
         let blocks = cap / l.key_group;
         Ok(Segment {
-            key_codes: gpu::storage_buffer(&self.ctx, "kvpack kivi key codes", (blocks * l.key_block_words() * 4) as u64)?,
-            key_params: gpu::storage_buffer(&self.ctx, "kvpack kivi key params", (blocks * l.key_block_param_words() * 4) as u64)?,
-            value_codes: gpu::storage_buffer(&self.ctx, "kvpack kivi value codes", (cap * l.value_token_words() * 4) as u64)?,
-            value_params: gpu::storage_buffer(&self.ctx, "kvpack kivi value params", (cap * l.value_token_param_words() * 4) as u64)?,
+            key_codes: gpu::storage_buffer(
+                &self.ctx,
+                "kvpack kivi key codes",
+                (blocks * l.key_block_words() * 4) as u64,
+            )?,
+            key_params: gpu::storage_buffer(
+                &self.ctx,
+                "kvpack kivi key params",
+                (blocks * l.key_block_param_words() * 4) as u64,
+            )?,
+            value_codes: gpu::storage_buffer(
+                &self.ctx,
+                "kvpack kivi value codes",
+                (cap * l.value_token_words() * 4) as u64,
+            )?,
+            value_params: gpu::storage_buffer(
+                &self.ctx,
+                "kvpack kivi value params",
+                (cap * l.value_token_param_words() * 4) as u64,
+            )?,
             cap,
         })
     }
 
     /// Makes room for `q_new` quantized tokens: new segments, or the last one grown (its
     /// first `q_old` tokens copied on the device).
-    fn reserve(&mut self, q_old: usize, q_new: usize, enc: &mut wgpu::CommandEncoder) -> Result<()> {
+    fn reserve(
+        &mut self,
+        q_old: usize,
+        q_new: usize,
+        enc: &mut wgpu::CommandEncoder,
+    ) -> Result<()> {
         let st = self.segment_tokens;
         let needed_segments = q_new.div_ceil(st);
         for s in 0..needed_segments {
@@ -244,10 +294,26 @@ impl GpuStore {
                 let l = &self.l;
                 let blocks = used / l.key_group;
                 for (src, dst, bytes) in [
-                    (&old.key_codes, &seg.key_codes, blocks * l.key_block_words() * 4),
-                    (&old.key_params, &seg.key_params, blocks * l.key_block_param_words() * 4),
-                    (&old.value_codes, &seg.value_codes, used * l.value_token_words() * 4),
-                    (&old.value_params, &seg.value_params, used * l.value_token_param_words() * 4),
+                    (
+                        &old.key_codes,
+                        &seg.key_codes,
+                        blocks * l.key_block_words() * 4,
+                    ),
+                    (
+                        &old.key_params,
+                        &seg.key_params,
+                        blocks * l.key_block_param_words() * 4,
+                    ),
+                    (
+                        &old.value_codes,
+                        &seg.value_codes,
+                        used * l.value_token_words() * 4,
+                    ),
+                    (
+                        &old.value_params,
+                        &seg.value_params,
+                        used * l.value_token_param_words() * 4,
+                    ),
                 ] {
                     if bytes > 0 {
                         enc.copy_buffer_to_buffer(src, 0, dst, 0, bytes as u64);
@@ -266,9 +332,20 @@ impl GpuStore {
         let n = k.len() / l.token_elems();
         let t_new = t_old + n;
         let (q_old, q_new) = (l.quantized_len(t_old), l.quantized_len(t_new));
-        let inc_k = gpu::upload(&self.ctx, "kvpack kivi incoming k", bytemuck::cast_slice(&rows_to_words(&l, k)))?;
-        let inc_v = gpu::upload(&self.ctx, "kvpack kivi incoming v", bytemuck::cast_slice(&rows_to_words(&l, v)))?;
-        let queue = self.ctx.queue().ok_or_else(|| Error::Gpu { during: "kivi append", message: "no queue".into() })?;
+        let inc_k = gpu::upload(
+            &self.ctx,
+            "kvpack kivi incoming k",
+            bytemuck::cast_slice(&rows_to_words(&l, k)),
+        )?;
+        let inc_v = gpu::upload(
+            &self.ctx,
+            "kvpack kivi incoming v",
+            bytemuck::cast_slice(&rows_to_words(&l, v)),
+        )?;
+        let queue = self.ctx.queue().ok_or_else(|| Error::Gpu {
+            during: "kivi append",
+            message: "no queue".into(),
+        })?;
         if q_new > q_old {
             // Phase 1: quantize into the segments (past the committed length) and check status.
             queue.write_buffer(&self.status, 0, &[0u8; 4]);
@@ -284,17 +361,48 @@ impl GpuStore {
                     let seg = &self.segments[seg_i];
                     let (count, off) = (seg_end - s, s - seg_i * st);
                     let pk = plan_quant_keys(&l, count / l.key_group, s, t_old, off / l.key_group);
-                    gpu::encode_plan(&self.ctx, enc, paths.quant_keys, &pk, &[&self.ring_k, &inc_k, &seg.key_codes, &seg.key_params, &self.status])?;
+                    gpu::encode_plan(
+                        &self.ctx,
+                        enc,
+                        paths.quant_keys,
+                        &pk,
+                        &[
+                            &self.ring_k,
+                            &inc_k,
+                            &seg.key_codes,
+                            &seg.key_params,
+                            &self.status,
+                        ],
+                    )?;
                     let pv = plan_quant_values(&l, count, s, t_old, off);
-                    gpu::encode_plan(&self.ctx, enc, paths.quant_values, &pv, &[&self.ring_v, &inc_v, &seg.value_codes, &seg.value_params, &self.status])?;
+                    gpu::encode_plan(
+                        &self.ctx,
+                        enc,
+                        paths.quant_values,
+                        &pv,
+                        &[
+                            &self.ring_v,
+                            &inc_v,
+                            &seg.value_codes,
+                            &seg.value_params,
+                            &self.status,
+                        ],
+                    )?;
                     s = seg_end;
                 }
                 Ok(())
             })?;
             let status = gpu::readback(&self.ctx, &self.status, 4)?;
             if status != [0u8; 4] {
-                let o = ParamOverflow { token: q_old, head: 0, index: 0 };
-                return Err(overflow_error(o, "a key or value (first token of the failed flush; exact group on the CPU path)"));
+                let o = ParamOverflow {
+                    token: q_old,
+                    head: 0,
+                    index: 0,
+                };
+                return Err(overflow_error(
+                    o,
+                    "a key or value (first token of the failed flush; exact group on the CPU path)",
+                ));
             }
         }
         // Phase 2 (commit): tokens that stay in the window go to the ring.
@@ -307,7 +415,13 @@ impl GpuStore {
                     let slot = s % c;
                     let run = (t_new - s).min(c - slot);
                     for (inc, ring) in [(&inc_k, &self.ring_k), (&inc_v, &self.ring_v)] {
-                        enc.copy_buffer_to_buffer(inc, (s - t_old) as u64 * rw, ring, slot as u64 * rw, run as u64 * rw);
+                        enc.copy_buffer_to_buffer(
+                            inc,
+                            (s - t_old) as u64 * rw,
+                            ring,
+                            slot as u64 * rw,
+                            run as u64 * rw,
+                        );
                     }
                     s += run;
                 }
@@ -335,8 +449,20 @@ impl GpuStore {
             let out_v = gpu::storage_buffer(&self.ctx, "kvpack kivi dequant v", bytes)?;
             let path = self.paths.quant_keys;
             gpu::submit_blocking(&self.ctx, "kivi dequantize", |enc| {
-                gpu::encode_plan(&self.ctx, enc, path, &plan_dequant_keys(&l, count, 0), &[&seg.key_codes, &seg.key_params, &out_k])?;
-                gpu::encode_plan(&self.ctx, enc, path, &plan_dequant_values(&l, count, 0), &[&seg.value_codes, &seg.value_params, &out_v])
+                gpu::encode_plan(
+                    &self.ctx,
+                    enc,
+                    path,
+                    &plan_dequant_keys(&l, count, 0),
+                    &[&seg.key_codes, &seg.key_params, &out_k],
+                )?;
+                gpu::encode_plan(
+                    &self.ctx,
+                    enc,
+                    path,
+                    &plan_dequant_values(&l, count, 0),
+                    &[&seg.value_codes, &seg.value_params, &out_v],
+                )
             })?;
             let rk = gpu::readback(&self.ctx, &out_k, bytes)?;
             let rv = gpu::readback(&self.ctx, &out_v, bytes)?;
@@ -361,10 +487,16 @@ impl GpuStore {
         for ring in [&self.ring_k, &self.ring_v] {
             let mut rows = Vec::with_capacity((t - q) * row);
             if t > q {
-                let words: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(&self.ctx, ring, (c * rw * 4) as u64)?);
+                let words: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(
+                    &self.ctx,
+                    ring,
+                    (c * rw * 4) as u64,
+                )?);
                 for s in q..t {
                     let w = &words[(s % c) * rw..];
-                    rows.extend((0..row).map(|e| f16::from_bits((w[e / 2] >> (16 * (e % 2))) as u16)));
+                    rows.extend(
+                        (0..row).map(|e| f16::from_bits((w[e / 2] >> (16 * (e % 2))) as u16)),
+                    );
                 }
             }
             out.push(rows);
@@ -375,7 +507,10 @@ impl GpuStore {
     }
 
     pub(crate) fn memory(&self, t: usize) -> (Memory, Memory) {
-        let mut held = Memory { residual: self.ring_k.size() + self.ring_v.size(), ..Default::default() };
+        let mut held = Memory {
+            residual: self.ring_k.size() + self.ring_v.size(),
+            ..Default::default()
+        };
         for s in &self.segments {
             held.key_codes += s.key_codes.size();
             held.key_params += s.key_params.size();
@@ -398,12 +533,22 @@ impl GpuStore {
             let count = (q - start).min(st);
             let blocks = count / l.key_group;
             let read = |b: &wgpu::Buffer, words: usize| -> Result<Vec<u32>> {
-                Ok(bytemuck::pod_collect_to_vec(&gpu::readback(&self.ctx, b, (words * 4) as u64)?))
+                Ok(bytemuck::pod_collect_to_vec(&gpu::readback(
+                    &self.ctx,
+                    b,
+                    (words * 4) as u64,
+                )?))
             };
-            raw.key_codes.extend(read(&seg.key_codes, blocks * l.key_block_words())?);
-            raw.key_params.extend(read(&seg.key_params, blocks * l.key_block_param_words())?);
-            raw.value_codes.extend(read(&seg.value_codes, count * l.value_token_words())?);
-            raw.value_params.extend(read(&seg.value_params, count * l.value_token_param_words())?);
+            raw.key_codes
+                .extend(read(&seg.key_codes, blocks * l.key_block_words())?);
+            raw.key_params
+                .extend(read(&seg.key_params, blocks * l.key_block_param_words())?);
+            raw.value_codes
+                .extend(read(&seg.value_codes, count * l.value_token_words())?);
+            raw.value_params.extend(read(
+                &seg.value_params,
+                count * l.value_token_param_words(),
+            )?);
         }
         (raw.residual_k, raw.residual_v) = self.residual_rows(t)?;
         Ok(raw)

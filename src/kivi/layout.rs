@@ -52,7 +52,9 @@ impl ParamStorage {
         match s {
             "f16" => Ok(Self::F16),
             "f32" => Ok(Self::F32),
-            other => Err(Error::Config(format!("unknown parameter storage `{other}` (f16 or f32)"))),
+            other => Err(Error::Config(format!(
+                "unknown parameter storage `{other}` (f16 or f32)"
+            ))),
         }
     }
 }
@@ -95,7 +97,10 @@ impl Layout {
             crate::cpu::bitpack::check_bits(bits)?;
         }
         if heads == 0 || dim == 0 {
-            return Err(Error::Shape { what: "cache", message: format!("heads ({heads}) and dim ({dim}) must be positive") });
+            return Err(Error::Shape {
+                what: "cache",
+                message: format!("heads ({heads}) and dim ({dim}) must be positive"),
+            });
         }
         if l.key_group == 0 || l.value_group == 0 {
             return Err(Error::Config("group sizes must be positive".into()));
@@ -113,7 +118,10 @@ impl Layout {
             )));
         }
         if heads.checked_mul(dim).is_none_or(|x| x > (1 << 20)) {
-            return Err(Error::Shape { what: "cache", message: format!("heads·dim = {heads}·{dim} is too large") });
+            return Err(Error::Shape {
+                what: "cache",
+                message: format!("heads·dim = {heads}·{dim} is too large"),
+            });
         }
         Ok(l)
     }

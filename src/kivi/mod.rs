@@ -39,14 +39,28 @@ pub struct KiviConfig {
 
 impl Default for KiviConfig {
     fn default() -> Self {
-        Self { key_bits: 2, key_group: 32, value_bits: 2, value_group: 32, residual: 128, params: ParamStorage::F16 }
+        Self {
+            key_bits: 2,
+            key_group: 32,
+            value_bits: 2,
+            value_group: 32,
+            residual: 128,
+            params: ParamStorage::F16,
+        }
     }
 }
 
 impl KiviConfig {
     /// Same bits, group and residual for keys and values.
     pub fn uniform(bits: u32, group: usize, residual: usize) -> Self {
-        Self { key_bits: bits, key_group: group, value_bits: bits, value_group: group, residual, params: ParamStorage::F16 }
+        Self {
+            key_bits: bits,
+            key_group: group,
+            value_bits: bits,
+            value_group: group,
+            residual,
+            params: ParamStorage::F16,
+        }
     }
 }
 
@@ -135,12 +149,14 @@ pub struct MemoryReport {
 impl MemoryReport {
     /// f16 bytes over held bytes (the honest compression ratio; `None` for an empty cache).
     pub fn ratio(&self) -> Option<f64> {
-        (self.held.total() > 0 && self.tokens > 0).then(|| self.f16_bytes as f64 / self.held.total() as f64)
+        (self.held.total() > 0 && self.tokens > 0)
+            .then(|| self.f16_bytes as f64 / self.held.total() as f64)
     }
 
     /// f16 bytes over payload bytes (what the format achieves, ignoring spare capacity).
     pub fn payload_ratio(&self) -> Option<f64> {
-        (self.payload.total() > 0 && self.tokens > 0).then(|| self.f16_bytes as f64 / self.payload.total() as f64)
+        (self.payload.total() > 0 && self.tokens > 0)
+            .then(|| self.f16_bytes as f64 / self.payload.total() as f64)
     }
 
     /// Adds another layer's report.
@@ -177,7 +193,11 @@ pub struct KiviLayer {
 
 impl std::fmt::Debug for KiviLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KiviLayer").field("layout", &self.layout).field("paths", &self.paths).field("tokens", &self.tokens).finish()
+        f.debug_struct("KiviLayer")
+            .field("layout", &self.layout)
+            .field("paths", &self.paths)
+            .field("tokens", &self.tokens)
+            .finish()
     }
 }
 
@@ -188,21 +208,34 @@ impl KiviLayer {
     }
 
     /// An empty layer cache on an explicit path (an error when it cannot run here).
-    pub fn with_path(ctx: &Context, heads: usize, dim: usize, cfg: &KiviConfig, choice: PathChoice) -> Result<Self> {
+    pub fn with_path(
+        ctx: &Context,
+        heads: usize,
+        dim: usize,
+        cfg: &KiviConfig,
+        choice: PathChoice,
+    ) -> Result<Self> {
         let layout = Layout::new(heads, dim, cfg)?;
         let paths = KiviPaths {
             quant_keys: ctx.resolve(&registry::KIVI_QUANT_KEYS, choice)?,
             quant_values: ctx.resolve(&registry::KIVI_QUANT_VALUES, choice)?,
         };
         if paths.quant_keys.is_gpu() != paths.quant_values.is_gpu() {
-            return Err(Error::Config("keys and values must both run on the CPU or both on the GPU".into()));
+            return Err(Error::Config(
+                "keys and values must both run on the CPU or both on the GPU".into(),
+            ));
         }
         let store = if paths.quant_keys.is_gpu() {
             Store::Gpu(Box::new(gpu_store::GpuStore::new(ctx, layout, paths)?))
         } else {
             Store::Cpu(cpu_store::CpuStore::new(layout))
         };
-        Ok(Self { layout, paths, store, tokens: 0 })
+        Ok(Self {
+            layout,
+            paths,
+            store,
+            tokens: 0,
+        })
     }
 
     /// The fixed geometry.
@@ -237,11 +270,19 @@ impl KiviLayer {
         if k.len() % row != 0 {
             return Err(Error::Shape {
                 what: "k",
-                message: format!("{} values is not a whole number of [H={}, D={}] rows", k.len(), self.layout.heads, self.layout.dim),
+                message: format!(
+                    "{} values is not a whole number of [H={}, D={}] rows",
+                    k.len(),
+                    self.layout.heads,
+                    self.layout.dim
+                ),
             });
         }
         if v.len() != k.len() {
-            return Err(Error::Shape { what: "v", message: format!("v has {} values, k has {}", v.len(), k.len()) });
+            return Err(Error::Shape {
+                what: "v",
+                message: format!("v has {} values, k has {}", v.len(), k.len()),
+            });
         }
         let n = k.len() / row;
         if n == 0 {
@@ -249,11 +290,15 @@ impl KiviLayer {
         }
         let k16 = k.to_f16("k")?;
         let v16 = v.to_f16("v")?;
-        let t_new = self.tokens.checked_add(n).filter(|&t| t < u32::MAX as usize / 2).ok_or(Error::Limit {
-            what: "tokens in one layer",
-            needed: (self.tokens + n) as u64,
-            limit: u64::from(u32::MAX / 2),
-        })?;
+        let t_new = self
+            .tokens
+            .checked_add(n)
+            .filter(|&t| t < u32::MAX as usize / 2)
+            .ok_or(Error::Limit {
+                what: "tokens in one layer",
+                needed: (self.tokens + n) as u64,
+                limit: u64::from(u32::MAX / 2),
+            })?;
         match &mut self.store {
             Store::Cpu(s) => s.append(self.tokens, &k16, &v16)?,
             Store::Gpu(s) => s.append(self.tokens, &k16, &v16)?,

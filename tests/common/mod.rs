@@ -19,6 +19,8 @@ pub enum Target {
     Cpu(Context),
     /// WGSL on a GPU context with this path choice.
     Wgsl(Context, PathChoice),
+    /// The MSL sources on the CPU emulator (`msl-emu/`), random lane order per dispatch.
+    MslEmulated(Context),
 }
 
 impl Target {
@@ -26,12 +28,13 @@ impl Target {
         match self {
             Target::Cpu(_) => "cpu".into(),
             Target::Wgsl(_, p) => p.to_string(),
+            Target::MslEmulated(_) => "msl-emulated".into(),
         }
     }
 
     pub fn ctx(&self) -> &Context {
         match self {
-            Target::Cpu(c) | Target::Wgsl(c, _) => c,
+            Target::Cpu(c) | Target::Wgsl(c, _) | Target::MslEmulated(c) => c,
         }
     }
 
@@ -39,6 +42,7 @@ impl Target {
         match self {
             Target::Cpu(_) => PathChoice::Cpu,
             Target::Wgsl(_, p) => *p,
+            Target::MslEmulated(_) => PathChoice::Msl,
         }
     }
 
@@ -97,6 +101,7 @@ pub fn target(kind: &str, test: &str) -> Option<Target> {
         "wgsl_workgroup" => {
             gpu_context_without_subgroups().map(|c| Target::Wgsl(c, PathChoice::WgslWorkgroup))
         }
+        "msl_emulated" => msl_emulator_available().map(|()| Target::MslEmulated(Context::cpu())),
         other => Err(format!("unknown target {other}")),
     };
     match made {
@@ -108,28 +113,26 @@ pub fn target(kind: &str, test: &str) -> Option<Target> {
     }
 }
 
-/// Instantiates `body(&Target)` as one `#[test]` per target.
+/// Instantiates `body(&Target)` as one `#[test]` per target; `parity_tests!(body, msl)` adds
+/// the `msl_emulated` target for bodies that run kernels through [`run_plan`].
 #[macro_export]
 macro_rules! parity_tests {
     ($body:ident) => {
+        $crate::parity_tests!(@module $body, cpu, wgsl_subgroup, wgsl_workgroup);
+    };
+    ($body:ident, msl) => {
+        $crate::parity_tests!(@module $body, cpu, wgsl_subgroup, wgsl_workgroup, msl_emulated);
+    };
+    (@module $body:ident, $($kind:ident),*) => {
         mod $body {
-            fn run(kind: &str) {
-                if let Some(t) = $crate::common::target(kind, stringify!($body)) {
-                    super::$body(&t);
+            $(
+                #[test]
+                fn $kind() {
+                    if let Some(t) = $crate::common::target(stringify!($kind), stringify!($body)) {
+                        super::$body(&t);
+                    }
                 }
-            }
-            #[test]
-            fn cpu() {
-                run("cpu");
-            }
-            #[test]
-            fn wgsl_subgroup() {
-                run("wgsl_subgroup");
-            }
-            #[test]
-            fn wgsl_workgroup() {
-                run("wgsl_workgroup");
-            }
+            )*
         }
     };
 }
@@ -179,4 +182,73 @@ pub fn load_f16(path: &std::path::Path, name: &str) -> (Vec<usize>, Vec<half::f1
         "{name} is f16 in the fixtures"
     );
     (t.shape().to_vec(), bytemuck::pod_collect_to_vec(t.data()))
+}
+
+/// Whether the MSL emulator can compile here (it needs clang >= 15).
+pub fn msl_emulator_available() -> Result<(), String> {
+    static OK: OnceLock<Result<(), String>> = OnceLock::new();
+    OK.get_or_init(|| {
+        let src = "#include <metal_stdlib>\nusing namespace metal;\n\
+                   kernel void probe(device uint* out [[buffer(0)]], uint i [[thread_position_in_grid]]) { out[i] = i; }\n";
+        kvpack_msl_emu::MslKernel::compile(src, "probe").map(|_| ()).map_err(|e| format!("the MSL emulator cannot compile: {e}"))
+    })
+    .clone()
+}
+
+/// Runs `plan` on `t`. `storage[i]` is binding i + 1 (binding 0 is the plan's uniform); the
+/// buffers are read back into `storage` afterwards. GPU targets upload, dispatch and read
+/// back; `msl_emulated` compiles the kernel's composed MSL and runs it on the emulator in a
+/// random lane order (a missing barrier shows as a wrong result).
+pub fn run_plan(t: &Target, plan: &kvpack::gpu::DispatchPlan, storage: &mut [Vec<u8>]) -> kvpack::Result<()> {
+    use kvpack::gpu;
+    match t {
+        Target::Cpu(_) => panic!("run_plan is for kernel targets; the CPU reference is called directly"),
+        Target::Wgsl(ctx, choice) => {
+            let path = ctx.resolve(plan.kernel, *choice)?;
+            let bufs: Vec<wgpu::Buffer> = storage.iter().map(|b| gpu::upload(ctx, "test storage", b)).collect::<kvpack::Result<_>>()?;
+            let refs: Vec<&wgpu::Buffer> = bufs.iter().collect();
+            gpu::submit_blocking(ctx, "test dispatch", |enc| gpu::encode_plan(ctx, enc, path, plan, &refs))?;
+            for (b, out) in bufs.iter().zip(storage.iter_mut()) {
+                let n = out.len();
+                *out = gpu::readback(ctx, b, n as u64)?;
+            }
+            Ok(())
+        }
+        Target::MslEmulated(_) => {
+            let src = kvpack::gpu::registry::compose_msl(plan.kernel, &plan.spec).ok_or_else(|| kvpack::Error::PathUnavailable {
+                kernel: plan.kernel.name,
+                requested: "msl-emulated".into(),
+                reason: "kernel has no MSL source".into(),
+            })?;
+            let kernel = compiled(plan.kernel.name, &src);
+            let (x, y) = gpu::split_workgroups_with(plan.workgroups, 65_535)?;
+            if x == 0 {
+                return Ok(());
+            }
+            // Word-aligned copies: the emulator checks every access against these lengths.
+            let mut uniform = plan.uniform.clone();
+            let mut bufs: Vec<&mut [u8]> = vec![uniform.as_mut_slice()];
+            for b in storage.iter_mut() {
+                bufs.push(b.as_mut_slice());
+            }
+            let seed: u64 = rand::random();
+            let opts = kvpack_msl_emu::DispatchOptions { lane_order: kvpack_msl_emu::LaneOrder::Random(seed) };
+            kernel
+                .dispatch(&mut bufs, [x, y, 1], [plan.kernel.workgroup_size, 1, 1], &opts)
+                .map_err(|e| kvpack::Error::Shader { kernel: plan.kernel.name, path: kvpack::KernelPath::Msl, message: format!("{e} (lane seed {seed})") })
+        }
+    }
+}
+
+fn compiled(name: &str, src: &str) -> std::sync::Arc<kvpack_msl_emu::MslKernel> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<kvpack_msl_emu::MslKernel>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(k) = cache.lock().expect("cache").get(src) {
+        return k.clone();
+    }
+    let k = Arc::new(kvpack_msl_emu::MslKernel::compile(src, name).unwrap_or_else(|e| panic!("compiling msl/{name}.metal: {e}")));
+    cache.lock().expect("cache").insert(src.to_string(), k.clone());
+    k
 }
