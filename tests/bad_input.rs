@@ -247,6 +247,7 @@ static BROKEN: KernelDef = KernelDef {
     wgsl_subgroup: None,
     wgsl: "@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n\
            @compute @workgroup_size(WORKGROUP_SIZE) fn main() { out[0] = undefined_name; }\n",
+    msl_common: &[],
     msl: None,
     bindings: &[Binding::StorageReadWrite],
     workgroup_size: 64,

@@ -575,57 +575,6 @@ fn non_metal_cpp_is_rejected() {
     assert!(matches!(e, EmuError::Signature(_)), "{e}");
 }
 
-#[test]
-#[ignore]
-fn show_messages() {
-    let head = "#include <metal_stdlib>\nusing namespace metal;\n";
-    let body = |b: &str| {
-        format!(
-            "{head}kernel void k(device float* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {{\n{b}\n}}\n"
-        )
-    };
-    for src in [
-        body("double d = o[i]; o[i] = d;"),
-        body("o[i] = std::max(o[i], 1.0f);"),
-        format!("#include <cmath>\n{}", body("o[i] = 1;")),
-        body("float* p = new float; o[i] = *p;"),
-        body("int4 a = int4(1); float4 b = a; o[i] = b.x;"),
-    ] {
-        eprintln!("=====\n{}", MslKernel::compile(&src, "k").unwrap_err());
-    }
-    for name in [
-        "divergent_simd",
-        "early_return_barrier",
-        "tg_out_of_range",
-        "out_of_range",
-    ] {
-        let k = broken(name);
-        let mut a = vec![0u8; 256];
-        let mut b = vec![0u8; 256];
-        let mut n = bytes_u32(&[40]);
-        let r = match name {
-            "early_return_barrier" => k.dispatch(
-                &mut [&mut n, &mut b],
-                [1, 1, 1],
-                [64, 1, 1],
-                &opts(LaneOrder::InOrder),
-            ),
-            "tg_out_of_range" => k.dispatch(
-                &mut [&mut a],
-                [1, 1, 1],
-                [32, 1, 1],
-                &opts(LaneOrder::InOrder),
-            ),
-            _ => k.dispatch(
-                &mut [&mut a, &mut b],
-                [1, 1, 1],
-                [64, 1, 1],
-                &opts(LaneOrder::InOrder),
-            ),
-        };
-        eprintln!("=====\n{}", r.unwrap_err());
-    }
-}
 
 #[test]
 fn structs_pointers_half_2d() {

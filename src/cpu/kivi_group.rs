@@ -38,14 +38,20 @@ pub fn reconstruct(q: u32, scale_st: f32, lo_st: f32) -> f32 {
 }
 
 /// The stored form of a pair: `Some(words)` or `None` when f16 storage cannot hold it.
+/// A zero `lo` is stored as +0 whatever its sign: min over ±0 depends on the reduction order,
+/// which differs between backends, so the sign of a zero is canonicalized (in the integer
+/// bits, where no fast-math compiler can drop it).
 pub fn store_params(scale: f32, lo: f32, storage: ParamStorage) -> Option<[u32; 2]> {
     match storage {
         ParamStorage::F16 => {
             let (s, l) = (f16::from_f32(scale), f16::from_f32(lo));
-            (s.is_finite() && l.is_finite())
-                .then(|| [u32::from(s.to_bits()) | (u32::from(l.to_bits()) << 16), 0])
+            let lo_bits = if l.to_bits() & 0x7fff == 0 { 0 } else { l.to_bits() };
+            (s.is_finite() && l.is_finite()).then(|| [u32::from(s.to_bits()) | (u32::from(lo_bits) << 16), 0])
         }
-        ParamStorage::F32 => Some([scale.to_bits(), lo.to_bits()]),
+        ParamStorage::F32 => {
+            let lo_bits = if lo.to_bits() & 0x7fff_ffff == 0 { 0 } else { lo.to_bits() };
+            Some([scale.to_bits(), lo_bits])
+        }
     }
 }
 

@@ -46,6 +46,9 @@ pub struct KernelDef {
     pub wgsl_subgroup: Option<&'static str>,
     /// WGSL source of the workgroup-memory variant (or the only one). Entry point `main`.
     pub wgsl: &'static str,
+    /// MSL helpers from `msl/common/` concatenated before the kernel source (passthrough
+    /// MSL has no include path).
+    pub msl_common: &'static [&'static str],
     /// MSL source, when written.
     pub msl: Option<&'static str>,
     /// Bindings of group 0, in binding order (binding i is `[[buffer(i)]]` in MSL).
@@ -66,6 +69,7 @@ pub static BITPACK: KernelDef = KernelDef {
     wgsl_common: &[DISPATCH],
     wgsl_subgroup: None,
     wgsl: include_str!("../../wgsl/bitpack.wgsl"),
+    msl_common: &[],
     msl: Some(include_str!("../../msl/bitpack.metal")),
     bindings: &[
         Binding::Uniform,
@@ -81,6 +85,7 @@ pub static BITUNPACK: KernelDef = KernelDef {
     wgsl_common: &[DISPATCH],
     wgsl_subgroup: None,
     wgsl: include_str!("../../wgsl/bitunpack.wgsl"),
+    msl_common: &[],
     msl: Some(include_str!("../../msl/bitunpack.metal")),
     bindings: &[
         Binding::Uniform,
@@ -94,6 +99,7 @@ const DISPATCH: &str = include_str!("../../wgsl/common/dispatch.wgsl");
 const KIVI: &str = include_str!("../../wgsl/common/kivi.wgsl");
 const KIVI_QUANT_IO: &str = include_str!("../../wgsl/common/kivi_quant_io.wgsl");
 const KIVI_DEQUANT_IO: &str = include_str!("../../wgsl/common/kivi_dequant_io.wgsl");
+const MSL_KIVI: &str = include_str!("../../msl/common/kivi.metal");
 
 /// KIVI per-channel key quantization (specialized on `PARAMS_F16`).
 pub static KIVI_QUANT_KEYS: KernelDef = KernelDef {
@@ -101,7 +107,8 @@ pub static KIVI_QUANT_KEYS: KernelDef = KernelDef {
     wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
     wgsl_subgroup: None,
     wgsl: include_str!("../../wgsl/kivi_quant_keys.wgsl"),
-    msl: None,
+    msl_common: &[MSL_KIVI],
+    msl: Some(include_str!("../../msl/kivi_quant_keys.metal")),
     bindings: KIVI_QUANT_BINDINGS,
     workgroup_size: 64,
 };
@@ -113,7 +120,8 @@ pub static KIVI_QUANT_VALUES: KernelDef = KernelDef {
     wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
     wgsl_subgroup: Some(include_str!("../../wgsl/kivi_quant_values_subgroup.wgsl")),
     wgsl: include_str!("../../wgsl/kivi_quant_values.wgsl"),
-    msl: None,
+    msl_common: &[MSL_KIVI],
+    msl: Some(include_str!("../../msl/kivi_quant_values.metal")),
     bindings: KIVI_QUANT_BINDINGS,
     workgroup_size: 32,
 };
@@ -124,7 +132,8 @@ pub static KIVI_DEQUANT_KEYS: KernelDef = KernelDef {
     wgsl_common: &[DISPATCH, KIVI, KIVI_DEQUANT_IO],
     wgsl_subgroup: None,
     wgsl: include_str!("../../wgsl/kivi_dequant_keys.wgsl"),
-    msl: None,
+    msl_common: &[MSL_KIVI],
+    msl: Some(include_str!("../../msl/kivi_dequant_keys.metal")),
     bindings: KIVI_DEQUANT_BINDINGS,
     workgroup_size: 64,
 };
@@ -135,7 +144,8 @@ pub static KIVI_DEQUANT_VALUES: KernelDef = KernelDef {
     wgsl_common: &[DISPATCH, KIVI, KIVI_DEQUANT_IO],
     wgsl_subgroup: None,
     wgsl: include_str!("../../wgsl/kivi_dequant_values.wgsl"),
-    msl: None,
+    msl_common: &[MSL_KIVI],
+    msl: Some(include_str!("../../msl/kivi_dequant_values.metal")),
     bindings: KIVI_DEQUANT_BINDINGS,
     workgroup_size: 64,
 };
@@ -215,6 +225,10 @@ pub fn compose_msl(def: &KernelDef, spec: &Specialization) -> Option<String> {
     s.push_str(&format!("#define WORKGROUP_SIZE {}\n", def.workgroup_size));
     for (name, v) in &spec.0 {
         s.push_str(&format!("#define {name} {v}u\n"));
+    }
+    for c in def.msl_common {
+        s.push_str(c);
+        s.push('\n');
     }
     s.push_str(body);
     Some(s)

@@ -46,8 +46,9 @@ impl Target {
         }
     }
 
+    /// True for targets that run WGSL on a device.
     pub fn is_gpu(&self) -> bool {
-        !matches!(self, Target::Cpu(_))
+        matches!(self, Target::Wgsl(..))
     }
 }
 

@@ -32,10 +32,20 @@ fn store_params(gi: u32, scale: f32, lo: f32) {
         atomicOr(&status[0], 1u);
         return;
     }
+    // A zero lo is stored as +0 (min over +-0 depends on the reduction order); done on the
+    // integer bits so that no compiler can fold it away.
     if (PARAMS_F16 == 1u) {
-        params[gi] = f16_bits(scale) | (f16_bits(lo) << 16u);
+        var lo_bits = f16_bits(lo);
+        if ((lo_bits & 0x7fffu) == 0u) {
+            lo_bits = 0u;
+        }
+        params[gi] = f16_bits(scale) | (lo_bits << 16u);
     } else {
+        var lo_bits = bitcast<u32>(lo);
+        if ((lo_bits & 0x7fffffffu) == 0u) {
+            lo_bits = 0u;
+        }
         params[2u * gi] = bitcast<u32>(scale);
-        params[2u * gi + 1u] = bitcast<u32>(lo);
+        params[2u * gi + 1u] = lo_bits;
     }
 }
