@@ -159,6 +159,8 @@ struct Inner {
     gpu: Option<Gpu>,
     path: PathChoice,
     max_workgroups_per_dim: u32,
+    /// Largest storage binding kvpack creates: the device's limit, or lower on request.
+    max_storage_binding: u64,
 }
 
 /// The handle every kvpack operation takes. Cheap to clone (shared state).
@@ -295,12 +297,16 @@ impl Context {
         let max_workgroups_per_dim = gpu
             .as_ref()
             .map_or(65_535, |g| g.limits.max_compute_workgroups_per_dimension);
+        let max_storage_binding = gpu.as_ref().map_or(u64::MAX, |g| {
+            u64::from(g.limits.max_storage_buffer_binding_size).min(g.limits.max_buffer_size)
+        });
         Self {
             inner: Arc::new(Inner {
                 origin,
                 gpu,
                 path,
                 max_workgroups_per_dim,
+                max_storage_binding,
             }),
         }
     }
@@ -308,9 +314,9 @@ impl Context {
     /// The same device with another default path choice. Fails when the choice cannot run
     /// at all on this context (e.g. `Msl` off Metal, or any GPU path without a device).
     pub fn with_path(&self, path: PathChoice) -> Result<Self> {
-        let probe = Self {
-            inner: Arc::new(self.clone_inner(path, self.inner.max_workgroups_per_dim)),
-        };
+        let mut inner = self.clone_inner();
+        inner.path = path;
+        let probe = Self { inner: Arc::new(inner) };
         probe.check_choice(path)?;
         Ok(probe)
     }
@@ -323,20 +329,37 @@ impl Context {
                 "max workgroups per dimension must be at least 1".into(),
             ));
         }
-        let n = n.min(self.inner.max_workgroups_per_dim);
-        Ok(Self {
-            inner: Arc::new(self.clone_inner(self.inner.path, n)),
-        })
+        let mut inner = self.clone_inner();
+        inner.max_workgroups_per_dim = n.min(self.inner.max_workgroups_per_dim);
+        Ok(Self { inner: Arc::new(inner) })
     }
 
-    fn clone_inner(&self, path: PathChoice, max_wg: u32) -> Inner {
+    /// Lowers the largest storage binding kvpack will create (it can only lower the device's
+    /// own limit). Caches then split their storage into more segments, as they would on an
+    /// adapter with small bindings (WebGPU's default is 128 MiB). Meant for tests and for
+    /// apps that want to bound kvpack's allocations.
+    pub fn with_max_storage_binding_size(&self, bytes: u64) -> Result<Self> {
+        if bytes < 256 {
+            return Err(Error::Config("max storage binding size must be at least 256 bytes".into()));
+        }
+        let mut inner = self.clone_inner();
+        inner.max_storage_binding = bytes.min(self.inner.max_storage_binding);
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// The largest storage binding kvpack creates on this context.
+    pub fn max_storage_binding_size(&self) -> u64 {
+        self.inner.max_storage_binding
+    }
+
+    fn clone_inner(&self) -> Inner {
         // Device, queue and pipeline cache are shared handles.
-        let gpu = self.inner.gpu.clone();
         Inner {
             origin: self.inner.origin.clone(),
-            gpu,
-            path,
-            max_workgroups_per_dim: max_wg,
+            gpu: self.inner.gpu.clone(),
+            path: self.inner.path,
+            max_workgroups_per_dim: self.inner.max_workgroups_per_dim,
+            max_storage_binding: self.inner.max_storage_binding,
         }
     }
 

@@ -668,3 +668,24 @@ fn kivi_bad_input_leaves_cache_unchanged(t: &Target) {
     );
 }
 parity_tests!(kivi_bad_input_leaves_cache_unchanged);
+
+/// A device with small storage bindings: the cache spreads its codes over several segments
+/// (and grows the last one by device copies) and still matches the CPU reference exactly.
+fn kivi_segments(t: &Target) {
+    let small = match t {
+        Target::Wgsl(ctx, p) => Target::Wgsl(ctx.with_max_storage_binding_size(32 * 1024).expect("limit"), *p),
+        _ => return, // no storage bindings on the CPU path
+    };
+    let mut rng = common::rng("kivi_segments");
+    let (h, d) = (2, 80);
+    let cfg = KiviConfig { key_bits: 3, key_group: 32, value_bits: 3, value_group: 32, residual: 32, params: ParamStorage::F16 };
+    let (k, v) = random_kv(&mut rng, 2000, h, d);
+    let (lay, _) = run_and_compare(&small, h, d, &cfg, &k, &v, &[700, 1, 33, 1266], "segments");
+    let m = lay.memory();
+    // 64 bytes of value codes per token and 32 KiB per binding: at least 4 segments.
+    assert!(m.held.value_codes >= m.payload.value_codes && m.payload.value_codes > 3 * 32 * 1024, "{m:?}");
+    // A cache whose residual ring alone exceeds the limit is refused up front.
+    let tiny = small.ctx().with_max_storage_binding_size(1024).expect("limit");
+    assert!(matches!(KiviLayer::with_path(&tiny, h, d, &cfg, small.path()), Err(Error::Limit { .. })));
+}
+parity_tests!(kivi_segments);

@@ -21,7 +21,7 @@ struct KiviParams {
     uint row_words;
     uint n_groups;
     uint resid_row_words;
-    uint pad0;
+    uint inc_start;
     uint pad1;
 };
 
@@ -111,13 +111,14 @@ static inline void kivi_store_pair(device uint* params, device uint* status, uin
     }
 }
 
-// Input element e of absolute token s: from the ring (s < t_old) or this append's rows.
+// Input element e of absolute token s: from the ring (s < t_old) or this append's rows
+// (row s - inc_start of `incoming`).
 static inline float kivi_load_x(constant KiviParams& P, device const uint* ring, device const uint* incoming, uint s, uint e) {
     uint w;
     if (s < P.t_old) {
         w = ring[(s % P.ring_tokens) * P.resid_row_words + (e >> 1u)];
     } else {
-        w = incoming[(s - P.t_old) * P.resid_row_words + (e >> 1u)];
+        w = incoming[(s - P.inc_start) * P.resid_row_words + (e >> 1u)];
     }
     return kivi_f16_to_float((e & 1u) == 1u ? (w >> 16u) : w);
 }

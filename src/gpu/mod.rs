@@ -28,15 +28,10 @@ pub fn binding_size(bytes: u64) -> u64 {
 
 /// Checks that a storage binding of `bytes` fits this device's limits.
 pub fn check_storage_size(ctx: &Context, what: &'static str, bytes: u64) -> Result<()> {
-    let gpu = gpu_of(ctx, what)?;
-    let limit =
-        u64::from(gpu.limits.max_storage_buffer_binding_size).min(gpu.limits.max_buffer_size);
+    gpu_of(ctx, what)?;
+    let limit = ctx.max_storage_binding_size();
     if bytes > limit {
-        return Err(Error::Limit {
-            what,
-            needed: bytes,
-            limit,
-        });
+        return Err(Error::Limit { what, needed: bytes, limit });
     }
     Ok(())
 }
@@ -135,6 +130,18 @@ pub fn encode_plan(
     plan: &DispatchPlan,
     storage: &[&wgpu::Buffer],
 ) -> Result<()> {
+    encode_plan_with(ctx, encoder, path, plan, storage, None)
+}
+
+/// [`encode_plan`] with the compute pass's timestamp writes (see [`timing`]).
+pub(crate) fn encode_plan_with(
+    ctx: &Context,
+    encoder: &mut wgpu::CommandEncoder,
+    path: crate::context::KernelPath,
+    plan: &DispatchPlan,
+    storage: &[&wgpu::Buffer],
+    timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
+) -> Result<()> {
     let def = plan.kernel;
     if !path.is_gpu() {
         return Err(Error::PathUnavailable {
@@ -164,7 +171,15 @@ pub fn encode_plan(
         });
     let mut all: Vec<&wgpu::Buffer> = vec![&uniform];
     all.extend_from_slice(storage);
-    encode_dispatch(ctx, encoder, &pipeline, def.name, &all, plan.workgroups)
+    encode_dispatch_with(
+        ctx,
+        encoder,
+        &pipeline,
+        def.name,
+        &all,
+        plan.workgroups,
+        timestamp_writes,
+    )
 }
 
 /// Records one compute dispatch of `pipeline` with `buffers` bound in binding order.
@@ -175,6 +190,27 @@ pub fn encode_dispatch(
     label: &'static str,
     buffers: &[&wgpu::Buffer],
     total_workgroups: u64,
+) -> Result<()> {
+    encode_dispatch_with(
+        ctx,
+        encoder,
+        pipeline,
+        label,
+        buffers,
+        total_workgroups,
+        None,
+    )
+}
+
+/// [`encode_dispatch`] with the compute pass's timestamp writes (see [`timing`]).
+pub(crate) fn encode_dispatch_with(
+    ctx: &Context,
+    encoder: &mut wgpu::CommandEncoder,
+    pipeline: &registry::Pipeline,
+    label: &'static str,
+    buffers: &[&wgpu::Buffer],
+    total_workgroups: u64,
+    timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
 ) -> Result<()> {
     let (x, y) = split_workgroups(ctx, total_workgroups)?;
     if x == 0 {
@@ -196,7 +232,7 @@ pub fn encode_dispatch(
     });
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some(label),
-        timestamp_writes: None,
+        timestamp_writes,
     });
     pass.set_pipeline(&pipeline.pipeline);
     pass.set_bind_group(0, &bind_group, &[]);

@@ -40,7 +40,7 @@ pub struct KiviParams {
     pub row_words: u32,
     pub n_groups: u32,
     pub resid_row_words: u32,
-    pub pad0: u32,
+    pub inc_start: u32,
     pub pad1: u32,
 }
 
@@ -62,22 +62,42 @@ fn base_params(l: &Layout) -> KiviParams {
     }
 }
 
+/// Where a quantize dispatch reads its tokens: token s comes from the ring when
+/// `s < t_old`, else from the incoming buffer's row `s − inc_start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantSource {
+    /// Absolute token of the first token quantized.
+    pub start: usize,
+    /// Tokens before this one are in the ring.
+    pub t_old: usize,
+    /// Absolute token of the incoming buffer's first row.
+    pub inc_start: usize,
+}
+
 /// Key quantization of `blocks` blocks whose first token is `src_start`, into a segment at
-/// block `dst_block`. Storage bindings: ring_k, incoming_k, codes, params, status.
-pub fn plan_quant_keys(
-    l: &Layout,
-    blocks: usize,
-    src_start: usize,
-    t_old: usize,
-    dst_block: usize,
-) -> DispatchPlan {
+/// block `dst_block`, with the incoming rows starting at token `t_old`.
+/// Storage bindings: ring_k, incoming_k, codes, params, status.
+pub fn plan_quant_keys(l: &Layout, blocks: usize, src_start: usize, t_old: usize, dst_block: usize) -> DispatchPlan {
+    plan_quant_keys_from(l, blocks, QuantSource { start: src_start, t_old, inc_start: t_old }, dst_block)
+}
+
+/// Value quantization of `tokens` tokens from `src_start` into a segment at token
+/// `dst_token`, with the incoming rows starting at token `t_old`.
+/// Storage bindings: ring_v, incoming_v, codes, params, status.
+pub fn plan_quant_values(l: &Layout, tokens: usize, src_start: usize, t_old: usize, dst_token: usize) -> DispatchPlan {
+    plan_quant_values_from(l, tokens, QuantSource { start: src_start, t_old, inc_start: t_old }, dst_token)
+}
+
+/// [`plan_quant_keys`] with an explicit [`QuantSource`].
+pub fn plan_quant_keys_from(l: &Layout, blocks: usize, src: QuantSource, dst_block: usize) -> DispatchPlan {
     let def = &registry::KIVI_QUANT_KEYS;
     let p = KiviParams {
         bits: l.key_bits,
         group: l.key_group as u32,
         count: blocks as u32,
-        src_start: src_start as u32,
-        t_old: t_old as u32,
+        src_start: src.start as u32,
+        t_old: src.t_old as u32,
+        inc_start: src.inc_start as u32,
         dst_offset: dst_block as u32,
         inv_levels: inv_levels(l.key_bits),
         group_words: l.key_group_words() as u32,
@@ -92,21 +112,15 @@ pub fn plan_quant_keys(
     }
 }
 
-/// Value quantization of `tokens` tokens from `src_start`, into a segment at token
-/// `dst_token`. Storage bindings: ring_v, incoming_v, codes, params, status.
-pub fn plan_quant_values(
-    l: &Layout,
-    tokens: usize,
-    src_start: usize,
-    t_old: usize,
-    dst_token: usize,
-) -> DispatchPlan {
+/// [`plan_quant_values`] with an explicit [`QuantSource`].
+pub fn plan_quant_values_from(l: &Layout, tokens: usize, src: QuantSource, dst_token: usize) -> DispatchPlan {
     let p = KiviParams {
         bits: l.value_bits,
         group: l.value_group as u32,
         count: tokens as u32,
-        src_start: src_start as u32,
-        t_old: t_old as u32,
+        src_start: src.start as u32,
+        t_old: src.t_old as u32,
+        inc_start: src.inc_start as u32,
         dst_offset: dst_token as u32,
         inv_levels: inv_levels(l.value_bits),
         group_words: l.value_group_words() as u32,
@@ -219,9 +233,8 @@ impl GpuStore {
     /// The most tokens one segment may hold: every buffer within the binding limit, and
     /// token indices within u32.
     fn segment_tokens(ctx: &Context, l: &Layout) -> Result<usize> {
-        let gpu = gpu::gpu_of(ctx, "kivi cache")?;
-        let limit =
-            u64::from(gpu.limits.max_storage_buffer_binding_size).min(gpu.limits.max_buffer_size);
+        gpu::gpu_of(ctx, "kivi cache")?;
+        let limit = ctx.max_storage_binding_size();
         let per_token = [
             l.key_block_words().div_ceil(l.key_group),
             l.key_block_param_words().div_ceil(l.key_group),
@@ -327,101 +340,88 @@ impl GpuStore {
         Ok(())
     }
 
+    /// Tokens one upload of f16 rows may hold (a multiple of the key group).
+    fn max_piece_tokens(&self) -> Result<usize> {
+        let row_bytes = (self.l.residual_row_words() * 4) as u64;
+        let limit = self.ctx.max_storage_binding_size();
+        let tokens = (limit / row_bytes) as usize / self.l.key_group * self.l.key_group;
+        if tokens == 0 {
+            return Err(Error::Limit { what: "one key group of f16 rows", needed: row_bytes * self.l.key_group as u64, limit });
+        }
+        Ok(tokens.min(self.segment_tokens))
+    }
+
+    /// Appends f16 rows after `t_old` tokens in two phases. Phase 1 quantizes whole key
+    /// blocks into the segments past the committed length, in pieces that respect segment
+    /// boundaries and the binding limit (each piece uploads only the rows it needs), then
+    /// reads the status word. Phase 2 commits: the rows that stay in the window are copied
+    /// into the ring. A failure in phase 1 leaves the cache as it was.
     pub(crate) fn append(&mut self, t_old: usize, k: &[f16], v: &[f16]) -> Result<()> {
         let l = self.l;
-        let n = k.len() / l.token_elems();
+        let row = l.token_elems();
+        let n = k.len() / row;
         let t_new = t_old + n;
         let (q_old, q_new) = (l.quantized_len(t_old), l.quantized_len(t_new));
-        let inc_k = gpu::upload(
-            &self.ctx,
-            "kvpack kivi incoming k",
-            bytemuck::cast_slice(&rows_to_words(&l, k)),
-        )?;
-        let inc_v = gpu::upload(
-            &self.ctx,
-            "kvpack kivi incoming v",
-            bytemuck::cast_slice(&rows_to_words(&l, v)),
-        )?;
-        let queue = self.ctx.queue().ok_or_else(|| Error::Gpu {
-            during: "kivi append",
-            message: "no queue".into(),
-        })?;
+        let ctx = self.ctx.clone();
+        let queue = ctx.queue().ok_or_else(|| Error::Gpu { during: "kivi append", message: "no queue".into() })?;
+        let rows = |x: &[f16], a: usize, b: usize| rows_to_words(&l, &x[(a - t_old) * row..(b - t_old) * row]);
         if q_new > q_old {
-            // Phase 1: quantize into the segments (past the committed length) and check status.
+            let piece = self.max_piece_tokens()?;
+            let st = self.segment_tokens;
+            // Pieces [a, b) and their incoming uploads (rows [max(a, t_old), b)).
+            let mut pieces = Vec::new();
+            let mut a = q_old;
+            while a < q_new {
+                let b = ((a / st + 1) * st).min(q_new).min(a + piece);
+                let first = a.max(t_old);
+                let (ik, iv) = if first < b {
+                    (
+                        gpu::upload(&ctx, "kvpack kivi incoming k", bytemuck::cast_slice(&rows(k, first, b)))?,
+                        gpu::upload(&ctx, "kvpack kivi incoming v", bytemuck::cast_slice(&rows(v, first, b)))?,
+                    )
+                } else {
+                    // Every token of this piece is in the ring; bind a placeholder.
+                    (gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?, gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?)
+                };
+                pieces.push((a, b, first, ik, iv));
+                a = b;
+            }
             queue.write_buffer(&self.status, 0, &[0u8; 4]);
             let paths = self.paths;
-            let st = self.segment_tokens;
-            let ctx = self.ctx.clone();
             gpu::submit_blocking(&ctx, "kivi quantize", |enc| {
                 self.reserve(q_old, q_new, enc)?;
-                let mut s = q_old;
-                while s < q_new {
-                    let seg_i = s / st;
-                    let seg_end = ((seg_i + 1) * st).min(q_new);
+                for (a, b, first, ik, iv) in &pieces {
+                    let seg_i = a / st;
                     let seg = &self.segments[seg_i];
-                    let (count, off) = (seg_end - s, s - seg_i * st);
-                    let pk = plan_quant_keys(&l, count / l.key_group, s, t_old, off / l.key_group);
-                    gpu::encode_plan(
-                        &self.ctx,
-                        enc,
-                        paths.quant_keys,
-                        &pk,
-                        &[
-                            &self.ring_k,
-                            &inc_k,
-                            &seg.key_codes,
-                            &seg.key_params,
-                            &self.status,
-                        ],
-                    )?;
-                    let pv = plan_quant_values(&l, count, s, t_old, off);
-                    gpu::encode_plan(
-                        &self.ctx,
-                        enc,
-                        paths.quant_values,
-                        &pv,
-                        &[
-                            &self.ring_v,
-                            &inc_v,
-                            &seg.value_codes,
-                            &seg.value_params,
-                            &self.status,
-                        ],
-                    )?;
-                    s = seg_end;
+                    let off = a - seg_i * st;
+                    let src = QuantSource { start: *a, t_old, inc_start: *first };
+                    let pk = plan_quant_keys_from(&l, (b - a) / l.key_group, src, off / l.key_group);
+                    gpu::encode_plan(&ctx, enc, paths.quant_keys, &pk, &[&self.ring_k, ik, &seg.key_codes, &seg.key_params, &self.status])?;
+                    let pv = plan_quant_values_from(&l, b - a, src, off);
+                    gpu::encode_plan(&ctx, enc, paths.quant_values, &pv, &[&self.ring_v, iv, &seg.value_codes, &seg.value_params, &self.status])?;
                 }
                 Ok(())
             })?;
-            let status = gpu::readback(&self.ctx, &self.status, 4)?;
+            let status = gpu::readback(&ctx, &self.status, 4)?;
             if status != [0u8; 4] {
-                let o = ParamOverflow {
-                    token: q_old,
-                    head: 0,
-                    index: 0,
-                };
-                return Err(overflow_error(
-                    o,
-                    "a key or value (first token of the failed flush; exact group on the CPU path)",
-                ));
+                let o = ParamOverflow { token: q_old, head: 0, index: 0 };
+                return Err(overflow_error(o, "a key or value (first token of the failed flush; exact group on the CPU path)"));
             }
         }
-        // Phase 2 (commit): tokens that stay in the window go to the ring.
+        // Phase 2 (commit): tokens that stay in the window go to the ring (at most R + G − 1
+        // rows, so one upload within the ring's own size).
         let first = q_new.max(t_old);
         if first < t_new {
             let (c, rw) = (l.ring_tokens(), l.residual_row_words() as u64 * 4);
-            gpu::submit_blocking(&self.ctx, "kivi residual", |enc| {
+            let rk = gpu::upload(&ctx, "kvpack kivi residual k", bytemuck::cast_slice(&rows(k, first, t_new)))?;
+            let rv = gpu::upload(&ctx, "kvpack kivi residual v", bytemuck::cast_slice(&rows(v, first, t_new)))?;
+            gpu::submit_blocking(&ctx, "kivi residual", |enc| {
                 let mut s = first;
                 while s < t_new {
                     let slot = s % c;
                     let run = (t_new - s).min(c - slot);
-                    for (inc, ring) in [(&inc_k, &self.ring_k), (&inc_v, &self.ring_v)] {
-                        enc.copy_buffer_to_buffer(
-                            inc,
-                            (s - t_old) as u64 * rw,
-                            ring,
-                            slot as u64 * rw,
-                            run as u64 * rw,
-                        );
+                    for (src, ring) in [(&rk, &self.ring_k), (&rv, &self.ring_v)] {
+                        enc.copy_buffer_to_buffer(src, (s - first) as u64 * rw, ring, slot as u64 * rw, run as u64 * rw);
                     }
                     s += run;
                 }
@@ -438,36 +438,30 @@ impl GpuStore {
         let mut k = vec![0f32; t * row];
         let mut v = vec![0f32; t * row];
         let st = self.segment_tokens;
-        for (si, seg) in self.segments.iter().enumerate() {
-            let start = si * st;
-            if start >= q {
-                break;
-            }
-            let count = (q - start).min(st);
+        // f32 output per piece within the binding limit (whole key blocks).
+        let max_out = (self.ctx.max_storage_binding_size() / (row as u64 * 4)) as usize / l.key_group * l.key_group;
+        if max_out == 0 && q > 0 {
+            return Err(Error::Limit { what: "one key block of f32 output", needed: (l.key_group * row * 4) as u64, limit: self.ctx.max_storage_binding_size() });
+        }
+        let mut a = 0;
+        while a < q {
+            let si = a / st;
+            let seg = &self.segments[si];
+            let b = ((si + 1) * st).min(q).min(a + max_out);
+            let (count, off) = (b - a, a - si * st);
             let bytes = (count * row * 4) as u64;
             let out_k = gpu::storage_buffer(&self.ctx, "kvpack kivi dequant k", bytes)?;
             let out_v = gpu::storage_buffer(&self.ctx, "kvpack kivi dequant v", bytes)?;
             let path = self.paths.quant_keys;
             gpu::submit_blocking(&self.ctx, "kivi dequantize", |enc| {
-                gpu::encode_plan(
-                    &self.ctx,
-                    enc,
-                    path,
-                    &plan_dequant_keys(&l, count, 0),
-                    &[&seg.key_codes, &seg.key_params, &out_k],
-                )?;
-                gpu::encode_plan(
-                    &self.ctx,
-                    enc,
-                    path,
-                    &plan_dequant_values(&l, count, 0),
-                    &[&seg.value_codes, &seg.value_params, &out_v],
-                )
+                gpu::encode_plan(&self.ctx, enc, path, &plan_dequant_keys(&l, count, off / l.key_group), &[&seg.key_codes, &seg.key_params, &out_k])?;
+                gpu::encode_plan(&self.ctx, enc, path, &plan_dequant_values(&l, count, off), &[&seg.value_codes, &seg.value_params, &out_v])
             })?;
             let rk = gpu::readback(&self.ctx, &out_k, bytes)?;
             let rv = gpu::readback(&self.ctx, &out_v, bytes)?;
-            k[start * row..(start + count) * row].copy_from_slice(bytemuck::cast_slice(&rk));
-            v[start * row..(start + count) * row].copy_from_slice(bytemuck::cast_slice(&rv));
+            k[a * row..b * row].copy_from_slice(bytemuck::cast_slice(&rk));
+            v[a * row..b * row].copy_from_slice(bytemuck::cast_slice(&rv));
+            a = b;
         }
         let (rk, rv) = self.residual_rows(t)?;
         for (out, resid) in [(&mut k, rk), (&mut v, rv)] {

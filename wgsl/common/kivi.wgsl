@@ -18,7 +18,7 @@ struct KiviParams {
     row_words: u32,      // values: words of one (token, head) row
     n_groups: u32,       // values: groups per row
     resid_row_words: u32,// words of one f16 residual row (H*D halves)
-    _pad0: u32,
+    inc_start: u32,      // absolute token of `incoming`'s first row
     _pad1: u32,
 }
 

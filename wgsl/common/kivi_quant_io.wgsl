@@ -2,7 +2,7 @@
 //
 // @binding(0) P:        KiviParams (uniform)
 // @binding(1) ring:     array<u32> [C][resid_row_words]   f16 residual rows, token s in slot s % C
-// @binding(2) incoming: array<u32> [n][resid_row_words]   f16 rows of this append, token t_old + i
+// @binding(2) incoming: array<u32> [n][resid_row_words]   f16 rows of this append, token inc_start + i
 // @binding(3) codes:    array<u32>                        segment's code words (written)
 // @binding(4) params:   array<u32>                        segment's (scale, lo) words (written)
 // @binding(5) status:   array<atomic<u32>> [1]            bit 0 set: a pair f16 cannot hold
@@ -20,7 +20,7 @@ fn load_x(s: u32, e: u32) -> f32 {
     if (s < P.t_old) {
         w = ring[(s % P.ring_tokens) * P.resid_row_words + (e >> 1u)];
     } else {
-        w = incoming[(s - P.t_old) * P.resid_row_words + (e >> 1u)];
+        w = incoming[(s - P.inc_start) * P.resid_row_words + (e >> 1u)];
     }
     let pair = unpack2x16float(w);
     return select(pair.x, pair.y, (e & 1u) == 1u);
