@@ -3,6 +3,7 @@
 //! error scopes. Nothing here installs an uncaptured-error handler.
 
 pub mod registry;
+pub mod timing;
 
 use wgpu::util::DeviceExt;
 

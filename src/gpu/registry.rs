@@ -150,6 +150,23 @@ pub static KIVI_DEQUANT_VALUES: KernelDef = KernelDef {
     workgroup_size: 64,
 };
 
+/// `copy`: a vec4<u32> device copy, the memory roofline of a device (`benches/`). A measuring
+/// tool, not a kvpack kernel: it is not in [`KERNELS`] and has no MSL.
+pub static COPY: KernelDef = KernelDef {
+    name: "copy",
+    wgsl_common: &[DISPATCH],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../../wgsl/copy.wgsl"),
+    msl_common: &[],
+    msl: None,
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+    ],
+    workgroup_size: 256,
+};
+
 const KIVI_QUANT_BINDINGS: &[Binding] = &[
     Binding::Uniform,
     Binding::StorageRead,
