@@ -689,3 +689,45 @@ fn kivi_segments(t: &Target) {
     assert!(matches!(KiviLayer::with_path(&tiny, h, d, &cfg, small.path()), Err(Error::Limit { .. })));
 }
 parity_tests!(kivi_segments);
+
+/// Appends recorded into the application's own encoder (submitted by the test, as an app
+/// would) store exactly what the blocking appends store.
+fn kivi_encode_append_into_app_encoder(t: &Target) {
+    let mut rng = common::rng("kivi_encode_append");
+    let (h, d) = (3, 64);
+    let cfg = KiviConfig::uniform(3, 32, 32);
+    let (k, v) = random_kv(&mut rng, 300, h, d);
+    let mut recorded = layer(t, h, d, &cfg);
+    let Target::Wgsl(ctx, _) = t else {
+        let mut enc_less = recorded;
+        let dev = common::gpu_context().ok();
+        if let Some(dev) = dev.as_ref().and_then(|c| c.device()) {
+            let mut enc = dev.create_command_encoder(&Default::default());
+            let r = enc_less.encode_append(&mut enc, Input::F32(&k), Input::F32(&v));
+            assert!(matches!(r, Err(Error::PathUnavailable { .. })), "{r:?}");
+        }
+        return;
+    };
+    let mut blocking = layer(t, h, d, &cfg);
+    let row = h * d;
+    for (a, b) in [(0, 100), (100, 101), (101, 300)] {
+        let (ks, vs) = (&k[a * row..b * row], &v[a * row..b * row]);
+        let device = ctx.device().expect("device");
+        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("app encoder") });
+        recorded.encode_append(&mut enc, Input::F32(ks), Input::F32(vs)).expect("encode_append");
+        ctx.queue().expect("queue").submit([enc.finish()]);
+        blocking.append(Input::F32(ks), Input::F32(vs)).expect("append");
+    }
+    assert_eq!(recorded.len(), 300);
+    let (a, b) = (recorded.raw().expect("raw"), blocking.raw().expect("raw"));
+    words_eq(&a.key_codes, &b.key_codes, "recorded vs blocking key codes");
+    words_eq(&a.value_codes, &b.value_codes, "recorded vs blocking value codes");
+    words_eq(&a.key_params, &b.key_params, "recorded vs blocking key params");
+    assert_eq!(a.residual_k, b.residual_k);
+    // 1-bit codes with f16 parameters need the blocking append's status check.
+    let mut one = layer(t, h, d, &KiviConfig::uniform(1, 32, 0));
+    let mut enc = ctx.device().expect("device").create_command_encoder(&Default::default());
+    assert!(matches!(one.encode_append(&mut enc, Input::F32(&k), Input::F32(&v)), Err(Error::Config(_))));
+    assert_eq!(one.len(), 0);
+}
+parity_tests!(kivi_encode_append_into_app_encoder);

@@ -351,82 +351,115 @@ impl GpuStore {
         Ok(tokens.min(self.segment_tokens))
     }
 
+    /// Whether a flush can produce a pair that f16 storage cannot hold: only with 1-bit codes
+    /// (scale = range ≤ 131008) and f16 parameters. Elsewhere the status check is moot.
+    pub(crate) fn can_overflow(&self) -> bool {
+        self.l.params == ParamStorage::F16 && (self.l.key_bits == 1 || self.l.value_bits == 1)
+    }
+
     /// Appends f16 rows after `t_old` tokens in two phases. Phase 1 quantizes whole key
-    /// blocks into the segments past the committed length, in pieces that respect segment
-    /// boundaries and the binding limit (each piece uploads only the rows it needs), then
-    /// reads the status word. Phase 2 commits: the rows that stay in the window are copied
-    /// into the ring. A failure in phase 1 leaves the cache as it was.
+    /// blocks into the segments past the committed length, then reads the status word.
+    /// Phase 2 commits: the rows that stay in the window are copied into the ring. A failure
+    /// in phase 1 leaves the cache as it was.
     pub(crate) fn append(&mut self, t_old: usize, k: &[f16], v: &[f16]) -> Result<()> {
+        let ctx = self.ctx.clone();
+        let mut quantized = false;
+        gpu::submit_blocking(&ctx, "kivi quantize", |enc| {
+            quantized = self.record_quantize(enc, t_old, k, v)?;
+            Ok(())
+        })?;
+        if quantized && gpu::readback(&ctx, &self.status, 4)? != [0u8; 4] {
+            let o = ParamOverflow { token: self.l.quantized_len(t_old), head: 0, index: 0 };
+            return Err(overflow_error(o, "a key or value (first token of the failed flush; exact group on the CPU path)"));
+        }
+        gpu::submit_blocking(&ctx, "kivi residual", |enc| self.record_commit(enc, t_old, k, v))
+    }
+
+    /// Records both phases of an append into the caller's encoder (no status check: only for
+    /// layouts where [`Self::can_overflow`] is false).
+    pub(crate) fn encode_append(&mut self, enc: &mut wgpu::CommandEncoder, t_old: usize, k: &[f16], v: &[f16]) -> Result<()> {
+        if self.can_overflow() {
+            return Err(Error::Config(
+                "1-bit codes with f16 parameters can overflow f16 and need the status check of the blocking \
+                 append(); encode_append() records without reading back"
+                    .into(),
+            ));
+        }
+        self.record_quantize(enc, t_old, k, v)?;
+        self.record_commit(enc, t_old, k, v)
+    }
+
+    /// Phase 1: quantizes tokens `[Q_old, Q_new)` in pieces that respect segment boundaries
+    /// and the binding limit (each piece uploads only the rows it needs). Returns whether
+    /// anything was quantized.
+    fn record_quantize(&mut self, enc: &mut wgpu::CommandEncoder, t_old: usize, k: &[f16], v: &[f16]) -> Result<bool> {
         let l = self.l;
         let row = l.token_elems();
-        let n = k.len() / row;
-        let t_new = t_old + n;
+        let t_new = t_old + k.len() / row;
         let (q_old, q_new) = (l.quantized_len(t_old), l.quantized_len(t_new));
-        let ctx = self.ctx.clone();
-        let queue = ctx.queue().ok_or_else(|| Error::Gpu { during: "kivi append", message: "no queue".into() })?;
-        let rows = |x: &[f16], a: usize, b: usize| rows_to_words(&l, &x[(a - t_old) * row..(b - t_old) * row]);
-        if q_new > q_old {
-            let piece = self.max_piece_tokens()?;
-            let st = self.segment_tokens;
-            // Pieces [a, b) and their incoming uploads (rows [max(a, t_old), b)).
-            let mut pieces = Vec::new();
-            let mut a = q_old;
-            while a < q_new {
-                let b = ((a / st + 1) * st).min(q_new).min(a + piece);
-                let first = a.max(t_old);
-                let (ik, iv) = if first < b {
-                    (
-                        gpu::upload(&ctx, "kvpack kivi incoming k", bytemuck::cast_slice(&rows(k, first, b)))?,
-                        gpu::upload(&ctx, "kvpack kivi incoming v", bytemuck::cast_slice(&rows(v, first, b)))?,
-                    )
-                } else {
-                    // Every token of this piece is in the ring; bind a placeholder.
-                    (gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?, gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?)
-                };
-                pieces.push((a, b, first, ik, iv));
-                a = b;
-            }
-            queue.write_buffer(&self.status, 0, &[0u8; 4]);
-            let paths = self.paths;
-            gpu::submit_blocking(&ctx, "kivi quantize", |enc| {
-                self.reserve(q_old, q_new, enc)?;
-                for (a, b, first, ik, iv) in &pieces {
-                    let seg_i = a / st;
-                    let seg = &self.segments[seg_i];
-                    let off = a - seg_i * st;
-                    let src = QuantSource { start: *a, t_old, inc_start: *first };
-                    let pk = plan_quant_keys_from(&l, (b - a) / l.key_group, src, off / l.key_group);
-                    gpu::encode_plan(&ctx, enc, paths.quant_keys, &pk, &[&self.ring_k, ik, &seg.key_codes, &seg.key_params, &self.status])?;
-                    let pv = plan_quant_values_from(&l, b - a, src, off);
-                    gpu::encode_plan(&ctx, enc, paths.quant_values, &pv, &[&self.ring_v, iv, &seg.value_codes, &seg.value_params, &self.status])?;
-                }
-                Ok(())
-            })?;
-            let status = gpu::readback(&ctx, &self.status, 4)?;
-            if status != [0u8; 4] {
-                let o = ParamOverflow { token: q_old, head: 0, index: 0 };
-                return Err(overflow_error(o, "a key or value (first token of the failed flush; exact group on the CPU path)"));
-            }
+        if q_new == q_old {
+            return Ok(false);
         }
-        // Phase 2 (commit): tokens that stay in the window go to the ring (at most R + G − 1
-        // rows, so one upload within the ring's own size).
-        let first = q_new.max(t_old);
-        if first < t_new {
-            let (c, rw) = (l.ring_tokens(), l.residual_row_words() as u64 * 4);
-            let rk = gpu::upload(&ctx, "kvpack kivi residual k", bytemuck::cast_slice(&rows(k, first, t_new)))?;
-            let rv = gpu::upload(&ctx, "kvpack kivi residual v", bytemuck::cast_slice(&rows(v, first, t_new)))?;
-            gpu::submit_blocking(&ctx, "kivi residual", |enc| {
-                let mut s = first;
-                while s < t_new {
-                    let slot = s % c;
-                    let run = (t_new - s).min(c - slot);
-                    for (src, ring) in [(&rk, &self.ring_k), (&rv, &self.ring_v)] {
-                        enc.copy_buffer_to_buffer(src, (s - first) as u64 * rw, ring, slot as u64 * rw, run as u64 * rw);
-                    }
-                    s += run;
-                }
-                Ok(())
-            })?;
+        let ctx = self.ctx.clone();
+        let rows = |x: &[f16], a: usize, b: usize| rows_to_words(&l, &x[(a - t_old) * row..(b - t_old) * row]);
+        let piece = self.max_piece_tokens()?;
+        let st = self.segment_tokens;
+        // Pieces [a, b) and their incoming uploads (rows [max(a, t_old), b)).
+        let mut pieces = Vec::new();
+        let mut a = q_old;
+        while a < q_new {
+            let b = ((a / st + 1) * st).min(q_new).min(a + piece);
+            let first = a.max(t_old);
+            let (ik, iv) = if first < b {
+                (
+                    gpu::upload(&ctx, "kvpack kivi incoming k", bytemuck::cast_slice(&rows(k, first, b)))?,
+                    gpu::upload(&ctx, "kvpack kivi incoming v", bytemuck::cast_slice(&rows(v, first, b)))?,
+                )
+            } else {
+                // Every token of this piece is in the ring; bind a placeholder.
+                (gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?, gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?)
+            };
+            pieces.push((a, b, first, ik, iv));
+            a = b;
+        }
+        enc.clear_buffer(&self.status, 0, None);
+        self.reserve(q_old, q_new, enc)?;
+        let paths = self.paths;
+        for (a, b, first, ik, iv) in &pieces {
+            let seg_i = a / st;
+            let seg = &self.segments[seg_i];
+            let off = a - seg_i * st;
+            let src = QuantSource { start: *a, t_old, inc_start: *first };
+            let pk = plan_quant_keys_from(&l, (b - a) / l.key_group, src, off / l.key_group);
+            gpu::encode_plan(&ctx, enc, paths.quant_keys, &pk, &[&self.ring_k, ik, &seg.key_codes, &seg.key_params, &self.status])?;
+            let pv = plan_quant_values_from(&l, b - a, src, off);
+            gpu::encode_plan(&ctx, enc, paths.quant_values, &pv, &[&self.ring_v, iv, &seg.value_codes, &seg.value_params, &self.status])?;
+        }
+        Ok(true)
+    }
+
+    /// Phase 2 (commit): tokens that stay in the window go to the ring (at most R + G − 1
+    /// rows, so one upload within the ring's own size).
+    fn record_commit(&self, enc: &mut wgpu::CommandEncoder, t_old: usize, k: &[f16], v: &[f16]) -> Result<()> {
+        let l = self.l;
+        let row = l.token_elems();
+        let t_new = t_old + k.len() / row;
+        let first = l.quantized_len(t_new).max(t_old);
+        if first >= t_new {
+            return Ok(());
+        }
+        let rows = |x: &[f16]| rows_to_words(&l, &x[(first - t_old) * row..]);
+        let (c, rw) = (l.ring_tokens(), l.residual_row_words() as u64 * 4);
+        let rk = gpu::upload(&self.ctx, "kvpack kivi residual k", bytemuck::cast_slice(&rows(k)))?;
+        let rv = gpu::upload(&self.ctx, "kvpack kivi residual v", bytemuck::cast_slice(&rows(v)))?;
+        let mut s = first;
+        while s < t_new {
+            let slot = s % c;
+            let run = (t_new - s).min(c - slot);
+            for (src, ring) in [(&rk, &self.ring_k), (&rv, &self.ring_v)] {
+                enc.copy_buffer_to_buffer(src, (s - first) as u64 * rw, ring, slot as u64 * rw, run as u64 * rw);
+            }
+            s += run;
         }
         Ok(())
     }

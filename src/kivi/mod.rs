@@ -264,47 +264,61 @@ impl KiviLayer {
     }
 
     /// Appends `n` tokens of K and V, each `[n, H, D]`. Whole key groups leaving the residual
-    /// window are quantized (the spec's flush rule). On any error the cache is unchanged.
+    /// window are quantized (the spec's flush rule). Blocking on GPU paths. On any error the
+    /// cache is unchanged.
     pub fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
-        let row = self.layout.token_elems();
-        if k.len() % row != 0 {
-            return Err(Error::Shape {
-                what: "k",
-                message: format!(
-                    "{} values is not a whole number of [H={}, D={}] rows",
-                    k.len(),
-                    self.layout.heads,
-                    self.layout.dim
-                ),
-            });
-        }
-        if v.len() != k.len() {
-            return Err(Error::Shape {
-                what: "v",
-                message: format!("v has {} values, k has {}", v.len(), k.len()),
-            });
-        }
-        let n = k.len() / row;
-        if n == 0 {
+        let (k16, v16) = self.validate(k, v)?;
+        if k16.is_empty() {
             return Ok(());
         }
-        let k16 = k.to_f16("k")?;
-        let v16 = v.to_f16("v")?;
-        let t_new = self
-            .tokens
-            .checked_add(n)
-            .filter(|&t| t < u32::MAX as usize / 2)
-            .ok_or(Error::Limit {
-                what: "tokens in one layer",
-                needed: (self.tokens + n) as u64,
-                limit: u64::from(u32::MAX / 2),
-            })?;
         match &mut self.store {
             Store::Cpu(s) => s.append(self.tokens, &k16, &v16)?,
             Store::Gpu(s) => s.append(self.tokens, &k16, &v16)?,
         }
-        self.tokens = t_new;
+        self.tokens += k16.len() / self.layout.token_elems();
         Ok(())
+    }
+
+    /// Records the append into the application's `encoder` instead of submitting it (GPU
+    /// paths). The cache counts the tokens at once: submit the encoder before the next kvpack
+    /// call that reads this layer, and do not drop it unsubmitted (the cache would then hold
+    /// unwritten storage). Input is validated as in [`Self::append`]. Not available for
+    /// 1-bit codes with f16 parameters, whose flush needs the blocking status check.
+    pub fn encode_append(&mut self, encoder: &mut wgpu::CommandEncoder, k: Input<'_>, v: Input<'_>) -> Result<()> {
+        let (k16, v16) = self.validate(k, v)?;
+        let Store::Gpu(s) = &mut self.store else {
+            return Err(Error::PathUnavailable {
+                kernel: registry::KIVI_QUANT_KEYS.name,
+                requested: self.paths.quant_keys.to_string(),
+                reason: "encode_append() records GPU work; this layer runs on the CPU".into(),
+            });
+        };
+        if k16.is_empty() {
+            return Ok(());
+        }
+        s.encode_append(encoder, self.tokens, &k16, &v16)?;
+        self.tokens += k16.len() / self.layout.token_elems();
+        Ok(())
+    }
+
+    /// Checks shapes and values and rounds to f16 (nothing is stored).
+    fn validate(&self, k: Input<'_>, v: Input<'_>) -> Result<(Vec<f16>, Vec<f16>)> {
+        let row = self.layout.token_elems();
+        if k.len() % row != 0 {
+            return Err(Error::Shape {
+                what: "k",
+                message: format!("{} values is not a whole number of [H={}, D={}] rows", k.len(), self.layout.heads, self.layout.dim),
+            });
+        }
+        if v.len() != k.len() {
+            return Err(Error::Shape { what: "v", message: format!("v has {} values, k has {}", v.len(), k.len()) });
+        }
+        let n = k.len() / row;
+        let limit = u32::MAX as usize / 2;
+        if self.tokens.checked_add(n).is_none_or(|t| t >= limit) {
+            return Err(Error::Limit { what: "tokens in one layer", needed: (self.tokens + n) as u64, limit: limit as u64 });
+        }
+        Ok((k.to_f16("k")?, v.to_f16("v")?))
     }
 
     /// Reconstructs the whole cache as f32 `[T, H, D]` (K, V): dequantized codes for
