@@ -91,13 +91,14 @@ fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
         let mut reference = KiviCache::uniform(&kvpack::Context::cpu(), layers, heads, dim, &cfg, kvpack::PathChoice::Cpu)?;
-        let (mut err_k, mut err_v, mut same) = (0f64, 0f64, true);
+        let (mut err_k, mut err_v, mut differ, mut total) = (0f64, 0f64, 0usize, 0usize);
         for l in 0..layers {
             reference.append(l, Input::F16(&k[l * per..(l + 1) * per]), Input::F16(&v[l * per..(l + 1) * per]))?;
             let layer = cache.layer(l).expect("layer");
             let (kh, vh) = layer.reconstruct()?;
             let (kr, vr) = reference.layer(l).expect("layer").reconstruct()?;
-            same &= kh == kr && vh == vr;
+            differ += kh.iter().zip(&kr).chain(vh.iter().zip(&vr)).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            total += kh.len() + vh.len();
             err_k += rel_l2(&kh, &k[l * per..(l + 1) * per]) / layers as f64;
             err_v += rel_l2(&vh, &v[l * per..(l + 1) * per]) / layers as f64;
         }
@@ -106,7 +107,7 @@ fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
         println!(
             "  {bits}-bit K and V, G=32, R=128 on {} / {}: {} of {} tokens quantized per layer, {:.1} KiB held \
              (f16: {:.1} KiB), ratio {:.2}x; mean rel. L2 error K {err_k:.4} V {err_v:.4}; \
-             reconstruction identical to the CPU reference: {same} ({ms:.0} ms)",
+             {differ} of {total} reconstructed values differ from the CPU reference ({ms:.0} ms)",
             paths.quant_keys,
             paths.quant_values,
             m.quantized / layers,
@@ -116,6 +117,10 @@ fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
             m.ratio().unwrap_or(0.0),
         );
     }
+    println!(
+        "  (a real GPU may differ from the CPU reference by one code where (x - lo) / scale is within \
+         1e-4 of a half-integer: GPU division is not exact; ../shared/spec/kivi.md)"
+    );
     Ok(())
 }
 

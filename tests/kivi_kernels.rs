@@ -255,6 +255,8 @@ fn kivi_kernels_match_reference(t: &Target) {
         (KiviConfig { key_bits: 3, key_group: 4, value_bits: 5, value_group: 32, residual: 8, params: ParamStorage::F32 }, 2, 80, 5, 9, 2, 1.0),
         (KiviConfig { key_bits: 8, key_group: 128, value_bits: 1, value_group: 16, residual: 0, params: ParamStorage::F16 }, 1, 48, 1, 0, 1, 1.0),
         (KiviConfig { key_bits: 7, key_group: 32, value_bits: 6, value_group: 128, residual: 64, params: ParamStorage::F16 }, 2, 130, 2, 64, 0, 1.0),
+        // H·D odd: the last channel pair of a row has one channel.
+        (KiviConfig { key_bits: 4, key_group: 4, value_bits: 3, value_group: 8, residual: 8, params: ParamStorage::F32 }, 3, 41, 3, 5, 1, 1.0),
         // Tiny inputs: f16-subnormal scales and lo, so the f16 rounding of the parameters is
         // exercised below 2^-14.
         (KiviConfig::uniform(8, 32, 32), 2, 64, 2, 20, 1, 2e-4),

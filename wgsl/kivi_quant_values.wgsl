@@ -2,14 +2,21 @@
 // Layout: src/kivi/layout.rs. CPU reference: src/cpu/kivi_quant_values.rs.
 // Bindings: wgsl/common/kivi_quant_io.wgsl.
 //
-// Dispatch: one workgroup of WORKGROUP_SIZE (32) invocations per (token, head, group), linear
-// workgroup index g = (token * H + head) * n_groups + group. Invocation l takes channels
-// c0 + l, c0 + l + 32, ...; min/max is a tree in workgroup memory; then invocation l writes
-// words l, l + 32, ... of the group stream, recomputing each code from the input.
-// The early return depends on the workgroup index only, so it is uniform.
+// Dispatch: workgroups of WORKGROUP_SIZE (256) invocations = 8 slices of 32; slice s of
+// workgroup w owns group g = w * 8 + s, g = (token * H + head) * n_groups + group (groups of
+// at most 256 channels, the last one of a row ragged when Gv does not divide D).
+// Lane l of a slice loads channels l, l + 32, ... once (kept in registers), min/max is a tree
+// in workgroup memory, each lane writes its codes to workgroup memory, and after a barrier
+// lane l assembles words l, l + 32, ... of the group stream. Slices past the end take part in
+// every barrier but load and store nothing, so all barriers are in uniform control flow.
+
+const SLICES: u32 = WORKGROUP_SIZE / 32u;
+const MAX_GROUP: u32 = 256u;
+const PER_LANE: u32 = MAX_GROUP / 32u;
 
 var<workgroup> red_lo: array<f32, WORKGROUP_SIZE>;
 var<workgroup> red_hi: array<f32, WORKGROUP_SIZE>;
+var<workgroup> group_codes: array<u32, 2048>; // [SLICES][MAX_GROUP]
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
@@ -17,61 +24,45 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let g = linear_workgroup(wg, nwg);
-    if (g >= P.count * P.heads * P.n_groups) {
-        return;
-    }
+    let slice = lid / 32u;
+    let lane = lid % 32u;
+    let g = linear_workgroup(wg, nwg) * SLICES + slice;
+    let valid = g < P.count * P.heads * P.n_groups;
     let j = g % P.n_groups;
-    let th = g / P.n_groups;           // token * H + head, relative to src_start
+    let th = g / P.n_groups;
     let h = th % P.heads;
     let t = th / P.heads;
     let s = P.src_start + t;
     let c0 = j * P.group;
-    let n = min(P.group, P.dim - c0);
+    var n = 0u;
+    if (valid) {
+        n = min(P.group, P.dim - c0);
+    }
     let e0 = h * P.dim + c0;
 
+    var xs: array<f32, PER_LANE>;
     var lo = 3.0e38;
     var hi = -3.0e38;
-    for (var c = lid; c < n; c += WORKGROUP_SIZE) {
-        let x = load_x(s, e0 + c);
-        lo = min(lo, x);
-        hi = max(hi, x);
+    for (var k = 0u; k < PER_LANE; k++) {
+        let c = lane + 32u * k;
+        if (c < n) {
+            let x = load_x(s, e0 + c);
+            xs[k] = x;
+            lo = min(lo, x);
+            hi = max(hi, x);
+        }
     }
     red_lo[lid] = lo;
     red_hi[lid] = hi;
     workgroupBarrier();
-    for (var off = WORKGROUP_SIZE / 2u; off > 0u; off >>= 1u) {
-        if (lid < off) {
+    for (var off = 16u; off > 0u; off >>= 1u) {
+        if (lane < off) {
             red_lo[lid] = min(red_lo[lid], red_lo[lid + off]);
             red_hi[lid] = max(red_hi[lid], red_hi[lid + off]);
         }
         workgroupBarrier();
     }
-    lo = red_lo[0];
-    hi = red_hi[0];
-
-    let scale = kivi_scale(lo, hi, P.inv_levels);
-    let gi = ((P.dst_offset + t) * P.heads + h) * P.n_groups + j;
-    if (lid == 0u) {
-        store_params(gi, scale, lo);
-    }
-    let levels = (1u << P.bits) - 1u;
-    let b = P.bits;
-    let base = ((P.dst_offset + t) * P.heads + h) * P.row_words + j * P.group_words;
-    let words = (n * b + 31u) / 32u;
-    for (var w = lid; w < words; w += WORKGROUP_SIZE) {
-        let bit0 = w * 32u;
-        let end_bit = min(bit0 + 32u, n * b);
-        var acc = 0u;
-        for (var c = bit0 / b; c < (end_bit + b - 1u) / b; c++) {
-            let code = kivi_code(load_x(s, e0 + c), scale, lo, levels);
-            let start = c * b;
-            if (start >= bit0) {
-                acc |= code << (start - bit0);
-            } else {
-                acc |= code >> (bit0 - start);
-            }
-        }
-        codes[base + w] = acc;
-    }
+    lo = red_lo[slice * 32u];
+    hi = red_hi[slice * 32u];
+    quantize_and_store(valid, slice, lane, t, h, j, n, &xs, lo, hi);
 }

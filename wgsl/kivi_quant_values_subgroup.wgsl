@@ -1,13 +1,20 @@
-// kivi_quant_values (subgroup variant): as wgsl/kivi_quant_values.wgsl, but min/max is a
-// subgroupShuffleXor butterfly inside each subgroup, then (when the subgroup is narrower than
-// the workgroup of 32, e.g. lavapipe's 8) one partial per subgroup is combined through
-// workgroup memory. Correct for any subgroup width: with widths >= 32 the whole workgroup is
-// one subgroup and the butterfly alone decides.
-// The early return depends on the workgroup index only, so every subgroup op below runs in
-// uniform control flow.
+// kivi_quant_values (subgroup variant): as wgsl/kivi_quant_values.wgsl (8 slices of 32
+// invocations per workgroup, one value group per slice), but min/max is a subgroupShuffleXor
+// butterfly over offsets below min(subgroup size, 32); when subgroups are narrower than a
+// slice (lavapipe: 8) the partials of a slice's subgroups are combined in workgroup memory.
+// Correct for any subgroup width that tiles the workgroup in order (invocation index =
+// subgroup_id * subgroup_size + subgroup_invocation_id); a device that lays subgroups out
+// otherwise sets status bit 1 (the host reports it, never silently).
+// Every subgroup operation and barrier is in uniform control flow: slices past the end run
+// them with neutral values and store nothing.
+
+const SLICES: u32 = WORKGROUP_SIZE / 32u;
+const MAX_GROUP: u32 = 256u;
+const PER_LANE: u32 = MAX_GROUP / 32u;
 
 var<workgroup> part_lo: array<f32, WORKGROUP_SIZE>;
 var<workgroup> part_hi: array<f32, WORKGROUP_SIZE>;
+var<workgroup> group_codes: array<u32, 2048>; // [SLICES][MAX_GROUP]
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
@@ -17,11 +24,13 @@ fn main(
     @builtin(subgroup_size) sg_size: u32,
     @builtin(subgroup_invocation_id) sg_lane: u32,
     @builtin(subgroup_id) sg_id: u32,
-    @builtin(num_subgroups) n_sg: u32,
 ) {
-    let g = linear_workgroup(wg, nwg);
-    if (g >= P.count * P.heads * P.n_groups) {
-        return;
+    let slice = lid / 32u;
+    let lane = lid % 32u;
+    let g = linear_workgroup(wg, nwg) * SLICES + slice;
+    let valid = g < P.count * P.heads * P.n_groups;
+    if (lid != sg_id * sg_size + sg_lane) {
+        atomicOr(&status[0], 2u);
     }
     let j = g % P.n_groups;
     let th = g / P.n_groups;
@@ -29,57 +38,39 @@ fn main(
     let t = th / P.heads;
     let s = P.src_start + t;
     let c0 = j * P.group;
-    let n = min(P.group, P.dim - c0);
+    var n = 0u;
+    if (valid) {
+        n = min(P.group, P.dim - c0);
+    }
     let e0 = h * P.dim + c0;
 
+    var xs: array<f32, PER_LANE>;
     var lo = 3.0e38;
     var hi = -3.0e38;
-    for (var c = lid; c < n; c += WORKGROUP_SIZE) {
-        let x = load_x(s, e0 + c);
-        lo = min(lo, x);
-        hi = max(hi, x);
+    for (var k = 0u; k < PER_LANE; k++) {
+        let c = lane + 32u * k;
+        if (c < n) {
+            let x = load_x(s, e0 + c);
+            xs[k] = x;
+            lo = min(lo, x);
+            hi = max(hi, x);
+        }
     }
-    let width = min(sg_size, WORKGROUP_SIZE);
+    let width = min(sg_size, 32u);
     for (var off = 1u; off < width; off <<= 1u) {
         lo = min(lo, subgroupShuffleXor(lo, off));
         hi = max(hi, subgroupShuffleXor(hi, off));
     }
-    if (n_sg > 1u) {
-        if (sg_lane == 0u) {
-            part_lo[sg_id] = lo;
-            part_hi[sg_id] = hi;
-        }
-        workgroupBarrier();
-        lo = part_lo[0];
-        hi = part_hi[0];
-        for (var k = 1u; k < n_sg; k++) {
-            lo = min(lo, part_lo[k]);
-            hi = max(hi, part_hi[k]);
-        }
+    // Subgroups narrower than 32 tile the slice: every lane of one holds its partial, so the
+    // slice combines lanes 0, width, 2 * width, ... (no iteration when width is 32).
+    part_lo[lid] = lo;
+    part_hi[lid] = hi;
+    workgroupBarrier();
+    lo = part_lo[slice * 32u];
+    hi = part_hi[slice * 32u];
+    for (var k = width; k < 32u; k += width) {
+        lo = min(lo, part_lo[slice * 32u + k]);
+        hi = max(hi, part_hi[slice * 32u + k]);
     }
-
-    let scale = kivi_scale(lo, hi, P.inv_levels);
-    let gi = ((P.dst_offset + t) * P.heads + h) * P.n_groups + j;
-    if (lid == 0u) {
-        store_params(gi, scale, lo);
-    }
-    let levels = (1u << P.bits) - 1u;
-    let b = P.bits;
-    let base = ((P.dst_offset + t) * P.heads + h) * P.row_words + j * P.group_words;
-    let words = (n * b + 31u) / 32u;
-    for (var w = lid; w < words; w += WORKGROUP_SIZE) {
-        let bit0 = w * 32u;
-        let end_bit = min(bit0 + 32u, n * b);
-        var acc = 0u;
-        for (var c = bit0 / b; c < (end_bit + b - 1u) / b; c++) {
-            let code = kivi_code(load_x(s, e0 + c), scale, lo, levels);
-            let start = c * b;
-            if (start >= bit0) {
-                acc |= code << (start - bit0);
-            } else {
-                acc |= code >> (bit0 - start);
-            }
-        }
-        codes[base + w] = acc;
-    }
+    quantize_and_store(valid, slice, lane, t, h, j, n, &xs, lo, hi);
 }

@@ -99,6 +99,7 @@ const DISPATCH: &str = include_str!("../../wgsl/common/dispatch.wgsl");
 const KIVI: &str = include_str!("../../wgsl/common/kivi.wgsl");
 const KIVI_QUANT_IO: &str = include_str!("../../wgsl/common/kivi_quant_io.wgsl");
 const KIVI_DEQUANT_IO: &str = include_str!("../../wgsl/common/kivi_dequant_io.wgsl");
+const KIVI_VALUES_TAIL: &str = include_str!("../../wgsl/common/kivi_values_tail.wgsl");
 const MSL_KIVI: &str = include_str!("../../msl/common/kivi.metal");
 
 /// KIVI per-channel key quantization (specialized on `PARAMS_F16`).
@@ -113,17 +114,17 @@ pub static KIVI_QUANT_KEYS: KernelDef = KernelDef {
     workgroup_size: 64,
 };
 
-/// KIVI per-token value quantization: one workgroup of 32 per group (specialized on
-/// `PARAMS_F16`).
+/// KIVI per-token value quantization: 8 slices of 32 invocations per workgroup, one value
+/// group per slice (specialized on `PARAMS_F16`).
 pub static KIVI_QUANT_VALUES: KernelDef = KernelDef {
     name: "kivi_quant_values",
-    wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
+    wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO, KIVI_VALUES_TAIL],
     wgsl_subgroup: Some(include_str!("../../wgsl/kivi_quant_values_subgroup.wgsl")),
     wgsl: include_str!("../../wgsl/kivi_quant_values.wgsl"),
     msl_common: &[MSL_KIVI],
     msl: Some(include_str!("../../msl/kivi_quant_values.metal")),
     bindings: KIVI_QUANT_BINDINGS,
-    workgroup_size: 32,
+    workgroup_size: 256,
 };
 
 /// KIVI key reconstruction (tests and tools).

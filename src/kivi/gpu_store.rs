@@ -44,12 +44,16 @@ pub struct KiviParams {
     pub pad1: u32,
 }
 
-/// The specialization of every KIVI kernel: parameter storage only.
+/// The specialization of every KIVI kernel: parameter storage (and, for the key kernel, the
+/// key group), all fixed for a cache's life.
 pub fn specialization(l: &Layout) -> registry::Specialization {
-    registry::Specialization(vec![(
-        "PARAMS_F16",
-        u32::from(l.params == ParamStorage::F16),
-    )])
+    registry::Specialization(vec![("PARAMS_F16", u32::from(l.params == ParamStorage::F16))])
+}
+
+fn key_specialization(l: &Layout) -> registry::Specialization {
+    let mut s = specialization(l);
+    s.0.push(("KEY_GROUP", l.key_group as u32));
+    s
 }
 
 fn base_params(l: &Layout) -> KiviParams {
@@ -103,10 +107,11 @@ pub fn plan_quant_keys_from(l: &Layout, blocks: usize, src: QuantSource, dst_blo
         group_words: l.key_group_words() as u32,
         ..base_params(l)
     };
-    let items = (blocks * l.token_elems()) as u64;
+    // One invocation per (block, channel pair).
+    let items = (blocks * l.token_elems().div_ceil(2)) as u64;
     DispatchPlan {
         kernel: def,
-        spec: specialization(l),
+        spec: key_specialization(l),
         uniform: bytemuck::bytes_of(&p).to_vec(),
         workgroups: items.div_ceil(u64::from(def.workgroup_size)),
     }
@@ -132,7 +137,9 @@ pub fn plan_quant_values_from(l: &Layout, tokens: usize, src: QuantSource, dst_t
         kernel: &registry::KIVI_QUANT_VALUES,
         spec: specialization(l),
         uniform: bytemuck::bytes_of(&p).to_vec(),
-        workgroups: (tokens * l.heads * l.value_groups()) as u64,
+        // One value group per slice of 32 invocations.
+        workgroups: ((tokens * l.heads * l.value_groups()) as u64)
+            .div_ceil(u64::from(registry::KIVI_QUANT_VALUES.workgroup_size / 32)),
     }
 }
 
@@ -368,9 +375,20 @@ impl GpuStore {
             quantized = self.record_quantize(enc, t_old, k, v)?;
             Ok(())
         })?;
-        if quantized && gpu::readback(&ctx, &self.status, 4)? != [0u8; 4] {
-            let o = ParamOverflow { token: self.l.quantized_len(t_old), head: 0, index: 0 };
-            return Err(overflow_error(o, "a key or value (first token of the failed flush; exact group on the CPU path)"));
+        if quantized {
+            let status = u32::from_le_bytes(gpu::readback(&ctx, &self.status, 4)?.try_into().unwrap_or([0xff; 4]));
+            if status & 2 != 0 {
+                return Err(Error::Gpu {
+                    during: "kivi quantize",
+                    message: "this device does not lay subgroups out in invocation order; the subgroup variant of \
+                              kivi_quant_values cannot run here: use PathChoice::WgslWorkgroup"
+                        .into(),
+                });
+            }
+            if status & 1 != 0 {
+                let o = ParamOverflow { token: self.l.quantized_len(t_old), head: 0, index: 0 };
+                return Err(overflow_error(o, "a key or value (first token of the failed flush; exact group on the CPU path)"));
+            }
         }
         gpu::submit_blocking(&ctx, "kivi residual", |enc| self.record_commit(enc, t_old, k, v))
     }

@@ -105,9 +105,9 @@ impl Layout {
         if l.key_group == 0 || l.value_group == 0 {
             return Err(Error::Config("group sizes must be positive".into()));
         }
-        if l.key_group > 1024 || l.value_group > 1024 {
+        if l.key_group > 1024 || l.value_group > 256 {
             return Err(Error::Config(format!(
-                "group sizes above 1024 are not supported (key {}, value {})",
+                "key groups above 1024 tokens and value groups above 256 channels are not supported (key {}, value {})",
                 l.key_group, l.value_group
             )));
         }
