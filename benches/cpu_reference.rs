@@ -9,7 +9,9 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use kvpack::{BitPacker, Context, Input, KiviConfig, KiviLayer, PathChoice};
 
 fn lcg(state: &mut u64) -> u32 {
-    *state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+    *state = state
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
     (*state >> 33) as u32
 }
 
@@ -20,8 +22,13 @@ fn bitpack(c: &mut Criterion) {
     let mut state = 1u64;
     // Four distinct inputs, rotated, so no iteration packs what the previous one packed.
     for bits in [2u32, 3, 4] {
-        let inputs: Vec<Vec<u8>> =
-            (0..4).map(|_| (0..n).map(|_| (lcg(&mut state) & ((1 << bits) - 1)) as u8).collect()).collect();
+        let inputs: Vec<Vec<u8>> = (0..4)
+            .map(|_| {
+                (0..n)
+                    .map(|_| (lcg(&mut state) & ((1 << bits) - 1)) as u8)
+                    .collect()
+            })
+            .collect();
         g.throughput(Throughput::Bytes(n as u64));
         let mut i = 0;
         g.bench_with_input(BenchmarkId::new("pack", bits), &bits, |b, &bits| {
@@ -40,7 +47,11 @@ fn kivi_prefill(c: &mut Criterion) {
     let mut state = 2u64;
     let data: Vec<(Vec<f32>, Vec<f32>)> = (0..2)
         .map(|_| {
-            let mut gen_ = || (0..tokens * heads * dim).map(|_| lcg(&mut state) as f32 / u32::MAX as f32 - 0.5).collect::<Vec<_>>();
+            let mut gen_ = || {
+                (0..tokens * heads * dim)
+                    .map(|_| lcg(&mut state) as f32 / u32::MAX as f32 - 0.5)
+                    .collect::<Vec<_>>()
+            };
             (gen_(), gen_())
         })
         .collect();
@@ -53,8 +64,11 @@ fn kivi_prefill(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("T1024_H8_D128", bits), &bits, |b, _| {
             b.iter(|| {
                 i = (i + 1) % data.len();
-                let mut layer = KiviLayer::with_path(&ctx, heads, dim, &cfg, PathChoice::Cpu).expect("layer");
-                layer.append(Input::F32(&data[i].0), Input::F32(&data[i].1)).expect("append");
+                let mut layer =
+                    KiviLayer::with_path(&ctx, heads, dim, &cfg, PathChoice::Cpu).expect("layer");
+                layer
+                    .append(Input::F32(&data[i].0), Input::F32(&data[i].1))
+                    .expect("append");
                 black_box(layer.memory())
             })
         });

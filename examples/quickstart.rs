@@ -51,7 +51,8 @@ fn main() -> Result<(), kvpack::Error> {
 
 /// K and V `[L, T, H, D]` of a real model, or synthetic data when the fixtures are absent.
 fn kv_data() -> (String, [usize; 4], Vec<half::f16>, Vec<half::f16>) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/smollm2-135m/story-512.safetensors");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/smollm2-135m/story-512.safetensors");
     if let Ok(bytes) = std::fs::read(&path) {
         if let Ok(st) = safetensors::SafeTensors::deserialize(&bytes) {
             if let (Ok(k), Ok(v)) = (st.tensor("k"), st.tensor("v")) {
@@ -69,35 +70,69 @@ fn kv_data() -> (String, [usize; 4], Vec<half::f16>, Vec<half::f16>) {
     let n: usize = shape.iter().product();
     let mut state = 7u64;
     let mut next = move || {
-        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
     };
-    let k = (0..n).map(|i| half::f16::from_f32(next() + (i % 64) as f32 * 0.05)).collect();
+    let k = (0..n)
+        .map(|i| half::f16::from_f32(next() + (i % 64) as f32 * 0.05))
+        .collect();
     let v = (0..n).map(|_| half::f16::from_f32(next())).collect();
-    (format!("synthetic (../shared/fixtures absent at {})", path.display()), shape, k, v)
+    (
+        format!(
+            "synthetic (../shared/fixtures absent at {})",
+            path.display()
+        ),
+        shape,
+        k,
+        v,
+    )
 }
 
 fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
     use kvpack::{Input, KiviCache, KiviConfig};
     let (source, [layers, tokens, heads, dim], k, v) = kv_data();
-    println!("\nKIVI on {source}: {layers} layers, {tokens} tokens, {heads} KV heads, head dim {dim}");
+    println!(
+        "\nKIVI on {source}: {layers} layers, {tokens} tokens, {heads} KV heads, head dim {dim}"
+    );
     let per = tokens * heads * dim;
     for bits in [2u32, 4] {
         let cfg = KiviConfig::uniform(bits, 32, 128);
         let t = Instant::now();
         let mut cache = KiviCache::uniform(ctx, layers, heads, dim, &cfg, ctx.path())?;
         for l in 0..layers {
-            cache.append(l, Input::F16(&k[l * per..(l + 1) * per]), Input::F16(&v[l * per..(l + 1) * per]))?;
+            cache.append(
+                l,
+                Input::F16(&k[l * per..(l + 1) * per]),
+                Input::F16(&v[l * per..(l + 1) * per]),
+            )?;
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        let mut reference = KiviCache::uniform(&kvpack::Context::cpu(), layers, heads, dim, &cfg, kvpack::PathChoice::Cpu)?;
+        let mut reference = KiviCache::uniform(
+            &kvpack::Context::cpu(),
+            layers,
+            heads,
+            dim,
+            &cfg,
+            kvpack::PathChoice::Cpu,
+        )?;
         let (mut err_k, mut err_v, mut differ, mut total) = (0f64, 0f64, 0usize, 0usize);
         for l in 0..layers {
-            reference.append(l, Input::F16(&k[l * per..(l + 1) * per]), Input::F16(&v[l * per..(l + 1) * per]))?;
+            reference.append(
+                l,
+                Input::F16(&k[l * per..(l + 1) * per]),
+                Input::F16(&v[l * per..(l + 1) * per]),
+            )?;
             let layer = cache.layer(l).expect("layer");
             let (kh, vh) = layer.reconstruct()?;
             let (kr, vr) = reference.layer(l).expect("layer").reconstruct()?;
-            differ += kh.iter().zip(&kr).chain(vh.iter().zip(&vr)).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            differ += kh
+                .iter()
+                .zip(&kr)
+                .chain(vh.iter().zip(&vr))
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
             total += kh.len() + vh.len();
             err_k += rel_l2(&kh, &k[l * per..(l + 1) * per]) / layers as f64;
             err_v += rel_l2(&vh, &v[l * per..(l + 1) * per]) / layers as f64;

@@ -316,7 +316,9 @@ impl Context {
     pub fn with_path(&self, path: PathChoice) -> Result<Self> {
         let mut inner = self.clone_inner();
         inner.path = path;
-        let probe = Self { inner: Arc::new(inner) };
+        let probe = Self {
+            inner: Arc::new(inner),
+        };
         probe.check_choice(path)?;
         Ok(probe)
     }
@@ -331,7 +333,9 @@ impl Context {
         }
         let mut inner = self.clone_inner();
         inner.max_workgroups_per_dim = n.min(self.inner.max_workgroups_per_dim);
-        Ok(Self { inner: Arc::new(inner) })
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Lowers the largest storage binding kvpack will create (it can only lower the device's
@@ -340,11 +344,15 @@ impl Context {
     /// apps that want to bound kvpack's allocations.
     pub fn with_max_storage_binding_size(&self, bytes: u64) -> Result<Self> {
         if bytes < 256 {
-            return Err(Error::Config("max storage binding size must be at least 256 bytes".into()));
+            return Err(Error::Config(
+                "max storage binding size must be at least 256 bytes".into(),
+            ));
         }
         let mut inner = self.clone_inner();
         inner.max_storage_binding = bytes.min(self.inner.max_storage_binding);
-        Ok(Self { inner: Arc::new(inner) })
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
     }
 
     /// The largest storage binding kvpack creates on this context.

@@ -84,8 +84,10 @@ fn unpack_on(t: &Target, words: &[u32], bits: u32, n: usize) -> kvpack::Result<V
         }
         Target::MslEmulated(_) => {
             let out_words = n.div_ceil(4);
-            let mut storage =
-                vec![bytemuck::cast_slice(words).to_vec(), bytemuck::cast_slice(&vec![POISON; out_words]).to_vec()];
+            let mut storage = vec![
+                bytemuck::cast_slice(words).to_vec(),
+                bytemuck::cast_slice(&vec![POISON; out_words]).to_vec(),
+            ];
             common::run_plan(t, &plan_unpack(n, bits)?, &mut storage)?;
             Ok(storage.swap_remove(1))
         }

@@ -673,20 +673,39 @@ parity_tests!(kivi_bad_input_leaves_cache_unchanged);
 /// (and grows the last one by device copies) and still matches the CPU reference exactly.
 fn kivi_segments(t: &Target) {
     let small = match t {
-        Target::Wgsl(ctx, p) => Target::Wgsl(ctx.with_max_storage_binding_size(32 * 1024).expect("limit"), *p),
+        Target::Wgsl(ctx, p) => Target::Wgsl(
+            ctx.with_max_storage_binding_size(32 * 1024).expect("limit"),
+            *p,
+        ),
         _ => return, // no storage bindings on the CPU path
     };
     let mut rng = common::rng("kivi_segments");
     let (h, d) = (2, 80);
-    let cfg = KiviConfig { key_bits: 3, key_group: 32, value_bits: 3, value_group: 32, residual: 32, params: ParamStorage::F16 };
+    let cfg = KiviConfig {
+        key_bits: 3,
+        key_group: 32,
+        value_bits: 3,
+        value_group: 32,
+        residual: 32,
+        params: ParamStorage::F16,
+    };
     let (k, v) = random_kv(&mut rng, 2000, h, d);
     let (lay, _) = run_and_compare(&small, h, d, &cfg, &k, &v, &[700, 1, 33, 1266], "segments");
     let m = lay.memory();
     // 64 bytes of value codes per token and 32 KiB per binding: at least 4 segments.
-    assert!(m.held.value_codes >= m.payload.value_codes && m.payload.value_codes > 3 * 32 * 1024, "{m:?}");
+    assert!(
+        m.held.value_codes >= m.payload.value_codes && m.payload.value_codes > 3 * 32 * 1024,
+        "{m:?}"
+    );
     // A cache whose residual ring alone exceeds the limit is refused up front.
-    let tiny = small.ctx().with_max_storage_binding_size(1024).expect("limit");
-    assert!(matches!(KiviLayer::with_path(&tiny, h, d, &cfg, small.path()), Err(Error::Limit { .. })));
+    let tiny = small
+        .ctx()
+        .with_max_storage_binding_size(1024)
+        .expect("limit");
+    assert!(matches!(
+        KiviLayer::with_path(&tiny, h, d, &cfg, small.path()),
+        Err(Error::Limit { .. })
+    ));
 }
 parity_tests!(kivi_segments);
 
@@ -713,21 +732,41 @@ fn kivi_encode_append_into_app_encoder(t: &Target) {
     for (a, b) in [(0, 100), (100, 101), (101, 300)] {
         let (ks, vs) = (&k[a * row..b * row], &v[a * row..b * row]);
         let device = ctx.device().expect("device");
-        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("app encoder") });
-        recorded.encode_append(&mut enc, Input::F32(ks), Input::F32(vs)).expect("encode_append");
+        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("app encoder"),
+        });
+        recorded
+            .encode_append(&mut enc, Input::F32(ks), Input::F32(vs))
+            .expect("encode_append");
         ctx.queue().expect("queue").submit([enc.finish()]);
-        blocking.append(Input::F32(ks), Input::F32(vs)).expect("append");
+        blocking
+            .append(Input::F32(ks), Input::F32(vs))
+            .expect("append");
     }
     assert_eq!(recorded.len(), 300);
     let (a, b) = (recorded.raw().expect("raw"), blocking.raw().expect("raw"));
     words_eq(&a.key_codes, &b.key_codes, "recorded vs blocking key codes");
-    words_eq(&a.value_codes, &b.value_codes, "recorded vs blocking value codes");
-    words_eq(&a.key_params, &b.key_params, "recorded vs blocking key params");
+    words_eq(
+        &a.value_codes,
+        &b.value_codes,
+        "recorded vs blocking value codes",
+    );
+    words_eq(
+        &a.key_params,
+        &b.key_params,
+        "recorded vs blocking key params",
+    );
     assert_eq!(a.residual_k, b.residual_k);
     // 1-bit codes with f16 parameters need the blocking append's status check.
     let mut one = layer(t, h, d, &KiviConfig::uniform(1, 32, 0));
-    let mut enc = ctx.device().expect("device").create_command_encoder(&Default::default());
-    assert!(matches!(one.encode_append(&mut enc, Input::F32(&k), Input::F32(&v)), Err(Error::Config(_))));
+    let mut enc = ctx
+        .device()
+        .expect("device")
+        .create_command_encoder(&Default::default());
+    assert!(matches!(
+        one.encode_append(&mut enc, Input::F32(&k), Input::F32(&v)),
+        Err(Error::Config(_))
+    ));
     assert_eq!(one.len(), 0);
 }
 parity_tests!(kivi_encode_append_into_app_encoder);

@@ -10,11 +10,13 @@ mod common;
 
 use common::{POISON, Target, run_plan};
 use half::f16;
+use kvpack::KiviConfig;
 use kvpack::cpu::kivi_group as g;
 use kvpack::cpu::{kivi_dequant_keys, kivi_dequant_values, kivi_quant_keys, kivi_quant_values};
-use kvpack::kivi::gpu_store::{plan_dequant_keys, plan_dequant_values, plan_quant_keys, plan_quant_values, rows_to_words};
+use kvpack::kivi::gpu_store::{
+    plan_dequant_keys, plan_dequant_values, plan_quant_keys, plan_quant_values, rows_to_words,
+};
 use kvpack::kivi::{Layout, ParamStorage};
-use kvpack::KiviConfig;
 use rand::Rng;
 
 struct Case {
@@ -32,7 +34,16 @@ struct Case {
     x: Vec<f32>,
 }
 
-fn case(rng: &mut impl Rng, cfg: &KiviConfig, heads: usize, dim: usize, blocks: usize, from_ring: usize, dst_blocks: usize, amp: f32) -> Case {
+fn case(
+    rng: &mut impl Rng,
+    cfg: &KiviConfig,
+    heads: usize,
+    dim: usize,
+    blocks: usize,
+    from_ring: usize,
+    dst_blocks: usize,
+    amp: f32,
+) -> Case {
     let l = Layout::new(heads, dim, cfg).expect("layout");
     let (gk, row) = (l.key_group, l.token_elems());
     let n = blocks * gk;
@@ -44,7 +55,14 @@ fn case(rng: &mut impl Rng, cfg: &KiviConfig, heads: usize, dim: usize, blocks: 
         .map(|i| {
             let ch = (i % row) as f32;
             let x: f32 = rng.random_range(-1.0..1.0);
-            f16::from_f32(amp * (0.1 * ch - 2.0 + if rng.random_range(0..40) == 0 { 6.0 * x } else { x }))
+            f16::from_f32(
+                amp * (0.1 * ch - 2.0
+                    + if rng.random_range(0..40) == 0 {
+                        6.0 * x
+                    } else {
+                        x
+                    }),
+            )
         })
         .collect();
     // Ring slots of tokens [q_old, t_old); every other slot holds NaN so a wrong read shows.
@@ -53,12 +71,22 @@ fn case(rng: &mut impl Rng, cfg: &KiviConfig, heads: usize, dim: usize, blocks: 
     let words = rows_to_words(&l, &vals);
     for s in q_old..t_old {
         let slot = s % c;
-        ring[slot * rw..(slot + 1) * rw].copy_from_slice(&words[(s - q_old) * rw..(s - q_old + 1) * rw]);
+        ring[slot * rw..(slot + 1) * rw]
+            .copy_from_slice(&words[(s - q_old) * rw..(s - q_old + 1) * rw]);
     }
     // Incoming: rows of tokens [t_old, q_old + n) (and a few more the dispatch must not need).
     let mut incoming = words[(t_old - q_old) * rw..].to_vec();
     incoming.extend(std::iter::repeat_n(0x7e00_7e00u32, 2 * rw));
-    Case { l, q_old, n, t_old, dst_tokens: dst_blocks * gk, ring, incoming, x: vals.iter().map(|v| v.to_f32()).collect() }
+    Case {
+        l,
+        q_old,
+        n,
+        t_old,
+        dst_tokens: dst_blocks * gk,
+        ring,
+        incoming,
+        x: vals.iter().map(|v| v.to_f32()).collect(),
+    }
 }
 
 fn as_bytes(w: &[u32]) -> Vec<u8> {
@@ -90,17 +118,53 @@ fn reference(c: &Case) -> Out {
     let mut vc = vec![POISON; (c.dst_tokens + c.n) * l.value_token_words()];
     let mut vp = vec![POISON; (c.dst_tokens + c.n) * l.value_token_param_words()];
     let mut status = 0;
-    if kivi_quant_keys::kivi_quant_keys(l, blocks, x, &mut kc[dst_blocks * l.key_block_words()..], &mut kp[dst_blocks * l.key_block_param_words()..]).is_err() {
+    if kivi_quant_keys::kivi_quant_keys(
+        l,
+        blocks,
+        x,
+        &mut kc[dst_blocks * l.key_block_words()..],
+        &mut kp[dst_blocks * l.key_block_param_words()..],
+    )
+    .is_err()
+    {
         status = 1;
     }
-    if kivi_quant_values::kivi_quant_values(l, c.n, x, &mut vc[c.dst_tokens * l.value_token_words()..], &mut vp[c.dst_tokens * l.value_token_param_words()..]).is_err() {
+    if kivi_quant_values::kivi_quant_values(
+        l,
+        c.n,
+        x,
+        &mut vc[c.dst_tokens * l.value_token_words()..],
+        &mut vp[c.dst_tokens * l.value_token_param_words()..],
+    )
+    .is_err()
+    {
         status = 1;
     }
     let mut k_hat = vec![0f32; c.n * row];
     let mut v_hat = vec![0f32; c.n * row];
-    kivi_dequant_keys::kivi_dequant_keys(l, blocks, &kc[dst_blocks * l.key_block_words()..], &kp[dst_blocks * l.key_block_param_words()..], &mut k_hat);
-    kivi_dequant_values::kivi_dequant_values(l, c.n, &vc[c.dst_tokens * l.value_token_words()..], &vp[c.dst_tokens * l.value_token_param_words()..], &mut v_hat);
-    Out { key_codes: kc, key_params: kp, value_codes: vc, value_params: vp, k_hat, v_hat, status }
+    kivi_dequant_keys::kivi_dequant_keys(
+        l,
+        blocks,
+        &kc[dst_blocks * l.key_block_words()..],
+        &kp[dst_blocks * l.key_block_param_words()..],
+        &mut k_hat,
+    );
+    kivi_dequant_values::kivi_dequant_values(
+        l,
+        c.n,
+        &vc[c.dst_tokens * l.value_token_words()..],
+        &vp[c.dst_tokens * l.value_token_param_words()..],
+        &mut v_hat,
+    );
+    Out {
+        key_codes: kc,
+        key_params: kp,
+        value_codes: vc,
+        value_params: vp,
+        k_hat,
+        v_hat,
+        status,
+    }
 }
 
 fn on_target(t: &Target, c: &Case) -> Out {
@@ -117,7 +181,12 @@ fn on_target(t: &Target, c: &Case) -> Out {
         poison((dst_blocks + blocks) * l.key_block_param_words()),
         status.clone(),
     ];
-    run_plan(t, &plan_quant_keys(l, blocks, c.q_old, c.t_old, dst_blocks), &mut sk).unwrap_or_else(|e| panic!("{}: keys: {e}", t.name()));
+    run_plan(
+        t,
+        &plan_quant_keys(l, blocks, c.q_old, c.t_old, dst_blocks),
+        &mut sk,
+    )
+    .unwrap_or_else(|e| panic!("{}: keys: {e}", t.name()));
     let mut sv = vec![
         as_bytes(&c.ring),
         as_bytes(&c.incoming),
@@ -125,13 +194,28 @@ fn on_target(t: &Target, c: &Case) -> Out {
         poison((c.dst_tokens + c.n) * l.value_token_param_words()),
         status,
     ];
-    run_plan(t, &plan_quant_values(l, c.n, c.q_old, c.t_old, c.dst_tokens), &mut sv).unwrap_or_else(|e| panic!("{}: values: {e}", t.name()));
+    run_plan(
+        t,
+        &plan_quant_values(l, c.n, c.q_old, c.t_old, c.dst_tokens),
+        &mut sv,
+    )
+    .unwrap_or_else(|e| panic!("{}: values: {e}", t.name()));
     // dequantize what this target produced (from the segment offset)
     let row = l.token_elems();
-    let mut dk = vec![sk[2].clone(), sk[3].clone(), as_bytes(&vec![POISON; c.n * row])];
-    run_plan(t, &plan_dequant_keys(l, c.n, dst_blocks), &mut dk).unwrap_or_else(|e| panic!("{}: dequant keys: {e}", t.name()));
-    let mut dv = vec![sv[2].clone(), sv[3].clone(), as_bytes(&vec![POISON; c.n * row])];
-    run_plan(t, &plan_dequant_values(l, c.n, c.dst_tokens), &mut dv).unwrap_or_else(|e| panic!("{}: dequant values: {e}", t.name()));
+    let mut dk = vec![
+        sk[2].clone(),
+        sk[3].clone(),
+        as_bytes(&vec![POISON; c.n * row]),
+    ];
+    run_plan(t, &plan_dequant_keys(l, c.n, dst_blocks), &mut dk)
+        .unwrap_or_else(|e| panic!("{}: dequant keys: {e}", t.name()));
+    let mut dv = vec![
+        sv[2].clone(),
+        sv[3].clone(),
+        as_bytes(&vec![POISON; c.n * row]),
+    ];
+    run_plan(t, &plan_dequant_values(l, c.n, c.dst_tokens), &mut dv)
+        .unwrap_or_else(|e| panic!("{}: dequant values: {e}", t.name()));
     Out {
         key_codes: as_words(&sk[2]),
         key_params: as_words(&sk[3]),
@@ -159,8 +243,10 @@ fn decode(l: &Layout, c: &Case, o: &Out) -> (Vec<u32>, Vec<u32>) {
             k[t * row + e] = g::get_code(&o.key_codes[gi * wpg..], t % gk, l.key_bits);
             let (h, d) = (e / l.dim, e % l.dim);
             let j = d / l.value_group;
-            let base = ((c.dst_tokens + t) * l.heads + h) * l.value_row_words() + j * l.value_group_words();
-            v[t * row + e] = g::get_code(&o.value_codes[base..], d - j * l.value_group, l.value_bits);
+            let base = ((c.dst_tokens + t) * l.heads + h) * l.value_row_words()
+                + j * l.value_group_words();
+            v[t * row + e] =
+                g::get_code(&o.value_codes[base..], d - j * l.value_group, l.value_bits);
         }
     }
     (k, v)
@@ -176,12 +262,20 @@ fn ratios(l: &Layout, c: &Case) -> (Vec<f32>, Vec<f32>) {
             let b0 = t / gk * gk;
             let (lo, hi) = g::min_max((b0..b0 + gk).map(|s| c.x[s * row + e]));
             let (scale, lo) = g::group_params(lo, hi, l.key_bits);
-            rk[t * row + e] = if scale > 0.0 { (c.x[t * row + e] - lo) / scale } else { 0.0 };
+            rk[t * row + e] = if scale > 0.0 {
+                (c.x[t * row + e] - lo) / scale
+            } else {
+                0.0
+            };
             let (h, d) = (e / l.dim, e % l.dim);
             let (c0, c1) = (d / gv * gv, (d / gv * gv + gv).min(l.dim));
             let (lo, hi) = g::min_max((c0..c1).map(|dd| c.x[t * row + h * l.dim + dd]));
             let (scale, lo) = g::group_params(lo, hi, l.value_bits);
-            rv[t * row + e] = if scale > 0.0 { (c.x[t * row + e] - lo) / scale } else { 0.0 };
+            rv[t * row + e] = if scale > 0.0 {
+                (c.x[t * row + e] - lo) / scale
+            } else {
+                0.0
+            };
         }
     }
     (rk, rv)
@@ -195,9 +289,14 @@ fn check(t: &Target, c: &Case, what: &str) -> usize {
     if let Target::Cpu(_) = t {
         // The reference against the spec applied per element.
         let (dk, dv) = decode(l, c, &r);
-        for (codes, ratio, bits, kind) in [(&dk, &rk, l.key_bits, "key"), (&dv, &rv, l.value_bits, "value")] {
+        for (codes, ratio, bits, kind) in [
+            (&dk, &rk, l.key_bits, "key"),
+            (&dv, &rv, l.value_bits, "value"),
+        ] {
             for i in 0..codes.len() {
-                let want = ratio[i].round_ties_even().clamp(0.0, ((1u32 << bits) - 1) as f32) as u32;
+                let want = ratio[i]
+                    .round_ties_even()
+                    .clamp(0.0, ((1u32 << bits) - 1) as f32) as u32;
                 assert_eq!(codes[i], want, "cpu {what}: {kind} element {i}");
             }
         }
@@ -206,14 +305,23 @@ fn check(t: &Target, c: &Case, what: &str) -> usize {
     }
     let o = on_target(t, c);
     assert_eq!(o.status, r.status, "{name} {what}: status");
-    for (a, b, kind) in [(&o.key_params, &r.key_params, "key params"), (&o.value_params, &r.value_params, "value params")] {
+    for (a, b, kind) in [
+        (&o.key_params, &r.key_params, "key params"),
+        (&o.value_params, &r.value_params, "value params"),
+    ] {
         if let Some(i) = first_diff(a, b) {
-            panic!("{name} {what}: {kind} word {i}: {:#010x} != {:#010x} (poison {POISON:#x})", a[i], b[i]);
+            panic!(
+                "{name} {what}: {kind} word {i}: {:#010x} != {:#010x} (poison {POISON:#x})",
+                a[i], b[i]
+            );
         }
     }
     let exact = matches!(t, Target::MslEmulated(_));
     let (ok_codes, boundary) = if exact {
-        (o.key_codes == r.key_codes && o.value_codes == r.value_codes, 0)
+        (
+            o.key_codes == r.key_codes && o.value_codes == r.value_codes,
+            0,
+        )
     } else {
         let (gk_, gv_) = (decode(l, c, &o), decode(l, c, &r));
         let mut n = 0;
@@ -221,25 +329,46 @@ fn check(t: &Target, c: &Case, what: &str) -> usize {
             for i in 0..a.len() {
                 if a[i] != b[i] {
                     let near = ((ratio[i] - ratio[i].floor()) - 0.5).abs() < 1e-4;
-                    assert!(near && a[i].abs_diff(b[i]) == 1, "{name} {what}: code {i}: {} vs {} (ratio {})", a[i], b[i], ratio[i]);
+                    assert!(
+                        near && a[i].abs_diff(b[i]) == 1,
+                        "{name} {what}: code {i}: {} vs {} (ratio {})",
+                        a[i],
+                        b[i],
+                        ratio[i]
+                    );
                     n += 1;
                 }
             }
         }
         // Words outside the decoded codes (segment prefix poison, stream padding) must match.
-        (n > 0 || (o.key_codes == r.key_codes && o.value_codes == r.value_codes), n)
+        (
+            n > 0 || (o.key_codes == r.key_codes && o.value_codes == r.value_codes),
+            n,
+        )
     };
     if !ok_codes {
-        let i = first_diff(&o.key_codes, &r.key_codes).or(first_diff(&o.value_codes, &r.value_codes));
+        let i =
+            first_diff(&o.key_codes, &r.key_codes).or(first_diff(&o.value_codes, &r.value_codes));
         panic!("{name} {what}: code words differ at {i:?}");
     }
     for (a, b, kind) in [(&o.k_hat, &r.k_hat, "k_hat"), (&o.v_hat, &r.v_hat, "v_hat")] {
         for i in 0..a.len() {
             if exact {
-                assert_eq!(a[i].to_bits(), b[i].to_bits(), "{name} {what}: {kind}[{i}] {} vs {}", a[i], b[i]);
+                assert_eq!(
+                    a[i].to_bits(),
+                    b[i].to_bits(),
+                    "{name} {what}: {kind}[{i}] {} vs {}",
+                    a[i],
+                    b[i]
+                );
             } else if boundary == 0 {
                 let bound = (a[i].abs() + b[i].abs() + 8.0) * f32::EPSILON * 4.0;
-                assert!((a[i] - b[i]).abs() <= bound, "{name} {what}: {kind}[{i}] {} vs {}", a[i], b[i]);
+                assert!(
+                    (a[i] - b[i]).abs() <= bound,
+                    "{name} {what}: {kind}[{i}] {} vs {}",
+                    a[i],
+                    b[i]
+                );
             }
         }
     }
@@ -252,11 +381,74 @@ fn kivi_kernels_match_reference(t: &Target) {
     let configs = [
         (KiviConfig::uniform(2, 32, 128), 3, 64, 2, 40, 1, 1.0),
         (KiviConfig::uniform(4, 32, 32), 2, 80, 3, 10, 0, 1.0),
-        (KiviConfig { key_bits: 3, key_group: 4, value_bits: 5, value_group: 32, residual: 8, params: ParamStorage::F32 }, 2, 80, 5, 9, 2, 1.0),
-        (KiviConfig { key_bits: 8, key_group: 128, value_bits: 1, value_group: 16, residual: 0, params: ParamStorage::F16 }, 1, 48, 1, 0, 1, 1.0),
-        (KiviConfig { key_bits: 7, key_group: 32, value_bits: 6, value_group: 128, residual: 64, params: ParamStorage::F16 }, 2, 130, 2, 64, 0, 1.0),
+        (
+            KiviConfig {
+                key_bits: 3,
+                key_group: 4,
+                value_bits: 5,
+                value_group: 32,
+                residual: 8,
+                params: ParamStorage::F32,
+            },
+            2,
+            80,
+            5,
+            9,
+            2,
+            1.0,
+        ),
+        (
+            KiviConfig {
+                key_bits: 8,
+                key_group: 128,
+                value_bits: 1,
+                value_group: 16,
+                residual: 0,
+                params: ParamStorage::F16,
+            },
+            1,
+            48,
+            1,
+            0,
+            1,
+            1.0,
+        ),
+        (
+            KiviConfig {
+                key_bits: 7,
+                key_group: 32,
+                value_bits: 6,
+                value_group: 128,
+                residual: 64,
+                params: ParamStorage::F16,
+            },
+            2,
+            130,
+            2,
+            64,
+            0,
+            1.0,
+        ),
+        // Value groups above 64 channels take the subgroup-cooperative kernel (ragged: 96+96+8).
+        (KiviConfig { key_bits: 2, key_group: 32, value_bits: 3, value_group: 96, residual: 32, params: ParamStorage::F16 }, 2, 200, 2, 7, 1, 1.0),
+        (KiviConfig { key_bits: 5, key_group: 32, value_bits: 2, value_group: 256, residual: 0, params: ParamStorage::F32 }, 1, 256, 1, 0, 0, 1.0),
         // H·D odd: the last channel pair of a row has one channel.
-        (KiviConfig { key_bits: 4, key_group: 4, value_bits: 3, value_group: 8, residual: 8, params: ParamStorage::F32 }, 3, 41, 3, 5, 1, 1.0),
+        (
+            KiviConfig {
+                key_bits: 4,
+                key_group: 4,
+                value_bits: 3,
+                value_group: 8,
+                residual: 8,
+                params: ParamStorage::F32,
+            },
+            3,
+            41,
+            3,
+            5,
+            1,
+            1.0,
+        ),
         // Tiny inputs: f16-subnormal scales and lo, so the f16 rounding of the parameters is
         // exercised below 2^-14.
         (KiviConfig::uniform(8, 32, 32), 2, 64, 2, 20, 1, 2e-4),
@@ -264,7 +456,10 @@ fn kivi_kernels_match_reference(t: &Target) {
     ];
     for (cfg, h, d, blocks, from_ring, dst_blocks, amp) in configs {
         let c = case(&mut rng, &cfg, h, d, blocks, from_ring, dst_blocks, amp);
-        let what = format!("kb={} kg={} vb={} vg={} H={h} D={d} blocks={blocks} ring={from_ring} {:?}", cfg.key_bits, cfg.key_group, cfg.value_bits, cfg.value_group, cfg.params);
+        let what = format!(
+            "kb={} kg={} vb={} vg={} H={h} D={d} blocks={blocks} ring={from_ring} {:?}",
+            cfg.key_bits, cfg.key_group, cfg.value_bits, cfg.value_group, cfg.params
+        );
         boundary += check(t, &c, &what);
     }
     eprintln!("kivi_kernels[{}]: {boundary} boundary codes", t.name());
@@ -278,10 +473,24 @@ fn kivi_kernels_flag_f16_overflow(t: &Target) {
     let mut x: Vec<f16> = (0..4 * 8).map(|i| f16::from_f32(i as f32)).collect();
     x[0] = f16::from_f32(-60000.0);
     x[8] = f16::from_f32(60000.0);
-    let c = Case { l, q_old: 0, n: 4, t_old: 0, dst_tokens: 0, ring: vec![0; l.ring_tokens() * 4], incoming: rows_to_words(&l, &x), x: x.iter().map(|v| v.to_f32()).collect() };
+    let c = Case {
+        l,
+        q_old: 0,
+        n: 4,
+        t_old: 0,
+        dst_tokens: 0,
+        ring: vec![0; l.ring_tokens() * 4],
+        incoming: rows_to_words(&l, &x),
+        x: x.iter().map(|v| v.to_f32()).collect(),
+    };
     assert_eq!(reference(&c).status, 1);
     if t.is_gpu() || matches!(t, Target::MslEmulated(_)) {
-        assert_eq!(on_target(t, &c).status, 1, "{}: overflow not flagged", t.name());
+        assert_eq!(
+            on_target(t, &c).status,
+            1,
+            "{}: overflow not flagged",
+            t.name()
+        );
     }
 }
 parity_tests!(kivi_kernels_flag_f16_overflow, msl);

@@ -575,7 +575,6 @@ fn non_metal_cpp_is_rejected() {
     assert!(matches!(e, EmuError::Signature(_)), "{e}");
 }
 
-
 #[test]
 fn structs_pointers_half_2d() {
     let k = MslKernel::compile(include_str!("kernels/structs.metal"), "structs")

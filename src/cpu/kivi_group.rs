@@ -45,11 +45,20 @@ pub fn store_params(scale: f32, lo: f32, storage: ParamStorage) -> Option<[u32; 
     match storage {
         ParamStorage::F16 => {
             let (s, l) = (f16::from_f32(scale), f16::from_f32(lo));
-            let lo_bits = if l.to_bits() & 0x7fff == 0 { 0 } else { l.to_bits() };
-            (s.is_finite() && l.is_finite()).then(|| [u32::from(s.to_bits()) | (u32::from(lo_bits) << 16), 0])
+            let lo_bits = if l.to_bits() & 0x7fff == 0 {
+                0
+            } else {
+                l.to_bits()
+            };
+            (s.is_finite() && l.is_finite())
+                .then(|| [u32::from(s.to_bits()) | (u32::from(lo_bits) << 16), 0])
         }
         ParamStorage::F32 => {
-            let lo_bits = if lo.to_bits() & 0x7fff_ffff == 0 { 0 } else { lo.to_bits() };
+            let lo_bits = if lo.to_bits() & 0x7fff_ffff == 0 {
+                0
+            } else {
+                lo.to_bits()
+            };
             Some([scale.to_bits(), lo_bits])
         }
     }

@@ -32,7 +32,11 @@ pub fn check_storage_size(ctx: &Context, what: &'static str, bytes: u64) -> Resu
     gpu_of(ctx, what)?;
     let limit = ctx.max_storage_binding_size();
     if bytes > limit {
-        return Err(Error::Limit { what, needed: bytes, limit });
+        return Err(Error::Limit {
+            what,
+            needed: bytes,
+            limit,
+        });
     }
     Ok(())
 }

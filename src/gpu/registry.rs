@@ -127,6 +127,19 @@ pub static KIVI_QUANT_VALUES: KernelDef = KernelDef {
     workgroup_size: 256,
 };
 
+/// KIVI per-token value quantization for value groups of at most 64 channels: one
+/// invocation per group (specialized on `PARAMS_F16`, `VALUE_GROUP`, `VALUE_BITS`).
+pub static KIVI_QUANT_VALUES_THREAD: KernelDef = KernelDef {
+    name: "kivi_quant_values_thread",
+    wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../../wgsl/kivi_quant_values_thread.wgsl"),
+    msl_common: &[MSL_KIVI],
+    msl: Some(include_str!("../../msl/kivi_quant_values_thread.metal")),
+    bindings: KIVI_QUANT_BINDINGS,
+    workgroup_size: 64,
+};
+
 /// KIVI key reconstruction (tests and tools).
 pub static KIVI_DEQUANT_KEYS: KernelDef = KernelDef {
     name: "kivi_dequant_keys",
@@ -189,6 +202,7 @@ pub static KERNELS: &[&KernelDef] = &[
     &BITUNPACK,
     &KIVI_QUANT_KEYS,
     &KIVI_QUANT_VALUES,
+    &KIVI_QUANT_VALUES_THREAD,
     &KIVI_DEQUANT_KEYS,
     &KIVI_DEQUANT_VALUES,
 ];

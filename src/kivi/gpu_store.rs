@@ -47,7 +47,10 @@ pub struct KiviParams {
 /// The specialization of every KIVI kernel: parameter storage (and, for the key kernel, the
 /// key group), all fixed for a cache's life.
 pub fn specialization(l: &Layout) -> registry::Specialization {
-    registry::Specialization(vec![("PARAMS_F16", u32::from(l.params == ParamStorage::F16))])
+    registry::Specialization(vec![(
+        "PARAMS_F16",
+        u32::from(l.params == ParamStorage::F16),
+    )])
 }
 
 fn key_specialization(l: &Layout) -> registry::Specialization {
@@ -81,19 +84,54 @@ pub struct QuantSource {
 /// Key quantization of `blocks` blocks whose first token is `src_start`, into a segment at
 /// block `dst_block`, with the incoming rows starting at token `t_old`.
 /// Storage bindings: ring_k, incoming_k, codes, params, status.
-pub fn plan_quant_keys(l: &Layout, blocks: usize, src_start: usize, t_old: usize, dst_block: usize) -> DispatchPlan {
-    plan_quant_keys_from(l, blocks, QuantSource { start: src_start, t_old, inc_start: t_old }, dst_block)
+pub fn plan_quant_keys(
+    l: &Layout,
+    blocks: usize,
+    src_start: usize,
+    t_old: usize,
+    dst_block: usize,
+) -> DispatchPlan {
+    plan_quant_keys_from(
+        l,
+        blocks,
+        QuantSource {
+            start: src_start,
+            t_old,
+            inc_start: t_old,
+        },
+        dst_block,
+    )
 }
 
 /// Value quantization of `tokens` tokens from `src_start` into a segment at token
 /// `dst_token`, with the incoming rows starting at token `t_old`.
 /// Storage bindings: ring_v, incoming_v, codes, params, status.
-pub fn plan_quant_values(l: &Layout, tokens: usize, src_start: usize, t_old: usize, dst_token: usize) -> DispatchPlan {
-    plan_quant_values_from(l, tokens, QuantSource { start: src_start, t_old, inc_start: t_old }, dst_token)
+pub fn plan_quant_values(
+    l: &Layout,
+    tokens: usize,
+    src_start: usize,
+    t_old: usize,
+    dst_token: usize,
+) -> DispatchPlan {
+    plan_quant_values_from(
+        l,
+        tokens,
+        QuantSource {
+            start: src_start,
+            t_old,
+            inc_start: t_old,
+        },
+        dst_token,
+    )
 }
 
 /// [`plan_quant_keys`] with an explicit [`QuantSource`].
-pub fn plan_quant_keys_from(l: &Layout, blocks: usize, src: QuantSource, dst_block: usize) -> DispatchPlan {
+pub fn plan_quant_keys_from(
+    l: &Layout,
+    blocks: usize,
+    src: QuantSource,
+    dst_block: usize,
+) -> DispatchPlan {
     let def = &registry::KIVI_QUANT_KEYS;
     let p = KiviParams {
         bits: l.key_bits,
@@ -118,7 +156,12 @@ pub fn plan_quant_keys_from(l: &Layout, blocks: usize, src: QuantSource, dst_blo
 }
 
 /// [`plan_quant_values`] with an explicit [`QuantSource`].
-pub fn plan_quant_values_from(l: &Layout, tokens: usize, src: QuantSource, dst_token: usize) -> DispatchPlan {
+pub fn plan_quant_values_from(
+    l: &Layout,
+    tokens: usize,
+    src: QuantSource,
+    dst_token: usize,
+) -> DispatchPlan {
     let p = KiviParams {
         bits: l.value_bits,
         group: l.value_group as u32,
@@ -133,15 +176,36 @@ pub fn plan_quant_values_from(l: &Layout, tokens: usize, src: QuantSource, dst_t
         n_groups: l.value_groups() as u32,
         ..base_params(l)
     };
+    let def = values_kernel(l);
+    let groups = (tokens * l.heads * l.value_groups()) as u64;
+    let (spec, per_workgroup) = if std::ptr::eq(def, &registry::KIVI_QUANT_VALUES_THREAD) {
+        let mut spec = specialization(l);
+        spec.0.push(("VALUE_GROUP", l.value_group as u32));
+        spec.0.push(("VALUE_BITS", l.value_bits));
+        (spec, def.workgroup_size) // one group per invocation
+    } else {
+        (specialization(l), def.workgroup_size / 32) // one group per slice of 32
+    };
     DispatchPlan {
-        kernel: &registry::KIVI_QUANT_VALUES,
-        spec: specialization(l),
+        kernel: def,
+        spec,
         uniform: bytemuck::bytes_of(&p).to_vec(),
-        // One value group per slice of 32 invocations.
-        workgroups: ((tokens * l.heads * l.value_groups()) as u64)
-            .div_ceil(u64::from(registry::KIVI_QUANT_VALUES.workgroup_size / 32)),
+        workgroups: groups.div_ceil(u64::from(per_workgroup)),
     }
 }
+
+/// The value quantization kernel for a layout: one invocation per group for groups of at
+/// most [`THREAD_VALUE_GROUP_MAX`] channels, a subgroup-cooperative slice of 32 per group above.
+pub fn values_kernel(l: &Layout) -> &'static registry::KernelDef {
+    if l.value_group <= THREAD_VALUE_GROUP_MAX {
+        &registry::KIVI_QUANT_VALUES_THREAD
+    } else {
+        &registry::KIVI_QUANT_VALUES
+    }
+}
+
+/// Largest value group quantized by one invocation (registers hold the group).
+pub const THREAD_VALUE_GROUP_MAX: usize = 64;
 
 /// Key reconstruction of `tokens` tokens (whole blocks) of a segment from block `dst_block`.
 /// Storage bindings: codes, params, out.
@@ -353,7 +417,11 @@ impl GpuStore {
         let limit = self.ctx.max_storage_binding_size();
         let tokens = (limit / row_bytes) as usize / self.l.key_group * self.l.key_group;
         if tokens == 0 {
-            return Err(Error::Limit { what: "one key group of f16 rows", needed: row_bytes * self.l.key_group as u64, limit });
+            return Err(Error::Limit {
+                what: "one key group of f16 rows",
+                needed: row_bytes * self.l.key_group as u64,
+                limit,
+            });
         }
         Ok(tokens.min(self.segment_tokens))
     }
@@ -376,7 +444,11 @@ impl GpuStore {
             Ok(())
         })?;
         if quantized {
-            let status = u32::from_le_bytes(gpu::readback(&ctx, &self.status, 4)?.try_into().unwrap_or([0xff; 4]));
+            let status = u32::from_le_bytes(
+                gpu::readback(&ctx, &self.status, 4)?
+                    .try_into()
+                    .unwrap_or([0xff; 4]),
+            );
             if status & 2 != 0 {
                 return Err(Error::Gpu {
                     during: "kivi quantize",
@@ -386,16 +458,31 @@ impl GpuStore {
                 });
             }
             if status & 1 != 0 {
-                let o = ParamOverflow { token: self.l.quantized_len(t_old), head: 0, index: 0 };
-                return Err(overflow_error(o, "a key or value (first token of the failed flush; exact group on the CPU path)"));
+                let o = ParamOverflow {
+                    token: self.l.quantized_len(t_old),
+                    head: 0,
+                    index: 0,
+                };
+                return Err(overflow_error(
+                    o,
+                    "a key or value (first token of the failed flush; exact group on the CPU path)",
+                ));
             }
         }
-        gpu::submit_blocking(&ctx, "kivi residual", |enc| self.record_commit(enc, t_old, k, v))
+        gpu::submit_blocking(&ctx, "kivi residual", |enc| {
+            self.record_commit(enc, t_old, k, v)
+        })
     }
 
     /// Records both phases of an append into the caller's encoder (no status check: only for
     /// layouts where [`Self::can_overflow`] is false).
-    pub(crate) fn encode_append(&mut self, enc: &mut wgpu::CommandEncoder, t_old: usize, k: &[f16], v: &[f16]) -> Result<()> {
+    pub(crate) fn encode_append(
+        &mut self,
+        enc: &mut wgpu::CommandEncoder,
+        t_old: usize,
+        k: &[f16],
+        v: &[f16],
+    ) -> Result<()> {
         if self.can_overflow() {
             return Err(Error::Config(
                 "1-bit codes with f16 parameters can overflow f16 and need the status check of the blocking \
@@ -410,7 +497,13 @@ impl GpuStore {
     /// Phase 1: quantizes tokens `[Q_old, Q_new)` in pieces that respect segment boundaries
     /// and the binding limit (each piece uploads only the rows it needs). Returns whether
     /// anything was quantized.
-    fn record_quantize(&mut self, enc: &mut wgpu::CommandEncoder, t_old: usize, k: &[f16], v: &[f16]) -> Result<bool> {
+    fn record_quantize(
+        &mut self,
+        enc: &mut wgpu::CommandEncoder,
+        t_old: usize,
+        k: &[f16],
+        v: &[f16],
+    ) -> Result<bool> {
         let l = self.l;
         let row = l.token_elems();
         let t_new = t_old + k.len() / row;
@@ -419,7 +512,9 @@ impl GpuStore {
             return Ok(false);
         }
         let ctx = self.ctx.clone();
-        let rows = |x: &[f16], a: usize, b: usize| rows_to_words(&l, &x[(a - t_old) * row..(b - t_old) * row]);
+        let rows = |x: &[f16], a: usize, b: usize| {
+            rows_to_words(&l, &x[(a - t_old) * row..(b - t_old) * row])
+        };
         let piece = self.max_piece_tokens()?;
         let st = self.segment_tokens;
         // Pieces [a, b) and their incoming uploads (rows [max(a, t_old), b)).
@@ -430,12 +525,23 @@ impl GpuStore {
             let first = a.max(t_old);
             let (ik, iv) = if first < b {
                 (
-                    gpu::upload(&ctx, "kvpack kivi incoming k", bytemuck::cast_slice(&rows(k, first, b)))?,
-                    gpu::upload(&ctx, "kvpack kivi incoming v", bytemuck::cast_slice(&rows(v, first, b)))?,
+                    gpu::upload(
+                        &ctx,
+                        "kvpack kivi incoming k",
+                        bytemuck::cast_slice(&rows(k, first, b)),
+                    )?,
+                    gpu::upload(
+                        &ctx,
+                        "kvpack kivi incoming v",
+                        bytemuck::cast_slice(&rows(v, first, b)),
+                    )?,
                 )
             } else {
                 // Every token of this piece is in the ring; bind a placeholder.
-                (gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?, gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?)
+                (
+                    gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?,
+                    gpu::storage_buffer(&ctx, "kvpack kivi no incoming", 4)?,
+                )
             };
             pieces.push((a, b, first, ik, iv));
             a = b;
@@ -447,18 +553,52 @@ impl GpuStore {
             let seg_i = a / st;
             let seg = &self.segments[seg_i];
             let off = a - seg_i * st;
-            let src = QuantSource { start: *a, t_old, inc_start: *first };
+            let src = QuantSource {
+                start: *a,
+                t_old,
+                inc_start: *first,
+            };
             let pk = plan_quant_keys_from(&l, (b - a) / l.key_group, src, off / l.key_group);
-            gpu::encode_plan(&ctx, enc, paths.quant_keys, &pk, &[&self.ring_k, ik, &seg.key_codes, &seg.key_params, &self.status])?;
+            gpu::encode_plan(
+                &ctx,
+                enc,
+                paths.quant_keys,
+                &pk,
+                &[
+                    &self.ring_k,
+                    ik,
+                    &seg.key_codes,
+                    &seg.key_params,
+                    &self.status,
+                ],
+            )?;
             let pv = plan_quant_values_from(&l, b - a, src, off);
-            gpu::encode_plan(&ctx, enc, paths.quant_values, &pv, &[&self.ring_v, iv, &seg.value_codes, &seg.value_params, &self.status])?;
+            gpu::encode_plan(
+                &ctx,
+                enc,
+                paths.quant_values,
+                &pv,
+                &[
+                    &self.ring_v,
+                    iv,
+                    &seg.value_codes,
+                    &seg.value_params,
+                    &self.status,
+                ],
+            )?;
         }
         Ok(true)
     }
 
     /// Phase 2 (commit): tokens that stay in the window go to the ring (at most R + G − 1
     /// rows, so one upload within the ring's own size).
-    fn record_commit(&self, enc: &mut wgpu::CommandEncoder, t_old: usize, k: &[f16], v: &[f16]) -> Result<()> {
+    fn record_commit(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        t_old: usize,
+        k: &[f16],
+        v: &[f16],
+    ) -> Result<()> {
         let l = self.l;
         let row = l.token_elems();
         let t_new = t_old + k.len() / row;
@@ -468,14 +608,28 @@ impl GpuStore {
         }
         let rows = |x: &[f16]| rows_to_words(&l, &x[(first - t_old) * row..]);
         let (c, rw) = (l.ring_tokens(), l.residual_row_words() as u64 * 4);
-        let rk = gpu::upload(&self.ctx, "kvpack kivi residual k", bytemuck::cast_slice(&rows(k)))?;
-        let rv = gpu::upload(&self.ctx, "kvpack kivi residual v", bytemuck::cast_slice(&rows(v)))?;
+        let rk = gpu::upload(
+            &self.ctx,
+            "kvpack kivi residual k",
+            bytemuck::cast_slice(&rows(k)),
+        )?;
+        let rv = gpu::upload(
+            &self.ctx,
+            "kvpack kivi residual v",
+            bytemuck::cast_slice(&rows(v)),
+        )?;
         let mut s = first;
         while s < t_new {
             let slot = s % c;
             let run = (t_new - s).min(c - slot);
             for (src, ring) in [(&rk, &self.ring_k), (&rv, &self.ring_v)] {
-                enc.copy_buffer_to_buffer(src, (s - first) as u64 * rw, ring, slot as u64 * rw, run as u64 * rw);
+                enc.copy_buffer_to_buffer(
+                    src,
+                    (s - first) as u64 * rw,
+                    ring,
+                    slot as u64 * rw,
+                    run as u64 * rw,
+                );
             }
             s += run;
         }
@@ -490,9 +644,15 @@ impl GpuStore {
         let mut v = vec![0f32; t * row];
         let st = self.segment_tokens;
         // f32 output per piece within the binding limit (whole key blocks).
-        let max_out = (self.ctx.max_storage_binding_size() / (row as u64 * 4)) as usize / l.key_group * l.key_group;
+        let max_out = (self.ctx.max_storage_binding_size() / (row as u64 * 4)) as usize
+            / l.key_group
+            * l.key_group;
         if max_out == 0 && q > 0 {
-            return Err(Error::Limit { what: "one key block of f32 output", needed: (l.key_group * row * 4) as u64, limit: self.ctx.max_storage_binding_size() });
+            return Err(Error::Limit {
+                what: "one key block of f32 output",
+                needed: (l.key_group * row * 4) as u64,
+                limit: self.ctx.max_storage_binding_size(),
+            });
         }
         let mut a = 0;
         while a < q {
@@ -505,8 +665,20 @@ impl GpuStore {
             let out_v = gpu::storage_buffer(&self.ctx, "kvpack kivi dequant v", bytes)?;
             let path = self.paths.quant_keys;
             gpu::submit_blocking(&self.ctx, "kivi dequantize", |enc| {
-                gpu::encode_plan(&self.ctx, enc, path, &plan_dequant_keys(&l, count, off / l.key_group), &[&seg.key_codes, &seg.key_params, &out_k])?;
-                gpu::encode_plan(&self.ctx, enc, path, &plan_dequant_values(&l, count, off), &[&seg.value_codes, &seg.value_params, &out_v])
+                gpu::encode_plan(
+                    &self.ctx,
+                    enc,
+                    path,
+                    &plan_dequant_keys(&l, count, off / l.key_group),
+                    &[&seg.key_codes, &seg.key_params, &out_k],
+                )?;
+                gpu::encode_plan(
+                    &self.ctx,
+                    enc,
+                    path,
+                    &plan_dequant_values(&l, count, off),
+                    &[&seg.value_codes, &seg.value_params, &out_v],
+                )
             })?;
             let rk = gpu::readback(&self.ctx, &out_k, bytes)?;
             let rv = gpu::readback(&self.ctx, &out_v, bytes)?;

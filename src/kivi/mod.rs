@@ -218,7 +218,7 @@ impl KiviLayer {
         let layout = Layout::new(heads, dim, cfg)?;
         let paths = KiviPaths {
             quant_keys: ctx.resolve(&registry::KIVI_QUANT_KEYS, choice)?,
-            quant_values: ctx.resolve(&registry::KIVI_QUANT_VALUES, choice)?,
+            quant_values: ctx.resolve(gpu_store::values_kernel(&layout), choice)?,
         };
         if paths.quant_keys.is_gpu() != paths.quant_values.is_gpu() {
             return Err(Error::Config(
@@ -284,7 +284,12 @@ impl KiviLayer {
     /// call that reads this layer, and do not drop it unsubmitted (the cache would then hold
     /// unwritten storage). Input is validated as in [`Self::append`]. Not available for
     /// 1-bit codes with f16 parameters, whose flush needs the blocking status check.
-    pub fn encode_append(&mut self, encoder: &mut wgpu::CommandEncoder, k: Input<'_>, v: Input<'_>) -> Result<()> {
+    pub fn encode_append(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        k: Input<'_>,
+        v: Input<'_>,
+    ) -> Result<()> {
         let (k16, v16) = self.validate(k, v)?;
         let Store::Gpu(s) = &mut self.store else {
             return Err(Error::PathUnavailable {
@@ -307,16 +312,28 @@ impl KiviLayer {
         if k.len() % row != 0 {
             return Err(Error::Shape {
                 what: "k",
-                message: format!("{} values is not a whole number of [H={}, D={}] rows", k.len(), self.layout.heads, self.layout.dim),
+                message: format!(
+                    "{} values is not a whole number of [H={}, D={}] rows",
+                    k.len(),
+                    self.layout.heads,
+                    self.layout.dim
+                ),
             });
         }
         if v.len() != k.len() {
-            return Err(Error::Shape { what: "v", message: format!("v has {} values, k has {}", v.len(), k.len()) });
+            return Err(Error::Shape {
+                what: "v",
+                message: format!("v has {} values, k has {}", v.len(), k.len()),
+            });
         }
         let n = k.len() / row;
         let limit = u32::MAX as usize / 2;
         if self.tokens.checked_add(n).is_none_or(|t| t >= limit) {
-            return Err(Error::Limit { what: "tokens in one layer", needed: (self.tokens + n) as u64, limit: limit as u64 });
+            return Err(Error::Limit {
+                what: "tokens in one layer",
+                needed: (self.tokens + n) as u64,
+                limit: limit as u64,
+            });
         }
         Ok((k.to_f16("k")?, v.to_f16("v")?))
     }

@@ -200,15 +200,26 @@ pub fn msl_emulator_available() -> Result<(), String> {
 /// buffers are read back into `storage` afterwards. GPU targets upload, dispatch and read
 /// back; `msl_emulated` compiles the kernel's composed MSL and runs it on the emulator in a
 /// random lane order (a missing barrier shows as a wrong result).
-pub fn run_plan(t: &Target, plan: &kvpack::gpu::DispatchPlan, storage: &mut [Vec<u8>]) -> kvpack::Result<()> {
+pub fn run_plan(
+    t: &Target,
+    plan: &kvpack::gpu::DispatchPlan,
+    storage: &mut [Vec<u8>],
+) -> kvpack::Result<()> {
     use kvpack::gpu;
     match t {
-        Target::Cpu(_) => panic!("run_plan is for kernel targets; the CPU reference is called directly"),
+        Target::Cpu(_) => {
+            panic!("run_plan is for kernel targets; the CPU reference is called directly")
+        }
         Target::Wgsl(ctx, choice) => {
             let path = ctx.resolve(plan.kernel, *choice)?;
-            let bufs: Vec<wgpu::Buffer> = storage.iter().map(|b| gpu::upload(ctx, "test storage", b)).collect::<kvpack::Result<_>>()?;
+            let bufs: Vec<wgpu::Buffer> = storage
+                .iter()
+                .map(|b| gpu::upload(ctx, "test storage", b))
+                .collect::<kvpack::Result<_>>()?;
             let refs: Vec<&wgpu::Buffer> = bufs.iter().collect();
-            gpu::submit_blocking(ctx, "test dispatch", |enc| gpu::encode_plan(ctx, enc, path, plan, &refs))?;
+            gpu::submit_blocking(ctx, "test dispatch", |enc| {
+                gpu::encode_plan(ctx, enc, path, plan, &refs)
+            })?;
             for (b, out) in bufs.iter().zip(storage.iter_mut()) {
                 let n = out.len();
                 *out = gpu::readback(ctx, b, n as u64)?;
@@ -216,11 +227,14 @@ pub fn run_plan(t: &Target, plan: &kvpack::gpu::DispatchPlan, storage: &mut [Vec
             Ok(())
         }
         Target::MslEmulated(_) => {
-            let src = kvpack::gpu::registry::compose_msl(plan.kernel, &plan.spec).ok_or_else(|| kvpack::Error::PathUnavailable {
-                kernel: plan.kernel.name,
-                requested: "msl-emulated".into(),
-                reason: "kernel has no MSL source".into(),
-            })?;
+            let src =
+                kvpack::gpu::registry::compose_msl(plan.kernel, &plan.spec).ok_or_else(|| {
+                    kvpack::Error::PathUnavailable {
+                        kernel: plan.kernel.name,
+                        requested: "msl-emulated".into(),
+                        reason: "kernel has no MSL source".into(),
+                    }
+                })?;
             let kernel = compiled(plan.kernel.name, &src);
             let (x, y) = gpu::split_workgroups_with(plan.workgroups, 65_535)?;
             if x == 0 {
@@ -233,10 +247,21 @@ pub fn run_plan(t: &Target, plan: &kvpack::gpu::DispatchPlan, storage: &mut [Vec
                 bufs.push(b.as_mut_slice());
             }
             let seed: u64 = rand::random();
-            let opts = kvpack_msl_emu::DispatchOptions { lane_order: kvpack_msl_emu::LaneOrder::Random(seed) };
+            let opts = kvpack_msl_emu::DispatchOptions {
+                lane_order: kvpack_msl_emu::LaneOrder::Random(seed),
+            };
             kernel
-                .dispatch(&mut bufs, [x, y, 1], [plan.kernel.workgroup_size, 1, 1], &opts)
-                .map_err(|e| kvpack::Error::Shader { kernel: plan.kernel.name, path: kvpack::KernelPath::Msl, message: format!("{e} (lane seed {seed})") })
+                .dispatch(
+                    &mut bufs,
+                    [x, y, 1],
+                    [plan.kernel.workgroup_size, 1, 1],
+                    &opts,
+                )
+                .map_err(|e| kvpack::Error::Shader {
+                    kernel: plan.kernel.name,
+                    path: kvpack::KernelPath::Msl,
+                    message: format!("{e} (lane seed {seed})"),
+                })
         }
     }
 }
@@ -244,12 +269,19 @@ pub fn run_plan(t: &Target, plan: &kvpack::gpu::DispatchPlan, storage: &mut [Vec
 fn compiled(name: &str, src: &str) -> std::sync::Arc<kvpack_msl_emu::MslKernel> {
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<kvpack_msl_emu::MslKernel>>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<kvpack_msl_emu::MslKernel>>>> =
+        OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(k) = cache.lock().expect("cache").get(src) {
         return k.clone();
     }
-    let k = Arc::new(kvpack_msl_emu::MslKernel::compile(src, name).unwrap_or_else(|e| panic!("compiling msl/{name}.metal: {e}")));
-    cache.lock().expect("cache").insert(src.to_string(), k.clone());
+    let k = Arc::new(
+        kvpack_msl_emu::MslKernel::compile(src, name)
+            .unwrap_or_else(|e| panic!("compiling msl/{name}.metal: {e}")),
+    );
+    cache
+        .lock()
+        .expect("cache")
+        .insert(src.to_string(), k.clone());
     k
 }
