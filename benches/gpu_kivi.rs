@@ -223,16 +223,22 @@ enum Which {
     Values,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn kivi_arm(
     ctx: &Context,
     which: Which,
     bits: u32,
+    vgroup: usize,
     t: usize,
     path: KernelPath,
     pool_id: usize,
     pool: &InputPool,
 ) -> kvpack::Result<Arm> {
-    let l = Layout::new(HEADS, DIM, &KiviConfig::uniform(bits, GROUP, 128))?;
+    let cfg = KiviConfig {
+        value_group: vgroup,
+        ..KiviConfig::uniform(bits, GROUP, 128)
+    };
+    let l = Layout::new(HEADS, DIM, &cfg)?;
     let (plan, codes_bytes, params_bytes, name) = match which {
         Which::Keys => {
             let blocks = t / l.key_group;
@@ -248,6 +254,13 @@ fn kivi_arm(
             (t * l.value_token_words() * 4) as u64,
             (t * l.value_token_param_words() * 4) as u64,
             "values",
+        ),
+    };
+    let name = match which {
+        Which::Keys => format!("{name} G={GROUP}"),
+        Which::Values => format!(
+            "{name} G={vgroup} {}",
+            plan.kernel.name.trim_start_matches("kivi_quant_")
         ),
     };
     let input_bytes = (t * l.token_elems() * 2) as u64;
@@ -303,14 +316,21 @@ fn check_arm(ctx: &Context, arm: &Arm, host: Option<&[f16]>, t: usize) -> Result
         return Err(format!("status = {:#x} (parameter overflow)", status[0]));
     }
     let p: kvpack::kivi::gpu_store::KiviParams = bytemuck::pod_read_unaligned(&arm.plan.uniform);
-    let l = Layout::new(HEADS, DIM, &KiviConfig::uniform(p.bits, GROUP, 128)).map_err(e)?;
+    // KiviParams.group is the key group of a key plan and the value group of a value plan.
+    let is_keys = arm.plan.kernel.name == registry::KIVI_QUANT_KEYS.name;
+    let vgroup = if is_keys { GROUP } else { p.group as usize };
+    let cfg = KiviConfig {
+        value_group: vgroup,
+        ..KiviConfig::uniform(p.bits, GROUP, 128)
+    };
+    let l = Layout::new(HEADS, DIM, &cfg).map_err(e)?;
     let gpu_codes = read_u32(ctx, &inst[2], inst[2].size()).map_err(e)?;
     let gpu_params = read_u32(ctx, &inst[3], inst[3].size()).map_err(e)?;
     let mut codes = vec![0u32; gpu_codes.len()];
     let mut params = vec![0u32; gpu_params.len()];
     let row = l.token_elems();
     let x = |t: usize, h: usize, d: usize| host[t * row + h * DIM + d].to_f32();
-    let r = if arm.plan.kernel.name == registry::KIVI_QUANT_KEYS.name {
+    let r = if is_keys {
         cpu_quant_keys(&l, t / l.key_group, x, &mut codes, &mut params)
     } else {
         cpu_quant_values(&l, t, x, &mut codes, &mut params)
@@ -390,6 +410,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
 
     // KIVI arms: one input pool per T, shared by keys and values at 2 and 4 bits.
     let keys_path = ctx.resolve(&registry::KIVI_QUANT_KEYS, PathChoice::Wgsl)?;
+    let values_thread_path = ctx.resolve(&registry::KIVI_QUANT_VALUES_THREAD, PathChoice::Wgsl)?;
     let mut value_paths = Vec::new();
     for choice in [PathChoice::WgslSubgroup, PathChoice::WgslWorkgroup] {
         match ctx.resolve(&registry::KIVI_QUANT_VALUES, choice) {
@@ -398,7 +419,8 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         }
     }
     println!(
-        "  kivi_quant_keys has one WGSL source (runs as {keys_path}); kivi_quant_values: {}",
+        "  kivi_quant_keys and kivi_quant_values_thread (value groups <= 64) have one WGSL source (run as {keys_path}); \
+         kivi_quant_values (groups of 65..=256, G=128 here): {}",
         value_paths
             .iter()
             .map(|p| p.to_string())
@@ -424,13 +446,33 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 ctx,
                 Which::Keys,
                 bits,
+                GROUP,
                 t,
                 keys_path,
                 pool_id,
                 &pool,
             )?);
+            arms.push(kivi_arm(
+                ctx,
+                Which::Values,
+                bits,
+                GROUP,
+                t,
+                values_thread_path,
+                pool_id,
+                &pool,
+            )?);
             for &p in &value_paths {
-                arms.push(kivi_arm(ctx, Which::Values, bits, t, p, pool_id, &pool)?);
+                arms.push(kivi_arm(
+                    ctx,
+                    Which::Values,
+                    bits,
+                    128,
+                    t,
+                    p,
+                    pool_id,
+                    &pool,
+                )?);
             }
         }
         pools.push(pool);
