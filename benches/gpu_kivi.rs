@@ -598,7 +598,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         }
     );
     println!(
-        "\n{:<34} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>7}",
+        "\n{:<52} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>7}",
         "arm", "moved", "med µs", "min µs", "max µs", "GB/s", "spread", "% copy"
     );
     for (arm, r) in arms.iter().zip(&rows) {
@@ -610,7 +610,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             _ => "-".into(),
         };
         println!(
-            "{:<34} {:>9} {:>9.2} {:>9.2} {:>9.2} {:>8.1} {:>5.1}% {:>7}",
+            "{:<52} {:>9} {:>9.2} {:>9.2} {:>9.2} {:>8.1} {:>5.1}% {:>7}",
             arm.name,
             fmt_bytes(arm.bytes),
             r.0 / 1e3,
