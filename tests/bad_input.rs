@@ -278,3 +278,69 @@ fn bad_shader_is_a_typed_error() {
     let p = BitPacker::with_path(&ctx, PathChoice::Wgsl).expect("packer");
     assert_eq!(p.pack(&[3, 1], 2).expect("pack"), vec![0b01_11]);
 }
+
+#[test]
+fn cache_and_context_knobs_reject_bad_values() {
+    use kvpack::{Input, KiviCache, KiviConfig};
+    let ctx = Context::cpu();
+    assert!(matches!(
+        KiviCache::new(&ctx, 2, 8, &[], PathChoice::Cpu),
+        Err(Error::Config(_))
+    ));
+    let mut cache = KiviCache::uniform(
+        &ctx,
+        2,
+        2,
+        8,
+        &KiviConfig::uniform(2, 4, 4),
+        PathChoice::Cpu,
+    )
+    .expect("cache");
+    let x = vec![0.5f32; 16];
+    assert!(matches!(
+        cache.append(2, Input::F32(&x), Input::F32(&x)),
+        Err(Error::Shape {
+            what: "layer index",
+            ..
+        })
+    ));
+    cache
+        .append(1, Input::F32(&x), Input::F32(&x))
+        .expect("append to layer 1");
+    assert_eq!(cache.layer(1).map(|l| l.len()), Some(1));
+    assert_eq!(cache.layer(0).map(|l| l.len()), Some(0));
+    // Value groups above 256 channels are refused (the GPU kernels hold a group per slice).
+    let cfg = KiviConfig {
+        value_group: 512,
+        ..KiviConfig::uniform(2, 32, 0)
+    };
+    assert!(matches!(
+        KiviCache::uniform(&ctx, 1, 1, 512, &cfg, PathChoice::Cpu),
+        Err(Error::Config(_))
+    ));
+    match common::gpu_context() {
+        Ok(g) => {
+            assert!(matches!(
+                g.with_max_storage_binding_size(16),
+                Err(Error::Config(_))
+            ));
+            let lowered = g.with_max_storage_binding_size(4096).expect("lower");
+            assert_eq!(lowered.max_storage_binding_size(), 4096);
+            assert!(matches!(
+                gpu::storage_buffer(&lowered, "too big", 8192),
+                Err(Error::Limit { limit: 4096, .. })
+            ));
+            // It can only lower the device's limit.
+            assert_eq!(
+                g.with_max_storage_binding_size(u64::MAX)
+                    .expect("same")
+                    .max_storage_binding_size(),
+                g.max_storage_binding_size()
+            );
+        }
+        Err(reason) => common::skip(
+            "cache_and_context_knobs_reject_bad_values (GPU part)",
+            &reason,
+        ),
+    }
+}
