@@ -242,10 +242,21 @@ pub fn run_plan(
             }
             // Word-aligned copies: the emulator checks every access against these lengths.
             let mut uniform = plan.uniform.clone();
-            let mut bufs: Vec<&mut [u8]> = vec![uniform.as_mut_slice()];
-            for b in storage.iter_mut() {
-                bufs.push(b.as_mut_slice());
+            // Binding i (0 = the uniform) goes to [[buffer(msl_buffer_index(i))]]: the same
+            // table the library documents for wgpu's Metal backend.
+            let mut slots: Vec<Option<&mut [u8]>> = (0..=storage.len()).map(|_| None).collect();
+            let all = std::iter::once(uniform.as_mut_slice())
+                .chain(storage.iter_mut().map(|b| b.as_mut_slice()));
+            for (binding, buf) in all.enumerate() {
+                let index = kvpack::gpu::registry::msl_buffer_index(plan.kernel, 0, binding as u32)
+                    .expect("every binding of a kvpack kernel has a buffer index")
+                    as usize;
+                slots[index] = Some(buf);
             }
+            let mut bufs: Vec<&mut [u8]> = slots
+                .into_iter()
+                .map(|b| b.expect("buffer indices are a permutation"))
+                .collect();
             let seed: u64 = rand::random();
             let opts = kvpack_msl_emu::DispatchOptions {
                 lane_order: kvpack_msl_emu::LaneOrder::Random(seed),
