@@ -540,7 +540,14 @@ impl Context {
             .map(|k| {
                 let r = self
                     .resolve(k, self.path())
-                    .map(|p| p.to_string())
+                    .map(|p| match p {
+                        KernelPath::WgslSubgroup | KernelPath::WgslWorkgroup
+                            if k.wgsl_subgroup.is_none() =>
+                        {
+                            format!("{p} (one WGSL source: no cross-lane operations)")
+                        }
+                        _ => p.to_string(),
+                    })
                     .map_err(|e| e.to_string());
                 (k.name, r)
             })
@@ -653,8 +660,8 @@ impl fmt::Display for Description {
         writeln!(f, "  path choice    {}", self.path)?;
         for (k, r) in &self.kernels {
             match r {
-                Ok(p) => writeln!(f, "  kernel {k:<20} -> {p}")?,
-                Err(e) => writeln!(f, "  kernel {k:<20} -> unavailable: {e}")?,
+                Ok(p) => writeln!(f, "  kernel {k:<26} -> {p}")?,
+                Err(e) => writeln!(f, "  kernel {k:<26} -> unavailable: {e}")?,
             }
         }
         Ok(())
