@@ -18,6 +18,7 @@
 //! # Ok::<(), kvpack::Error>(())
 //! ```
 
+pub mod attention;
 pub mod bitpack;
 pub mod cache;
 pub mod context;
@@ -26,6 +27,7 @@ pub mod error;
 pub mod gpu;
 pub mod kivi;
 
+pub use attention::AttendOptions;
 pub use bitpack::{BitPacker, packed_words};
 pub use cache::KiviCache;
 pub use context::{Context, Description, HeadlessOptions, KernelPath, Origin, PathChoice};

@@ -430,8 +430,38 @@ fn kivi_kernels_match_reference(t: &Target) {
             1.0,
         ),
         // Value groups above 64 channels take the subgroup-cooperative kernel (ragged: 96+96+8).
-        (KiviConfig { key_bits: 2, key_group: 32, value_bits: 3, value_group: 96, residual: 32, params: ParamStorage::F16 }, 2, 200, 2, 7, 1, 1.0),
-        (KiviConfig { key_bits: 5, key_group: 32, value_bits: 2, value_group: 256, residual: 0, params: ParamStorage::F32 }, 1, 256, 1, 0, 0, 1.0),
+        (
+            KiviConfig {
+                key_bits: 2,
+                key_group: 32,
+                value_bits: 3,
+                value_group: 96,
+                residual: 32,
+                params: ParamStorage::F16,
+            },
+            2,
+            200,
+            2,
+            7,
+            1,
+            1.0,
+        ),
+        (
+            KiviConfig {
+                key_bits: 5,
+                key_group: 32,
+                value_bits: 2,
+                value_group: 256,
+                residual: 0,
+                params: ParamStorage::F32,
+            },
+            1,
+            256,
+            1,
+            0,
+            0,
+            1.0,
+        ),
         // H·D odd: the last channel pair of a row has one channel.
         (
             KiviConfig {

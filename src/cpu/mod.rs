@@ -2,6 +2,7 @@
 //! `msl/<kernel>.metal`, keeping the GPU loop structure so the three can be read side by side.
 //! These functions define the contract; GPU paths are tested against them.
 
+pub mod attend;
 pub mod bitpack;
 pub mod bitunpack;
 pub mod kivi_dequant_keys;

@@ -181,6 +181,74 @@ pub static COPY: KernelDef = KernelDef {
     workgroup_size: 256,
 };
 
+const ATTEND_PARAMS: &str = include_str!("../../wgsl/common/attend_params.wgsl");
+const ATTEND_CORE: &str = include_str!("../../wgsl/common/attend.wgsl");
+
+/// Attention partials over a KIVI region (packed codes reconstructed in registers).
+pub static ATTEND_KIVI: KernelDef = KernelDef {
+    name: "attend_kivi",
+    wgsl_common: &[
+        DISPATCH,
+        KIVI,
+        ATTEND_PARAMS,
+        ATTEND_CORE,
+        include_str!("../../wgsl/common/attend_codec_kivi.wgsl"),
+    ],
+    wgsl_subgroup: Some(include_str!("../../wgsl/attend_subgroup.wgsl")),
+    wgsl: include_str!("../../wgsl/attend.wgsl"),
+    msl_common: &[],
+    msl: None,
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+        Binding::StorageRead,
+        Binding::StorageRead,
+        Binding::StorageRead,
+        Binding::StorageRead,
+    ],
+    workgroup_size: 128,
+};
+
+/// Attention partials over f16 rows (the f16 cache, KIVI's residual ring).
+pub static ATTEND_F16: KernelDef = KernelDef {
+    name: "attend_f16",
+    wgsl_common: &[
+        DISPATCH,
+        ATTEND_PARAMS,
+        ATTEND_CORE,
+        include_str!("../../wgsl/common/attend_codec_f16.wgsl"),
+    ],
+    wgsl_subgroup: Some(include_str!("../../wgsl/attend_subgroup.wgsl")),
+    wgsl: include_str!("../../wgsl/attend.wgsl"),
+    msl_common: &[],
+    msl: None,
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+        Binding::StorageRead,
+        Binding::StorageRead,
+    ],
+    workgroup_size: 128,
+};
+
+/// Merge of attention partials across chunks (flash-decoding's second pass).
+pub static ATTEND_MERGE: KernelDef = KernelDef {
+    name: "attend_merge",
+    wgsl_common: &[DISPATCH, ATTEND_PARAMS],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../../wgsl/attend_merge.wgsl"),
+    msl_common: &[],
+    msl: None,
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+    ],
+    workgroup_size: 64,
+};
+
 const KIVI_QUANT_BINDINGS: &[Binding] = &[
     Binding::Uniform,
     Binding::StorageRead,
@@ -205,6 +273,9 @@ pub static KERNELS: &[&KernelDef] = &[
     &KIVI_QUANT_VALUES_THREAD,
     &KIVI_DEQUANT_KEYS,
     &KIVI_DEQUANT_VALUES,
+    &ATTEND_KIVI,
+    &ATTEND_F16,
+    &ATTEND_MERGE,
 ];
 
 /// Values fixed for a cache's life that a pipeline is specialized on.

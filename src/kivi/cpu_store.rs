@@ -155,6 +155,20 @@ impl CpuStore {
         (held, payload)
     }
 
+    /// The stored words as a [`super::view::KiviView`] (no copy).
+    pub(crate) fn view(&self, t: usize) -> super::view::KiviView<'_> {
+        super::view::KiviView {
+            layout: &self.l,
+            tokens: t,
+            key_codes: &self.key_codes,
+            key_params: &self.key_params,
+            value_codes: &self.value_codes,
+            value_params: &self.value_params,
+            residual_k: &self.resid_k,
+            residual_v: &self.resid_v,
+        }
+    }
+
     pub(crate) fn raw(&self, _t: usize) -> RawKivi {
         RawKivi {
             key_codes: self.key_codes.clone(),

@@ -273,6 +273,7 @@ struct Segment {
 
 pub(crate) struct GpuStore {
     ctx: Context,
+    choice: crate::context::PathChoice,
     l: Layout,
     paths: KiviPaths,
     segment_tokens: usize,
@@ -283,7 +284,12 @@ pub(crate) struct GpuStore {
 }
 
 impl GpuStore {
-    pub(crate) fn new(ctx: &Context, l: Layout, paths: KiviPaths) -> Result<Self> {
+    pub(crate) fn new(
+        ctx: &Context,
+        l: Layout,
+        paths: KiviPaths,
+        choice: crate::context::PathChoice,
+    ) -> Result<Self> {
         let ring_bytes = (l.ring_tokens() * l.residual_row_words() * 4) as u64;
         let ring_k = gpu::storage_buffer(ctx, "kvpack kivi ring k", ring_bytes)?;
         let ring_v = gpu::storage_buffer(ctx, "kvpack kivi ring v", ring_bytes)?;
@@ -291,6 +297,7 @@ impl GpuStore {
         let segment_tokens = Self::segment_tokens(ctx, &l)?;
         Ok(Self {
             ctx: ctx.clone(),
+            choice,
             l,
             paths,
             segment_tokens,
@@ -721,6 +728,60 @@ impl GpuStore {
         let v = out.pop().unwrap_or_default();
         let k = out.pop().unwrap_or_default();
         Ok((k, v))
+    }
+
+    /// Attention over the stored segments (packed) and the ring (f16).
+    pub(crate) fn attend(
+        &self,
+        t: usize,
+        q: &[f32],
+        hq: usize,
+        opts: &crate::attention::AttendOptions,
+    ) -> Result<Vec<f32>> {
+        use crate::attention::gpu::{self as ag, Call, Region, Source};
+        let l = &self.l;
+        let paths = ag::AttendPaths::resolve(&self.ctx, self.choice)?;
+        let call = Call {
+            tq: q.len() / (hq * l.dim),
+            hq,
+            hkv: l.heads,
+            dim: l.dim,
+            tokens: t,
+            opts: *opts,
+        };
+        let qn = l.quantized_len(t);
+        let st = self.segment_tokens;
+        let mut regions = Vec::new();
+        for (si, seg) in self.segments.iter().enumerate() {
+            let start = si * st;
+            if start >= qn {
+                break;
+            }
+            regions.push(Region {
+                start,
+                end: (start + st).min(qn),
+                seg_offset: 0,
+                source: Source::Kivi {
+                    layout: l,
+                    key_codes: &seg.key_codes,
+                    key_params: &seg.key_params,
+                    value_codes: &seg.value_codes,
+                    value_params: &seg.value_params,
+                },
+            });
+        }
+        regions.push(Region {
+            start: qn,
+            end: t,
+            seg_offset: 0,
+            source: Source::F16 {
+                k_rows: &self.ring_k,
+                v_rows: &self.ring_v,
+                row_words: l.residual_row_words(),
+                ring_tokens: l.ring_tokens(),
+            },
+        });
+        ag::run(&self.ctx, &paths, &call, &regions, q)
     }
 
     pub(crate) fn memory(&self, t: usize) -> (Memory, Memory) {

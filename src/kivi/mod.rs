@@ -12,6 +12,7 @@
 pub mod cpu_store;
 pub mod gpu_store;
 pub mod layout;
+pub mod view;
 
 use half::f16;
 
@@ -226,7 +227,9 @@ impl KiviLayer {
             ));
         }
         let store = if paths.quant_keys.is_gpu() {
-            Store::Gpu(Box::new(gpu_store::GpuStore::new(ctx, layout, paths)?))
+            Store::Gpu(Box::new(gpu_store::GpuStore::new(
+                ctx, layout, paths, choice,
+            )?))
         } else {
             Store::Cpu(cpu_store::CpuStore::new(layout))
         };
@@ -359,6 +362,29 @@ impl KiviLayer {
             held,
             payload,
             f16_bytes: (2 * self.tokens * self.layout.token_elems() * 2) as u64,
+        }
+    }
+
+    /// Attention of `q` `[Tq, Hq, D]` (query row i at position T − Tq + i) over this cache as
+    /// stored: packed codes are reconstructed one token at a time, never the whole cache.
+    /// Returns `[Tq, Hq, D]` f32. Blocking on GPU paths.
+    pub fn attend(
+        &self,
+        q: &[f32],
+        hq: usize,
+        opts: &crate::attention::AttendOptions,
+    ) -> Result<Vec<f32>> {
+        let l = &self.layout;
+        crate::attention::check_query(q.len(), hq, l.heads, l.dim, self.tokens, opts)?;
+        crate::attention::check_finite(q)?;
+        match &self.store {
+            Store::Cpu(s) => Ok(crate::cpu::attend::attend(
+                &s.view(self.tokens),
+                q,
+                hq,
+                opts,
+            )),
+            Store::Gpu(s) => s.attend(self.tokens, q, hq, opts),
         }
     }
 

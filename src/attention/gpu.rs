@@ -1,0 +1,320 @@
+//! GPU attention: one partial-attention dispatch per region of the cache (a KIVI segment,
+//! KIVI's f16 residual ring, an f16 cache segment), each splitting its tokens into chunks
+//! (flash-decoding), then `attend_merge`. Kernels: `wgsl/common/attend.wgsl` (core),
+//! `wgsl/common/attend_codec_*.wgsl` (codecs), `wgsl/attend*.wgsl` (entry points).
+
+use crate::context::{Context, KernelPath, PathChoice};
+use crate::error::{Error, Result};
+use crate::gpu::{self, DispatchPlan, registry};
+use crate::kivi::layout::{Layout, ParamStorage};
+
+use super::AttendOptions;
+
+/// Uniform block of the attention kernels.
+/// Keep in sync with `AttendParams` in wgsl/common/attend_params.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[allow(missing_docs)]
+pub struct AttendParams {
+    pub tq: u32,
+    pub hq: u32,
+    pub hkv: u32,
+    pub dim: u32,
+    pub qgroup: u32,
+    pub q_pos0: u32,
+    pub window: u32,
+    pub sinks: u32,
+    pub scale: f32,
+    pub chunk_tokens: u32,
+    pub n_chunks: u32,
+    pub chunk_base: u32,
+    pub nc_total: u32,
+    pub region_start: u32,
+    pub region_end: u32,
+    pub seg_offset: u32,
+    pub ring_tokens: u32,
+    pub kbits: u32,
+    pub kgroup: u32,
+    pub kgroup_words: u32,
+    pub vbits: u32,
+    pub vgroup: u32,
+    pub vgroup_words: u32,
+    pub vrow_words: u32,
+    pub vn_groups: u32,
+    pub row_words: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+}
+
+/// Largest head width and query-group size the attention kernels hold in workgroup memory.
+pub const D_MAX: usize = 256;
+/// Largest Hq / Hkv.
+pub const QGROUP_MAX: usize = 8;
+
+/// Where a region's tokens are stored.
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// KIVI packed codes of one segment.
+    Kivi {
+        /// Geometry of the cache.
+        layout: &'a Layout,
+        /// `[blocks][H][D][key_group_words]`.
+        key_codes: &'a wgpu::Buffer,
+        /// Key (scale, lo) words.
+        key_params: &'a wgpu::Buffer,
+        /// `[tokens][H][value_row_words]`.
+        value_codes: &'a wgpu::Buffer,
+        /// Value (scale, lo) words.
+        value_params: &'a wgpu::Buffer,
+    },
+    /// f16 rows `[rows][H·D/2 words]`.
+    F16 {
+        /// K rows.
+        k_rows: &'a wgpu::Buffer,
+        /// V rows.
+        v_rows: &'a wgpu::Buffer,
+        /// u32 words per row.
+        row_words: usize,
+        /// Ring capacity (token pos in row pos % ring), or 0 for linear rows.
+        ring_tokens: usize,
+    },
+}
+
+/// Tokens `[start, end)` of the cache, stored in `source` from row `seg_offset` on (linear
+/// sources).
+#[derive(Clone, Copy, Debug)]
+pub struct Region<'a> {
+    /// First absolute position.
+    pub start: usize,
+    /// One past the last.
+    pub end: usize,
+    /// Row of `start` inside the source's buffers.
+    pub seg_offset: usize,
+    /// The storage.
+    pub source: Source<'a>,
+}
+
+/// The shape of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    /// Query rows.
+    pub tq: usize,
+    /// Query heads.
+    pub hq: usize,
+    /// KV heads.
+    pub hkv: usize,
+    /// Head width.
+    pub dim: usize,
+    /// Tokens in the cache (T).
+    pub tokens: usize,
+    /// Options.
+    pub opts: AttendOptions,
+}
+
+impl Call {
+    /// Validates what the kernels can hold.
+    pub fn check(&self) -> Result<()> {
+        if self.dim > D_MAX || self.hq / self.hkv > QGROUP_MAX {
+            return Err(Error::Config(format!(
+                "GPU attention supports head width <= {D_MAX} and Hq/Hkv <= {QGROUP_MAX} (got D = {}, Hq/Hkv = {})",
+                self.dim,
+                self.hq / self.hkv
+            )));
+        }
+        Ok(())
+    }
+
+    /// Tokens per chunk: enough chunks for about 2048 workgroups over all query rows and KV
+    /// heads, at least 64 tokens, a multiple of the 32-token tile. A per-call value, never a
+    /// pipeline specialization.
+    pub fn chunk_tokens(&self) -> usize {
+        let per_query = (2048 / (self.tq * self.hkv).max(1)).max(1);
+        self.tokens.div_ceil(per_query).max(64).div_ceil(32) * 32
+    }
+}
+
+/// The kernels one attention call runs on, resolved for a path choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttendPaths {
+    /// `attend_kivi`.
+    pub kivi: KernelPath,
+    /// `attend_f16`.
+    pub f16: KernelPath,
+    /// `attend_merge`.
+    pub merge: KernelPath,
+}
+
+impl AttendPaths {
+    /// Resolves the three kernels for `choice`.
+    pub fn resolve(ctx: &Context, choice: PathChoice) -> Result<Self> {
+        Ok(Self {
+            kivi: ctx.resolve(&registry::ATTEND_KIVI, choice)?,
+            f16: ctx.resolve(&registry::ATTEND_F16, choice)?,
+            merge: ctx.resolve(&registry::ATTEND_MERGE, choice)?,
+        })
+    }
+}
+
+fn base_params(call: &Call, chunk: usize, nc_total: usize) -> AttendParams {
+    AttendParams {
+        tq: call.tq as u32,
+        hq: call.hq as u32,
+        hkv: call.hkv as u32,
+        dim: call.dim as u32,
+        qgroup: (call.hq / call.hkv) as u32,
+        q_pos0: (call.tokens - call.tq) as u32,
+        window: call.opts.window.unwrap_or(0) as u32,
+        sinks: call.opts.sinks as u32,
+        scale: call.opts.scale.unwrap_or(1.0 / (call.dim as f32).sqrt()),
+        chunk_tokens: chunk as u32,
+        nc_total: nc_total as u32,
+        ..Default::default()
+    }
+}
+
+/// The plans of one call: partials per region, then the merge; and the partials' size.
+pub fn plans(
+    call: &Call,
+    regions: &[Region<'_>],
+) -> Result<(Vec<DispatchPlan>, DispatchPlan, u64)> {
+    call.check()?;
+    let chunk = call.chunk_tokens();
+    let nc_total: usize = regions
+        .iter()
+        .map(|r| (r.end - r.start).div_ceil(chunk))
+        .sum();
+    let mut out = Vec::new();
+    let mut base = 0;
+    for r in regions.iter().filter(|r| r.end > r.start) {
+        let n_chunks = (r.end - r.start).div_ceil(chunk);
+        let mut p = AttendParams {
+            n_chunks: n_chunks as u32,
+            chunk_base: base as u32,
+            region_start: r.start as u32,
+            region_end: r.end as u32,
+            seg_offset: r.seg_offset as u32,
+            ..base_params(call, chunk, nc_total)
+        };
+        let (def, spec) = match r.source {
+            Source::Kivi { layout: l, .. } => {
+                p.kbits = l.key_bits;
+                p.kgroup = l.key_group as u32;
+                p.kgroup_words = l.key_group_words() as u32;
+                p.vbits = l.value_bits;
+                p.vgroup = l.value_group as u32;
+                p.vgroup_words = l.value_group_words() as u32;
+                p.vrow_words = l.value_row_words() as u32;
+                p.vn_groups = l.value_groups() as u32;
+                let f16 = u32::from(l.params == ParamStorage::F16);
+                (
+                    &registry::ATTEND_KIVI,
+                    registry::Specialization(vec![("PARAMS_F16", f16)]),
+                )
+            }
+            Source::F16 {
+                row_words,
+                ring_tokens,
+                ..
+            } => {
+                p.row_words = row_words as u32;
+                p.ring_tokens = ring_tokens as u32;
+                (&registry::ATTEND_F16, registry::Specialization::default())
+            }
+        };
+        out.push(DispatchPlan {
+            kernel: def,
+            spec,
+            uniform: bytemuck::bytes_of(&p).to_vec(),
+            workgroups: (call.tq * call.hkv * n_chunks) as u64,
+        });
+        base += n_chunks;
+    }
+    let merge = DispatchPlan {
+        kernel: &registry::ATTEND_MERGE,
+        spec: registry::Specialization::default(),
+        uniform: bytemuck::bytes_of(&base_params(call, chunk, nc_total)).to_vec(),
+        workgroups: (call.tq * call.hq) as u64,
+    };
+    let partial_bytes = (call.tq * call.hq * nc_total.max(1) * (call.dim + 2) * 4) as u64;
+    Ok((out, merge, partial_bytes))
+}
+
+/// Records one attention call: `q` `[Tq, Hq, D]` f32 → `out` `[Tq, Hq, D]` f32, both GPU
+/// buffers of the caller's (the app keeps its tensors on its device).
+pub fn encode(
+    ctx: &Context,
+    encoder: &mut wgpu::CommandEncoder,
+    paths: &AttendPaths,
+    call: &Call,
+    regions: &[Region<'_>],
+    q: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+) -> Result<()> {
+    let bytes = (call.tq * call.hq * call.dim * 4) as u64;
+    gpu::check_buffer(q, "attention queries", bytes)?;
+    gpu::check_buffer(out, "attention output", bytes)?;
+    let (partial_plans, merge, partial_bytes) = plans(call, regions)?;
+    let partials = gpu::storage_buffer(ctx, "kvpack attention partials", partial_bytes)?;
+    for (plan, r) in partial_plans
+        .iter()
+        .zip(regions.iter().filter(|r| r.end > r.start))
+    {
+        match r.source {
+            Source::Kivi {
+                key_codes,
+                key_params,
+                value_codes,
+                value_params,
+                ..
+            } => gpu::encode_plan(
+                ctx,
+                encoder,
+                paths.kivi,
+                plan,
+                &[
+                    q,
+                    &partials,
+                    key_codes,
+                    key_params,
+                    value_codes,
+                    value_params,
+                ],
+            )?,
+            Source::F16 { k_rows, v_rows, .. } => gpu::encode_plan(
+                ctx,
+                encoder,
+                paths.f16,
+                plan,
+                &[q, &partials, k_rows, v_rows],
+            )?,
+        }
+    }
+    gpu::encode_plan(ctx, encoder, paths.merge, &merge, &[&partials, out])
+}
+
+/// Blocking attention on host queries.
+pub fn run(
+    ctx: &Context,
+    paths: &AttendPaths,
+    call: &Call,
+    regions: &[Region<'_>],
+    q: &[f32],
+) -> Result<Vec<f32>> {
+    let bytes = (q.len() * 4) as u64;
+    let qb = gpu::upload(ctx, "kvpack attention queries", bytemuck::cast_slice(q))?;
+    let ob = gpu::storage_buffer(ctx, "kvpack attention output", bytes)?;
+    gpu::submit_blocking(ctx, "attention", |enc| {
+        encode(ctx, enc, paths, call, regions, &qb, &ob)
+    })?;
+    let out: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &ob, bytes)?);
+    if out.iter().any(|x| x.is_nan()) {
+        return Err(Error::Gpu {
+            during: "attention",
+            message:
+                "NaN in the output: this device does not lay subgroups out in invocation order \
+                      (use PathChoice::WgslWorkgroup)"
+                    .into(),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,420 @@
+//! Attention on the compressed cache (../shared/spec/attention.md), one body per path.
+//!
+//! GPU paths are compared with the CPU path on the same compressed cache (the words read back
+//! from the device): relative L2 ≤ 1e-4 per output row. The CPU path is compared with exact
+//! f64 attention on the cache's own reconstruction (an independent implementation), to the
+//! same bound. The error against exact attention on the original K/V (the codec's quality)
+//! is printed, not asserted.
+
+mod common;
+
+use common::Target;
+use kvpack::cpu::attend::{TokenSource, attend, attend_exact};
+use kvpack::kivi::view::KiviView;
+use kvpack::{AttendOptions, Error, Input, KiviConfig, KiviLayer};
+use rand::Rng;
+
+fn rel_l2_rows(a: &[f32], b: &[f32], d: usize) -> f64 {
+    let mut worst = 0f64;
+    for (ra, rb) in a.chunks(d).zip(b.chunks(d)) {
+        let num: f64 = ra
+            .iter()
+            .zip(rb)
+            .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+            .sum();
+        let den: f64 = rb.iter().map(|y| f64::from(*y).powi(2)).sum();
+        worst = worst.max((num / den.max(1e-30)).sqrt());
+    }
+    worst
+}
+
+struct Case {
+    t: usize,
+    tq: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    opts: AttendOptions,
+    cfg: KiviConfig,
+}
+
+fn qkv(rng: &mut impl Rng, c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let offs: Vec<f32> = (0..c.hkv * c.d)
+        .map(|_| rng.random_range(-2.0..2.0))
+        .collect();
+    let k = (0..c.t * c.hkv * c.d)
+        .map(|i| offs[i % (c.hkv * c.d)] + rng.random_range(-1.0f32..1.0))
+        .collect();
+    let v = (0..c.t * c.hkv * c.d)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let q = (0..c.tq * c.hq * c.d)
+        .map(|_| rng.random_range(-1.5f32..1.5))
+        .collect();
+    (q, k, v)
+}
+
+/// Checks `layer.attend` on `t` against the reference; returns the error against exact
+/// attention on the original tensors.
+fn check(
+    t: &Target,
+    layer: &KiviLayer,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    c: &Case,
+    what: &str,
+) -> f64 {
+    let out = layer
+        .attend(q, c.hq, &c.opts)
+        .unwrap_or_else(|e| panic!("{} {what}: attend: {e}", t.name()));
+    assert_eq!(out.len(), q.len());
+    let raw = layer.raw().expect("raw");
+    let view = KiviView::of_raw(layer.layout(), layer.len(), &raw);
+    let reference = if t.is_gpu() {
+        attend(&view, q, c.hq, &c.opts)
+    } else {
+        // Independent: exact f64 attention over the cache's own reconstruction.
+        let (kh, vh) = layer.reconstruct().expect("reconstruct");
+        attend_exact(&kh, &vh, c.hkv, q, c.hq, c.d, &c.opts)
+    };
+    let err = rel_l2_rows(&out, &reference, c.d);
+    assert!(
+        err <= 1e-4,
+        "{} {what}: worst row rel L2 {err:e} against the reference",
+        t.name()
+    );
+    assert_eq!(view.tokens(), layer.len());
+    let exact = attend_exact(k, v, c.hkv, q, c.hq, c.d, &c.opts);
+    rel_l2_rows(&out, &exact, c.d)
+}
+
+fn cases() -> Vec<(&'static str, Case)> {
+    let kivi2 = KiviConfig::uniform(2, 32, 32);
+    let kivi4 = KiviConfig::uniform(4, 32, 128);
+    let w = |window, sinks| AttendOptions {
+        window: Some(window),
+        sinks,
+        scale: None,
+    };
+    vec![
+        (
+            "T=1 Tq=1 9/3 D=64",
+            Case {
+                t: 1,
+                tq: 1,
+                hq: 9,
+                hkv: 3,
+                d: 64,
+                opts: AttendOptions::default(),
+                cfg: kivi2,
+            },
+        ),
+        (
+            "T=33 Tq=7 32/8 D=128",
+            Case {
+                t: 33,
+                tq: 7,
+                hq: 32,
+                hkv: 8,
+                d: 128,
+                opts: AttendOptions::default(),
+                cfg: kivi4,
+            },
+        ),
+        (
+            "T=33 Tq=1 8/8 D=64",
+            Case {
+                t: 33,
+                tq: 1,
+                hq: 8,
+                hkv: 8,
+                d: 64,
+                opts: AttendOptions::default(),
+                cfg: KiviConfig::uniform(2, 32, 0),
+            },
+        ),
+        (
+            "T=4096 Tq=1 32/8 D=128",
+            Case {
+                t: 4096,
+                tq: 1,
+                hq: 32,
+                hkv: 8,
+                d: 128,
+                opts: AttendOptions::default(),
+                cfg: kivi2,
+            },
+        ),
+        (
+            "T=4096 Tq=7 9/3 D=64",
+            Case {
+                t: 4096,
+                tq: 7,
+                hq: 9,
+                hkv: 3,
+                d: 64,
+                opts: AttendOptions::default(),
+                cfg: kivi4,
+            },
+        ),
+        (
+            "T=300 Tq=64 8/8 D=128",
+            Case {
+                t: 300,
+                tq: 64,
+                hq: 8,
+                hkv: 8,
+                d: 128,
+                opts: AttendOptions::default(),
+                cfg: kivi2,
+            },
+        ),
+        (
+            "T=1000 Tq=7 9/3 D=64 window 100 sinks 4",
+            Case {
+                t: 1000,
+                tq: 7,
+                hq: 9,
+                hkv: 3,
+                d: 64,
+                opts: w(100, 4),
+                cfg: kivi4,
+            },
+        ),
+        (
+            "T=4096 Tq=1 32/8 D=128 window 512",
+            Case {
+                t: 4096,
+                tq: 1,
+                hq: 32,
+                hkv: 8,
+                d: 128,
+                opts: w(512, 0),
+                cfg: kivi2,
+            },
+        ),
+        (
+            "T=200 Tq=3 16/4 D=256 scale 0.05 f32 params",
+            Case {
+                t: 200,
+                tq: 3,
+                hq: 16,
+                hkv: 4,
+                d: 256,
+                opts: AttendOptions {
+                    scale: Some(0.05),
+                    ..Default::default()
+                },
+                cfg: KiviConfig {
+                    params: kvpack::ParamStorage::F32,
+                    ..KiviConfig::uniform(3, 32, 64)
+                },
+            },
+        ),
+    ]
+}
+
+fn attend_matches_reference(t: &Target) {
+    let mut rng = common::rng("attend_matches_reference");
+    for (what, c) in cases() {
+        let (q, k, v) = qkv(&mut rng, &c);
+        let mut layer = KiviLayer::with_path(t.ctx(), c.hkv, c.d, &c.cfg, t.path()).expect("layer");
+        layer
+            .append(Input::F32(&k), Input::F32(&v))
+            .expect("append");
+        let exact = check(t, &layer, &q, &k, &v, &c, what);
+        eprintln!(
+            "attend[{}] {what} b={}: worst row rel L2 vs exact f64 attention on the originals {exact:.4}",
+            t.name(),
+            c.cfg.key_bits
+        );
+    }
+}
+parity_tests!(attend_matches_reference);
+
+/// Decode steps across the flush boundary: append one token, attend with it (Tq = 1), for
+/// 40 steps starting just below R + G, so tokens move from the residual ring to packed codes
+/// mid-test.
+fn attend_across_flushes(t: &Target) {
+    let mut rng = common::rng("attend_across_flushes");
+    let c = Case {
+        t: 200,
+        tq: 1,
+        hq: 9,
+        hkv: 3,
+        d: 64,
+        opts: AttendOptions::default(),
+        cfg: KiviConfig::uniform(2, 32, 64),
+    };
+    let (_, k, v) = qkv(&mut rng, &c);
+    let row = c.hkv * c.d;
+    let mut layer = KiviLayer::with_path(t.ctx(), c.hkv, c.d, &c.cfg, t.path()).expect("layer");
+    layer
+        .append(Input::F32(&k[..90 * row]), Input::F32(&v[..90 * row]))
+        .expect("prefill");
+    let mut quantized = vec![layer.quantized_len()];
+    for n in 90..c.t {
+        layer
+            .append(
+                Input::F32(&k[n * row..(n + 1) * row]),
+                Input::F32(&v[n * row..(n + 1) * row]),
+            )
+            .expect("append");
+        let q: Vec<f32> = (0..c.hq * c.d)
+            .map(|_| rng.random_range(-1.5f32..1.5))
+            .collect();
+        let step = Case { t: n + 1, ..c };
+        check(
+            t,
+            &layer,
+            &q,
+            &k[..(n + 1) * row],
+            &v[..(n + 1) * row],
+            &step,
+            &format!("step T={}", n + 1),
+        );
+        quantized.push(layer.quantized_len());
+    }
+    quantized.dedup();
+    assert!(
+        quantized.len() >= 4,
+        "the test must cross several flushes: {quantized:?}"
+    );
+}
+parity_tests!(attend_across_flushes);
+
+/// SmolLM2-135M's real q/k/v: the last 8 rows of every 5th layer attend over the whole text.
+fn attend_smollm2(t: &Target) {
+    let Some(path) = common::shared_fixture("story-512.safetensors", "attend_smollm2") else {
+        return;
+    };
+    let (shape, k) = common::load_f16(&path, "k");
+    let (_, v) = common::load_f16(&path, "v");
+    let (qshape, q) = common::load_f16(&path, "q");
+    let (layers, tokens, hkv, d) = (shape[0], shape[1], shape[2], shape[3]);
+    let hq = qshape[2];
+    let tq = 8;
+    for bits in [2u32, 4] {
+        let mut worst = 0f64;
+        for l in (0..layers).step_by(5) {
+            let per = tokens * hkv * d;
+            let (kl, vl) = (&k[l * per..(l + 1) * per], &v[l * per..(l + 1) * per]);
+            let qper = tokens * hq * d;
+            let ql: Vec<f32> = q[l * qper + (tokens - tq) * hq * d..(l + 1) * qper]
+                .iter()
+                .map(|x| x.to_f32())
+                .collect();
+            let mut layer = KiviLayer::with_path(
+                t.ctx(),
+                hkv,
+                d,
+                &KiviConfig::uniform(bits, 32, 128),
+                t.path(),
+            )
+            .expect("layer");
+            layer
+                .append(Input::F16(kl), Input::F16(vl))
+                .expect("append");
+            let c = Case {
+                t: tokens,
+                tq,
+                hq,
+                hkv,
+                d,
+                opts: AttendOptions::default(),
+                cfg: KiviConfig::uniform(bits, 32, 128),
+            };
+            let kf: Vec<f32> = kl.iter().map(|x| x.to_f32()).collect();
+            let vf: Vec<f32> = vl.iter().map(|x| x.to_f32()).collect();
+            worst = worst.max(check(t, &layer, &ql, &kf, &vf, &c, &format!("layer {l}")));
+        }
+        eprintln!(
+            "attend_smollm2[{}] story-512 {bits}-bit KIVI: worst row rel L2 vs exact f16 attention {worst:.4}",
+            t.name()
+        );
+    }
+}
+parity_tests!(attend_smollm2);
+
+fn attend_bad_input(t: &Target) {
+    let mut layer = KiviLayer::with_path(t.ctx(), 2, 16, &KiviConfig::uniform(2, 4, 4), t.path())
+        .expect("layer");
+    let x = vec![0.25f32; 10 * 32];
+    layer
+        .append(Input::F32(&x), Input::F32(&x))
+        .expect("append");
+    let q = vec![0.5f32; 4 * 16];
+    let o = AttendOptions::default();
+    assert!(
+        matches!(layer.attend(&q, 3, &o), Err(Error::Shape { what: "q", .. })),
+        "Hq not a multiple of Hkv"
+    );
+    assert!(
+        matches!(
+            layer.attend(&q[1..], 4, &o),
+            Err(Error::Shape { what: "q", .. })
+        ),
+        "ragged q"
+    );
+    assert!(
+        matches!(
+            layer.attend(&[], 4, &o),
+            Err(Error::Shape { what: "q", .. })
+        ),
+        "empty q"
+    );
+    assert!(
+        matches!(
+            layer.attend(&vec![0.5f32; 11 * 4 * 16], 4, &o),
+            Err(Error::Shape { .. })
+        ),
+        "more rows than tokens"
+    );
+    let mut nan = q.clone();
+    nan[7] = f32::NAN;
+    assert!(matches!(
+        layer.attend(&nan, 4, &o),
+        Err(Error::NonFinite {
+            what: "q",
+            index: 7,
+            ..
+        })
+    ));
+    assert!(matches!(
+        layer.attend(
+            &q,
+            4,
+            &AttendOptions {
+                window: Some(0),
+                ..o
+            }
+        ),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        layer.attend(
+            &q,
+            4,
+            &AttendOptions {
+                scale: Some(f32::INFINITY),
+                ..o
+            }
+        ),
+        Err(Error::NonFinite { .. })
+    ));
+    if t.is_gpu() {
+        // Beyond what the kernels hold in workgroup memory: a typed error, not a wrong answer.
+        let mut wide =
+            KiviLayer::with_path(t.ctx(), 1, 320, &KiviConfig::uniform(2, 4, 4), t.path())
+                .expect("layer");
+        let y = vec![0.25f32; 4 * 320];
+        wide.append(Input::F32(&y), Input::F32(&y)).expect("append");
+        assert!(matches!(
+            wide.attend(&vec![0.5f32; 320], 1, &o),
+            Err(Error::Config(_))
+        ));
+    }
+    assert!(layer.attend(&q, 4, &o).is_ok());
+}
+parity_tests!(attend_bad_input);

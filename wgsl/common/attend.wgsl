@@ -1,0 +1,178 @@
+// Attention over a compressed cache, shared core (../shared/spec/attention.md).
+// A codec file (wgsl/common/attend_codec_*.wgsl) defines its bindings (3..) and
+//   fn codec_key(pos: u32, h: u32, d: u32) -> f32     // k̂ of absolute token pos, KV head h
+//   fn codec_value(pos: u32, h: u32, d: u32) -> f32   // v̂ likewise
+// reconstructing in registers from its stored form. The entry point (wgsl/attend_entry*.wgsl)
+// provides `slice_max` / `slice_sum` (subgroup or workgroup-memory reductions over a slice of
+// 32 invocations) and calls `attend_main`.
+//
+// @binding(0) A:        AttendParams (uniform)            keep in sync with src/attention/gpu.rs
+// @binding(1) q:        array<f32> [Tq][Hq][D]
+// @binding(2) partials: array<f32> [Tq][Hq][nc_total][D + 2]   (m, l, acc[D]) per chunk
+//
+// Dispatch: one workgroup of 128 (4 slices of 32) per (query row i, KV head h, chunk c),
+// linear index (i * Hkv + h) * n_chunks + c. A chunk is `chunk_tokens` consecutive positions
+// of this dispatch's region [region_start, region_end); tiles of 32 tokens: scores (4 slices
+// split D), online softmax per query head (slice = query head), value accumulation (one
+// invocation per channel). The group's Hq/Hkv query heads share every loaded key and value.
+
+
+@group(0) @binding(0) var<uniform> A: AttendParams;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read_write> partials: array<f32>;
+
+const TILE: u32 = 32u;
+const QG_MAX: u32 = 8u;
+const D_MAX: u32 = 256u;
+const NEG: f32 = -3.0e38; // finite "minus infinity" (exp of NEG - m is 0; safe under fast math)
+
+var<workgroup> qsh: array<f32, 2048>;      // [QG_MAX][D_MAX]
+var<workgroup> red: array<f32, 1024>;      // [QG_MAX][4][TILE] partial dots
+var<workgroup> psh: array<f32, 256>;       // [QG_MAX][TILE] softmax weights of the tile
+var<workgroup> m_run: array<f32, QG_MAX>;
+var<workgroup> l_run: array<f32, QG_MAX>;
+var<workgroup> corr_sh: array<f32, QG_MAX>;
+var<workgroup> scratch: array<f32, 128>;   // slice reductions
+
+fn is_visible(pos: u32, p: u32) -> bool {
+    if (pos > p || pos >= A.region_end) {
+        return false;
+    }
+    if (A.window == 0u) {
+        return true;
+    }
+    return pos + A.window > p || pos < A.sinks;
+}
+
+fn attend_main(lid: u32, wid: u32) {
+    let per_row = A.hkv * A.n_chunks;
+    if (wid >= A.tq * per_row) {
+        return; // uniform: depends on the workgroup only
+    }
+    let c = wid % A.n_chunks;
+    let h = (wid / A.n_chunks) % A.hkv;
+    let i = wid / per_row;
+    let p = A.q_pos0 + i;
+    let d_n = A.dim;
+    let qg = A.qgroup;
+    let slice = lid / 32u;
+    let lane = lid % 32u;
+
+    // Queries of the group, scaled once.
+    for (var x = lid; x < qg * d_n; x += 128u) {
+        let g = x / d_n;
+        let dd = x % d_n;
+        qsh[g * D_MAX + dd] = q[(i * A.hq + h * qg + g) * d_n + dd] * A.scale;
+    }
+    if (lid < QG_MAX) {
+        m_run[lid] = NEG;
+        l_run[lid] = 0.0;
+    }
+    var acc: array<f32, 16>; // [QG_MAX][D_MAX / 128]
+    for (var x = 0u; x < 16u; x++) {
+        acc[x] = 0.0;
+    }
+    workgroupBarrier();
+
+    let c_start = A.region_start + c * A.chunk_tokens;
+    let c_end = min(c_start + A.chunk_tokens, A.region_end);
+    let part_len = (d_n + 3u) / 4u;
+    for (var t0 = c_start; t0 < c_end; t0 += TILE) {
+        // Skip tiles no query position can see (uniform per workgroup).
+        let t_last = min(t0 + TILE, c_end) - 1u;
+        var seen = t0 <= p;
+        if (A.window != 0u) {
+            seen = seen && (t_last + A.window > p || t0 < A.sinks);
+        }
+        if (!seen) {
+            continue;
+        }
+        // 1. Scores: invocation (slice, lane) = (part of D, token t0 + lane).
+        let pos = t0 + lane;
+        let vis = is_visible(pos, p);
+        let d0 = slice * part_len;
+        let d1 = min(d0 + part_len, d_n);
+        var dots: array<f32, QG_MAX>;
+        for (var g = 0u; g < QG_MAX; g++) {
+            dots[g] = 0.0;
+        }
+        if (vis) {
+            for (var dd = d0; dd < d1; dd++) {
+                let k = codec_key(pos, h, dd);
+                for (var g = 0u; g < qg; g++) {
+                    dots[g] += qsh[g * D_MAX + dd] * k;
+                }
+            }
+        }
+        for (var g = 0u; g < qg; g++) {
+            red[(g * 4u + slice) * TILE + lane] = dots[g];
+        }
+        workgroupBarrier();
+        // 2. Online softmax: slice = query head (four at a time), lane = token.
+        for (var g0 = 0u; g0 < qg; g0 += 4u) {
+            let g = g0 + slice;
+            let live = g < qg;
+            var s = NEG;
+            if (live && vis) {
+                let b = g * 4u * TILE + lane;
+                s = red[b] + red[b + TILE] + red[b + 2u * TILE] + red[b + 3u * TILE];
+            }
+            var m_old = NEG;
+            if (live) {
+                m_old = m_run[g];
+            }
+            let m_tile = slice_max(s, lid);
+            let m_new = max(m_old, m_tile);
+            var w = 0.0;
+            if (live && vis) {
+                w = exp(s - m_new);
+            }
+            let l_tile = slice_sum(w, lid);
+            workgroupBarrier(); // every lane has read m_run before lane 0 updates it
+            if (live) {
+                psh[g * TILE + lane] = w;
+                if (lane == 0u) {
+                    let corr = exp(m_old - m_new);
+                    corr_sh[g] = corr;
+                    l_run[g] = l_run[g] * corr + l_tile;
+                    m_run[g] = m_new;
+                }
+            }
+        }
+        workgroupBarrier();
+        // 3. Values: invocation = channel(s); every token of the tile, every query head.
+        let n_tile = min(TILE, c_end - t0);
+        for (var k = 0u; k * 128u < d_n; k++) {
+            let dd = lid + 128u * k;
+            if (dd < d_n) {
+                for (var g = 0u; g < qg; g++) {
+                    acc[g * 2u + k] *= corr_sh[g];
+                }
+                for (var j = 0u; j < n_tile; j++) {
+                    if (psh[j] != 0.0 || qg > 1u) {
+                        let v = codec_value(t0 + j, h, dd);
+                        for (var g = 0u; g < qg; g++) {
+                            acc[g * 2u + k] += psh[g * TILE + j] * v;
+                        }
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    // 4. This chunk's (m, l, acc) per query head.
+    let stride = d_n + 2u;
+    for (var g = 0u; g < qg; g++) {
+        let pi = ((i * A.hq + h * qg + g) * A.nc_total + A.chunk_base + c) * stride;
+        if (lid == 0u) {
+            partials[pi] = m_run[g];
+            partials[pi + 1u] = l_run[g];
+        }
+        for (var k = 0u; k * 128u < d_n; k++) {
+            let dd = lid + 128u * k;
+            if (dd < d_n) {
+                partials[pi + 2u + dd] = acc[g * 2u + k];
+            }
+        }
+    }
+}
