@@ -73,3 +73,131 @@ impl KiviCache {
         total
     }
 }
+
+/// One layer's cache, whatever the method: what a model's attention needs from it. Lets
+/// tools and models swap methods (and the f16 baseline) without knowing their storage.
+pub trait KvLayer: Send + Sync + std::fmt::Debug {
+    /// Appends `[n, H, D]` K and V.
+    fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()>;
+    /// Attention of host queries `[Tq, Hq, D]`.
+    fn attend(&self, q: &[f32], hq: usize, opts: &crate::AttendOptions) -> Result<Vec<f32>>;
+    /// Attention recorded into the caller's encoder (GPU paths).
+    fn encode_attend(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &crate::AttendOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()>;
+    /// Bytes held and the ratio against f16.
+    fn memory(&self) -> MemoryReport;
+    /// Tokens held.
+    fn len(&self) -> usize;
+    /// True before the first append.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl KvLayer for KiviLayer {
+    fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
+        KiviLayer::append(self, k, v)
+    }
+    fn attend(&self, q: &[f32], hq: usize, opts: &crate::AttendOptions) -> Result<Vec<f32>> {
+        KiviLayer::attend(self, q, hq, opts)
+    }
+    fn encode_attend(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &crate::AttendOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        KiviLayer::encode_attend(self, encoder, q, tq, hq, opts, out)
+    }
+    fn memory(&self) -> MemoryReport {
+        KiviLayer::memory(self)
+    }
+    fn len(&self) -> usize {
+        KiviLayer::len(self)
+    }
+}
+
+impl KvLayer for crate::F16Layer {
+    fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
+        crate::F16Layer::append(self, k, v)
+    }
+    fn attend(&self, q: &[f32], hq: usize, opts: &crate::AttendOptions) -> Result<Vec<f32>> {
+        crate::F16Layer::attend(self, q, hq, opts)
+    }
+    fn encode_attend(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &crate::AttendOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        crate::F16Layer::encode_attend(self, encoder, q, tq, hq, opts, out)
+    }
+    fn memory(&self) -> MemoryReport {
+        crate::F16Layer::memory(self)
+    }
+    fn len(&self) -> usize {
+        crate::F16Layer::len(self)
+    }
+}
+
+/// A cache method by name: `f16`, or `kivi-B` (B-bit keys and values, G = 32, R = 128;
+/// `kivi-B-G-R` sets the group and residual too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// The uncompressed baseline.
+    F16,
+    /// KIVI with this configuration.
+    Kivi(KiviConfig),
+}
+
+impl Method {
+    /// Parses `f16`, `kivi-4`, `kivi-2-32-128`, ...
+    pub fn parse(s: &str) -> Result<Self> {
+        let bad = || Error::Config(format!("unknown method `{s}` (f16, kivi-B or kivi-B-G-R)"));
+        if s == "f16" {
+            return Ok(Self::F16);
+        }
+        let rest = s.strip_prefix("kivi-").ok_or_else(bad)?;
+        let nums: Vec<usize> = rest
+            .split('-')
+            .map(|x| x.parse().map_err(|_| bad()))
+            .collect::<Result<_>>()?;
+        let (bits, group, residual) = match nums[..] {
+            [b] => (b, 32, 128),
+            [b, g, r] => (b, g, r),
+            _ => return Err(bad()),
+        };
+        Ok(Self::Kivi(KiviConfig::uniform(
+            u32::try_from(bits).map_err(|_| bad())?,
+            group,
+            residual,
+        )))
+    }
+
+    /// A new empty layer of this method.
+    pub fn layer(
+        &self,
+        ctx: &Context,
+        heads: usize,
+        dim: usize,
+        path: PathChoice,
+    ) -> Result<Box<dyn KvLayer>> {
+        Ok(match self {
+            Self::F16 => Box::new(crate::F16Layer::with_path(ctx, heads, dim, path)?),
+            Self::Kivi(cfg) => Box::new(KiviLayer::with_path(ctx, heads, dim, cfg, path)?),
+        })
+    }
+}

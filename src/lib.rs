@@ -24,12 +24,14 @@ pub mod cache;
 pub mod context;
 pub mod cpu;
 pub mod error;
+pub mod f16cache;
 pub mod gpu;
 pub mod kivi;
 
 pub use attention::AttendOptions;
 pub use bitpack::{BitPacker, packed_words};
-pub use cache::KiviCache;
+pub use cache::{KiviCache, KvLayer, Method};
 pub use context::{Context, Description, HeadlessOptions, KernelPath, Origin, PathChoice};
 pub use error::{Error, Result};
+pub use f16cache::F16Layer;
 pub use kivi::{Input, KiviConfig, KiviLayer, MemoryReport, ParamStorage};

@@ -418,3 +418,108 @@ fn attend_bad_input(t: &Target) {
     assert!(layer.attend(&q, 4, &o).is_ok());
 }
 parity_tests!(attend_bad_input);
+
+/// The f16 baseline cache: the CPU path equals exact attention on the f16-rounded inputs;
+/// the GPU path equals the CPU path; storage split in segments (a small binding limit) and
+/// grown by appends changes nothing.
+fn attend_f16_cache(t: &Target) {
+    use kvpack::{F16Layer, KvLayer, Method};
+    let mut rng = common::rng("attend_f16_cache");
+    // (T, Tq, Hq, Hkv, D, small storage-binding limit: 128 KiB splits 1 KiB rows into 16 segments)
+    for (t_len, tq, hq, hkv, d, small) in [
+        (1usize, 1usize, 9usize, 3usize, 64usize, false),
+        (700, 3, 32, 8, 128, false),
+        (2000, 1, 8, 8, 64, true),
+    ] {
+        let ctx = match t {
+            Target::Wgsl(c, _) if small => {
+                c.with_max_storage_binding_size(128 * 1024).expect("limit")
+            }
+            _ => t.ctx().clone(),
+        };
+        let c = Case {
+            t: t_len,
+            tq,
+            hq,
+            hkv,
+            d,
+            opts: AttendOptions::default(),
+            cfg: KiviConfig::uniform(2, 32, 0),
+        };
+        let (q, k, v) = qkv(&mut rng, &c);
+        let mut layer: Box<dyn KvLayer> = Method::F16.layer(&ctx, hkv, d, t.path()).expect("layer");
+        let row = hkv * d;
+        let mut at = 0;
+        for n in [t_len / 3, 1, t_len] {
+            let end = (at + n).min(t_len);
+            layer
+                .append(
+                    Input::F32(&k[at * row..end * row]),
+                    Input::F32(&v[at * row..end * row]),
+                )
+                .expect("append");
+            at = end;
+        }
+        assert_eq!(layer.len(), t_len);
+        let out = layer.attend(&q, hq, &c.opts).expect("attend");
+        let r16 = |x: &[f32]| {
+            x.iter()
+                .map(|&y| half::f16::from_f32(y).to_f32())
+                .collect::<Vec<_>>()
+        };
+        let exact = attend_exact(&r16(&k), &r16(&v), hkv, &q, hq, d, &c.opts);
+        let err = rel_l2_rows(&out, &exact, d);
+        assert!(err <= 1e-4, "{} f16 T={t_len}: {err:e}", t.name());
+        let m = layer.memory();
+        assert_eq!(m.payload.total(), (2 * t_len * row.div_ceil(2) * 4) as u64);
+        assert!(m.held.total() >= m.payload.total());
+    }
+    let _ = F16Layer::with_path(t.ctx(), 1, 8, t.path()).expect("f16 layer");
+}
+parity_tests!(attend_f16_cache);
+
+/// Attention recorded into the application's encoder with q and out on the device equals the
+/// blocking call, for KIVI and f16 caches.
+fn attend_encode_into_app_encoder(t: &Target) {
+    use kvpack::{KvLayer, Method};
+    let Target::Wgsl(ctx, path) = t else { return };
+    let mut rng = common::rng("attend_encode");
+    let c = Case {
+        t: 500,
+        tq: 2,
+        hq: 9,
+        hkv: 3,
+        d: 64,
+        opts: AttendOptions::default(),
+        cfg: KiviConfig::uniform(4, 32, 128),
+    };
+    let (q, k, v) = qkv(&mut rng, &c);
+    for method in [Method::F16, Method::Kivi(c.cfg)] {
+        let mut layer: Box<dyn KvLayer> = method.layer(ctx, c.hkv, c.d, *path).expect("layer");
+        layer
+            .append(Input::F32(&k), Input::F32(&v))
+            .expect("append");
+        let expected = layer.attend(&q, c.hq, &c.opts).expect("attend");
+        let qb = kvpack::gpu::upload(ctx, "app q", bytemuck::cast_slice(&q)).expect("upload");
+        let ob = kvpack::gpu::upload(
+            ctx,
+            "app out",
+            bytemuck::cast_slice(&vec![f32::NAN; q.len()]),
+        )
+        .expect("poisoned out");
+        let device = ctx.device().expect("device");
+        let mut enc = device.create_command_encoder(&Default::default());
+        layer
+            .encode_attend(&mut enc, &qb, c.tq, c.hq, &c.opts, &ob)
+            .expect("encode_attend");
+        ctx.queue().expect("queue").submit([enc.finish()]);
+        let got: Vec<f32> = bytemuck::pod_collect_to_vec(
+            &kvpack::gpu::readback(ctx, &ob, (q.len() * 4) as u64).expect("readback"),
+        );
+        assert_eq!(
+            got, expected,
+            "{method:?}: recorded attention differs from the blocking call"
+        );
+    }
+}
+parity_tests!(attend_encode_into_app_encoder);

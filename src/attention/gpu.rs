@@ -173,16 +173,34 @@ fn base_params(call: &Call, chunk: usize, nc_total: usize) -> AttendParams {
 }
 
 /// The plans of one call: partials per region, then the merge; and the partials' size.
+/// Chunks grow until the partials fit in `max_binding` bytes (an error when even one chunk
+/// per region does not fit).
 pub fn plans(
     call: &Call,
     regions: &[Region<'_>],
+    max_binding: u64,
 ) -> Result<(Vec<DispatchPlan>, DispatchPlan, u64)> {
     call.check()?;
-    let chunk = call.chunk_tokens();
-    let nc_total: usize = regions
-        .iter()
-        .map(|r| (r.end - r.start).div_ceil(chunk))
-        .sum();
+    let per_chunk = (call.tq * call.hq * (call.dim + 2) * 4) as u64;
+    let count = |chunk: usize| -> usize {
+        regions
+            .iter()
+            .map(|r| (r.end - r.start).div_ceil(chunk))
+            .sum()
+    };
+    let mut chunk = call.chunk_tokens();
+    while count(chunk) as u64 * per_chunk > max_binding {
+        let longest = regions.iter().map(|r| r.end - r.start).max().unwrap_or(0);
+        if chunk >= longest {
+            return Err(Error::Limit {
+                what: "attention partials (one chunk per cache region)",
+                needed: count(chunk) as u64 * per_chunk,
+                limit: max_binding,
+            });
+        }
+        chunk = (chunk * 2).min(longest.div_ceil(32) * 32);
+    }
+    let nc_total = count(chunk);
     let mut out = Vec::new();
     let mut base = 0;
     for r in regions.iter().filter(|r| r.end > r.start) {
@@ -253,7 +271,8 @@ pub fn encode(
     let bytes = (call.tq * call.hq * call.dim * 4) as u64;
     gpu::check_buffer(q, "attention queries", bytes)?;
     gpu::check_buffer(out, "attention output", bytes)?;
-    let (partial_plans, merge, partial_bytes) = plans(call, regions)?;
+    let (partial_plans, merge, partial_bytes) =
+        plans(call, regions, ctx.max_storage_binding_size())?;
     let partials = gpu::storage_buffer(ctx, "kvpack attention partials", partial_bytes)?;
     for (plan, r) in partial_plans
         .iter()

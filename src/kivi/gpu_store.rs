@@ -251,7 +251,13 @@ pub fn plan_dequant_values(l: &Layout, tokens: usize, dst_token: usize) -> Dispa
 
 /// f16 rows `[n][H·D]` as u32 words `[n][residual_row_words]` (odd H·D rows padded).
 pub fn rows_to_words(l: &Layout, x: &[f16]) -> Vec<u32> {
-    let (row, rw) = (l.token_elems(), l.residual_row_words());
+    f16_rows_to_words(l.token_elems(), x)
+}
+
+/// f16 rows of `row` elements as u32 words, `ceil(row / 2)` per row (channel 2i in the low
+/// half; odd rows padded with a zero half).
+pub fn f16_rows_to_words(row: usize, x: &[f16]) -> Vec<u32> {
+    let rw = row.div_ceil(2);
     let n = x.len() / row;
     let mut out = vec![0u32; n * rw];
     for t in 0..n {
@@ -730,25 +736,10 @@ impl GpuStore {
         Ok((k, v))
     }
 
-    /// Attention over the stored segments (packed) and the ring (f16).
-    pub(crate) fn attend(
-        &self,
-        t: usize,
-        q: &[f32],
-        hq: usize,
-        opts: &crate::attention::AttendOptions,
-    ) -> Result<Vec<f32>> {
-        use crate::attention::gpu::{self as ag, Call, Region, Source};
+    /// The regions attention reads: one per segment (packed codes), then the ring (f16).
+    fn attend_regions(&self, t: usize) -> Vec<crate::attention::gpu::Region<'_>> {
+        use crate::attention::gpu::{Region, Source};
         let l = &self.l;
-        let paths = ag::AttendPaths::resolve(&self.ctx, self.choice)?;
-        let call = Call {
-            tq: q.len() / (hq * l.dim),
-            hq,
-            hkv: l.heads,
-            dim: l.dim,
-            tokens: t,
-            opts: *opts,
-        };
         let qn = l.quantized_len(t);
         let st = self.segment_tokens;
         let mut regions = Vec::new();
@@ -781,7 +772,63 @@ impl GpuStore {
                 ring_tokens: l.ring_tokens(),
             },
         });
-        ag::run(&self.ctx, &paths, &call, &regions, q)
+        regions
+    }
+
+    fn attend_call(
+        &self,
+        t: usize,
+        tq: usize,
+        hq: usize,
+        opts: &crate::attention::AttendOptions,
+    ) -> crate::attention::gpu::Call {
+        crate::attention::gpu::Call {
+            tq,
+            hq,
+            hkv: self.l.heads,
+            dim: self.l.dim,
+            tokens: t,
+            opts: *opts,
+        }
+    }
+
+    /// Attention on host queries (blocking).
+    pub(crate) fn attend(
+        &self,
+        t: usize,
+        q: &[f32],
+        hq: usize,
+        opts: &crate::attention::AttendOptions,
+    ) -> Result<Vec<f32>> {
+        use crate::attention::gpu as ag;
+        let paths = ag::AttendPaths::resolve(&self.ctx, self.choice)?;
+        let call = self.attend_call(t, q.len() / (hq * self.l.dim), hq, opts);
+        ag::run(&self.ctx, &paths, &call, &self.attend_regions(t), q)
+    }
+
+    /// Attention recorded into the caller's encoder, q and out on the device.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn encode_attend(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        t: usize,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &crate::attention::AttendOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        use crate::attention::gpu as ag;
+        let paths = ag::AttendPaths::resolve(&self.ctx, self.choice)?;
+        ag::encode(
+            &self.ctx,
+            enc,
+            &paths,
+            &self.attend_call(t, tq, hq, opts),
+            &self.attend_regions(t),
+            q,
+            out,
+        )
     }
 
     pub(crate) fn memory(&self, t: usize) -> (Memory, Memory) {

@@ -75,7 +75,7 @@ pub enum Input<'a> {
 }
 
 impl Input<'_> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Input::F16(x) => x.len(),
             Input::F32(x) => x.len(),
@@ -83,7 +83,7 @@ impl Input<'_> {
     }
 
     /// Rounds to f16, rejecting NaN, ±Inf and values f16 cannot hold.
-    fn to_f16(self, what: &'static str) -> Result<Vec<f16>> {
+    pub(crate) fn to_f16(self, what: &'static str) -> Result<Vec<f16>> {
         let bad = |index: usize, value: f32| Error::NonFinite { what, index, value };
         match self {
             Input::F16(x) => match x.iter().position(|v| !v.is_finite()) {
@@ -385,6 +385,30 @@ impl KiviLayer {
                 opts,
             )),
             Store::Gpu(s) => s.attend(self.tokens, q, hq, opts),
+        }
+    }
+
+    /// Attention recorded into the application's `encoder`: `q` is a device buffer of
+    /// `[tq, Hq, D]` f32 and `out` receives `[tq, Hq, D]` f32 (GPU paths only; the app
+    /// submits). The queries cannot be checked for NaN here: they never reach the host.
+    pub fn encode_attend(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &crate::attention::AttendOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        let l = &self.layout;
+        crate::attention::check_query(tq * hq * l.dim, hq, l.heads, l.dim, self.tokens, opts)?;
+        match &self.store {
+            Store::Gpu(s) => s.encode_attend(encoder, self.tokens, q, tq, hq, opts, out),
+            Store::Cpu(_) => Err(Error::PathUnavailable {
+                kernel: registry::ATTEND_KIVI.name,
+                requested: self.paths.quant_keys.to_string(),
+                reason: "encode_attend() records GPU work; this layer runs on the CPU".into(),
+            }),
         }
     }
 
