@@ -64,6 +64,24 @@ impl KiviCache {
             .append(k, v)
     }
 
+    /// Attention of `q` `[Tq, Hq, D]` over layer `l` (see [`KiviLayer::attend`]).
+    pub fn attend(
+        &self,
+        l: usize,
+        q: &[f32],
+        hq: usize,
+        opts: &crate::AttendOptions,
+    ) -> Result<Vec<f32>> {
+        let n = self.layers.len();
+        self.layers
+            .get(l)
+            .ok_or_else(|| Error::Shape {
+                what: "layer index",
+                message: format!("layer {l} of a {n}-layer cache"),
+            })?
+            .attend(q, hq, opts)
+    }
+
     /// Bytes held by all layers, and the ratio against f16 K and V.
     pub fn memory(&self) -> MemoryReport {
         let mut total = MemoryReport::default();
