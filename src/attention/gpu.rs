@@ -172,12 +172,72 @@ fn base_params(call: &Call, chunk: usize, nc_total: usize) -> AttendParams {
     }
 }
 
+/// How a region is stored, without its buffers: what [`plans_for`] needs of a [`Source`].
+#[derive(Clone, Copy, Debug)]
+pub enum SourceKind<'a> {
+    /// KIVI packed codes of one segment with this geometry.
+    Kivi(&'a Layout),
+    /// f16 rows.
+    F16 {
+        /// u32 words per row.
+        row_words: usize,
+        /// Ring capacity (token pos in row pos % ring), or 0 for linear rows.
+        ring_tokens: usize,
+    },
+}
+
+/// A [`Region`] without its buffers (kernel tests and the MSL emulator plan from these).
+#[derive(Clone, Copy, Debug)]
+pub struct RegionDesc<'a> {
+    /// First absolute position.
+    pub start: usize,
+    /// One past the last.
+    pub end: usize,
+    /// Row of `start` inside the source's buffers.
+    pub seg_offset: usize,
+    /// How the source stores its tokens.
+    pub kind: SourceKind<'a>,
+}
+
+impl<'a> Region<'a> {
+    /// This region's description (no buffers).
+    pub fn desc(&self) -> RegionDesc<'a> {
+        RegionDesc {
+            start: self.start,
+            end: self.end,
+            seg_offset: self.seg_offset,
+            kind: match self.source {
+                Source::Kivi { layout, .. } => SourceKind::Kivi(layout),
+                Source::F16 {
+                    row_words,
+                    ring_tokens,
+                    ..
+                } => SourceKind::F16 {
+                    row_words,
+                    ring_tokens,
+                },
+            },
+        }
+    }
+}
+
 /// The plans of one call: partials per region, then the merge; and the partials' size.
 /// Chunks grow until the partials fit in `max_binding` bytes (an error when even one chunk
 /// per region does not fit).
 pub fn plans(
     call: &Call,
     regions: &[Region<'_>],
+    max_binding: u64,
+) -> Result<(Vec<DispatchPlan>, DispatchPlan, u64)> {
+    let descs: Vec<RegionDesc<'_>> = regions.iter().map(Region::desc).collect();
+    plans_for(call, &descs, max_binding)
+}
+
+/// [`plans`] from region descriptions: one partials plan per non-empty region, in order
+/// (binding 3.. of each is its region's buffers), then the merge.
+pub fn plans_for(
+    call: &Call,
+    regions: &[RegionDesc<'_>],
     max_binding: u64,
 ) -> Result<(Vec<DispatchPlan>, DispatchPlan, u64)> {
     call.check()?;
@@ -213,8 +273,8 @@ pub fn plans(
             seg_offset: r.seg_offset as u32,
             ..base_params(call, chunk, nc_total)
         };
-        let (def, spec) = match r.source {
-            Source::Kivi { layout: l, .. } => {
+        let (def, spec) = match r.kind {
+            SourceKind::Kivi(l) => {
                 p.kbits = l.key_bits;
                 p.kgroup = l.key_group as u32;
                 p.kgroup_words = l.key_group_words() as u32;
@@ -229,10 +289,9 @@ pub fn plans(
                     registry::Specialization(vec![("PARAMS_F16", f16)]),
                 )
             }
-            Source::F16 {
+            SourceKind::F16 {
                 row_words,
                 ring_tokens,
-                ..
             } => {
                 p.row_words = row_words as u32;
                 p.ring_tokens = ring_tokens as u32;

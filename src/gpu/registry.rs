@@ -196,8 +196,8 @@ pub static ATTEND_KIVI: KernelDef = KernelDef {
     ],
     wgsl_subgroup: Some(include_str!("../../wgsl/attend_subgroup.wgsl")),
     wgsl: include_str!("../../wgsl/attend.wgsl"),
-    msl_common: &[],
-    msl: None,
+    msl_common: &[MSL_KIVI, include_str!("../../msl/common/attend.metal")],
+    msl: Some(include_str!("../../msl/attend_kivi.metal")),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,
@@ -221,8 +221,8 @@ pub static ATTEND_F16: KernelDef = KernelDef {
     ],
     wgsl_subgroup: Some(include_str!("../../wgsl/attend_subgroup.wgsl")),
     wgsl: include_str!("../../wgsl/attend.wgsl"),
-    msl_common: &[],
-    msl: None,
+    msl_common: &[include_str!("../../msl/common/attend.metal")],
+    msl: Some(include_str!("../../msl/attend_f16.metal")),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,
@@ -239,8 +239,8 @@ pub static ATTEND_MERGE: KernelDef = KernelDef {
     wgsl_common: &[DISPATCH, ATTEND_PARAMS],
     wgsl_subgroup: None,
     wgsl: include_str!("../../wgsl/attend_merge.wgsl"),
-    msl_common: &[],
-    msl: None,
+    msl_common: &[include_str!("../../msl/common/attend.metal")],
+    msl: Some(include_str!("../../msl/attend_merge.metal")),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,
