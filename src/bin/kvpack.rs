@@ -3,9 +3,14 @@
 //! ```text
 //! kvpack roundtrip --method kivi --k-bits 2 --v-bits 2 --group 32 --residual 128 \
 //!     --input kv.safetensors --output kv_hat.safetensors [--params f16] [--path auto] [--chunk N]
+//! kvpack attend --method kivi|f16 [--k-bits B --v-bits B --group G --residual R --params f16] \
+//!     --input qkv.safetensors --queries N [--window W] [--sinks S] [--scale X] [--path auto] \
+//!     --output out.safetensors
 //! kvpack describe
 //! ```
 
+#[path = "kvpack/attend.rs"]
+mod attend;
 #[path = "kvpack/io.rs"]
 mod io;
 #[path = "kvpack/roundtrip.rs"]
@@ -33,6 +38,15 @@ struct Cli {
 #[derive(Clone, Copy, ValueEnum)]
 enum Method {
     Kivi,
+}
+
+/// The cache methods `attend` runs.
+#[derive(Clone, Copy, ValueEnum)]
+enum AttendMethod {
+    /// KIVI with the configuration of --k-bits, --v-bits, --group, --residual, --params.
+    Kivi,
+    /// The uncompressed f16 baseline (ignores the KIVI flags).
+    F16,
 }
 
 #[derive(Subcommand)]
@@ -71,6 +85,50 @@ enum Command {
         /// Append N tokens at a time instead of one prefill.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         chunk: Option<u64>,
+    },
+    /// Fill one cache per layer with K and V, attend with the last N queries, and report the
+    /// error against exact attention on the original K/V.
+    Attend {
+        /// Cache method.
+        #[arg(long, value_enum, default_value = "kivi")]
+        method: AttendMethod,
+        /// Key bits (1..=8; KIVI only).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+        k_bits: u32,
+        /// Value bits (1..=8; KIVI only).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+        v_bits: u32,
+        /// Group size G (KIVI only).
+        #[arg(long, default_value_t = 32)]
+        group: usize,
+        /// Residual window R in tokens kept in f16 (KIVI only).
+        #[arg(long, default_value_t = 128)]
+        residual: usize,
+        /// Storage of each group's (scale, lo): f16 or f32 (KIVI only).
+        #[arg(long, default_value = "f16", value_parser = ParamStorage::parse)]
+        params: ParamStorage,
+        /// auto, cpu, wgsl, wgsl-subgroup, wgsl-workgroup or msl.
+        #[arg(long, default_value = "auto", value_parser = PathChoice::parse)]
+        path: PathChoice,
+        /// Safetensors file with `q` [T, Hq, D] or [L, T, Hq, D] and `k`, `v` [T, Hkv, D] or
+        /// [L, T, Hkv, D], f16 or f32.
+        #[arg(long)]
+        input: PathBuf,
+        /// The last N rows of `q` attend (positions T−N .. T−1).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        queries: u64,
+        /// Sliding window W in tokens.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        window: Option<u64>,
+        /// Attention sinks: the first S tokens stay visible under a window.
+        #[arg(long, default_value_t = 0)]
+        sinks: usize,
+        /// Score scale (default 1/√D).
+        #[arg(long)]
+        scale: Option<f32>,
+        /// Safetensors file to write `out` (f32, [N, Hq, D] or [L, N, Hq, D]) to.
+        #[arg(long)]
+        output: PathBuf,
     },
 }
 
@@ -138,6 +196,73 @@ fn run(command: Command) -> Result<(), String> {
             ]);
             io::write_hat(&output, &k.shape, &out.k_hat, &out.v_hat, meta)?;
             let text = serde_json::to_string_pretty(&out.summary).map_err(|e| e.to_string())?;
+            println!("{text}");
+            Ok(())
+        }
+        Command::Attend {
+            method,
+            k_bits,
+            v_bits,
+            group,
+            residual,
+            params,
+            path,
+            input,
+            queries,
+            window,
+            sinks,
+            scale,
+            output,
+        } => {
+            let method = match method {
+                AttendMethod::F16 => kvpack::Method::F16,
+                AttendMethod::Kivi => {
+                    let cfg = KiviConfig {
+                        key_bits: k_bits,
+                        key_group: group,
+                        value_bits: v_bits,
+                        value_group: group,
+                        residual,
+                        params,
+                    };
+                    Layout::new(1, 1, &cfg).map_err(|e| e.to_string())?;
+                    kvpack::Method::Kivi(cfg)
+                }
+            };
+            if let Some(s) = scale.filter(|s| !s.is_finite()) {
+                return Err(format!("--scale {s} is not finite"));
+            }
+            let big = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+            let opts = kvpack::AttendOptions {
+                scale,
+                window: window.map(big),
+                sinks,
+            };
+            let n = big(queries);
+            let (q, k, v) = io::read_qkv(&input)?;
+            attend::check_shapes(&q, &k, n)?;
+            let ctx = context(path).map_err(|e| e.to_string())?;
+            let out = attend::run(&ctx, path, &method, &q, &k, &v, n, &opts)?;
+            let s = &out.summary;
+            let meta = HashMap::from([
+                (
+                    "method".to_string(),
+                    s["method"].as_str().unwrap_or_default().to_string(),
+                ),
+                ("config".to_string(), s["config"].to_string()),
+                (
+                    "path".to_string(),
+                    s["path"].as_str().unwrap_or_default().to_string(),
+                ),
+                ("queries".to_string(), n.to_string()),
+                ("options".to_string(), s["options"].to_string()),
+                ("input".to_string(), input.display().to_string()),
+            ]);
+            let mut shape = q.shape.clone();
+            let rank = shape.len();
+            shape[rank - 3] = n;
+            io::write_f32(&output, "out", &shape, &out.out, meta)?;
+            let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
             println!("{text}");
             Ok(())
         }

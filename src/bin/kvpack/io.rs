@@ -52,8 +52,12 @@ pub fn read_kv(path: &Path) -> Result<(Tensor, Tensor), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let st = SafeTensors::deserialize(&bytes)
         .map_err(|e| format!("{} is not a valid safetensors file: {e}", path.display()))?;
-    let k = tensor(&st, "k", path)?;
-    let v = tensor(&st, "v", path)?;
+    kv(&st, path)
+}
+
+fn kv(st: &SafeTensors<'_>, path: &Path) -> Result<(Tensor, Tensor), String> {
+    let k = tensor(st, "k", path)?;
+    let v = tensor(st, "v", path)?;
     if k.shape != v.shape {
         return Err(format!(
             "tensors `k` {:?} and `v` {:?} must have the same shape",
@@ -61,6 +65,17 @@ pub fn read_kv(path: &Path) -> Result<(Tensor, Tensor), String> {
         ));
     }
     Ok((k, v))
+}
+
+/// Reads `q`, `k` and `v` (f16 or f32, `[T, H, D]` or `[L, T, H, D]`; `k` and `v` the same
+/// shape, `q` may have its own head count and dtype).
+pub fn read_qkv(path: &Path) -> Result<(Tensor, Tensor, Tensor), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let st = SafeTensors::deserialize(&bytes)
+        .map_err(|e| format!("{} is not a valid safetensors file: {e}", path.display()))?;
+    let q = tensor(&st, "q", path)?;
+    let (k, v) = kv(&st, path)?;
+    Ok((q, k, v))
 }
 
 fn tensor(st: &SafeTensors<'_>, name: &str, path: &Path) -> Result<Tensor, String> {
@@ -114,6 +129,21 @@ fn tensor(st: &SafeTensors<'_>, name: &str, path: &Path) -> Result<Tensor, Strin
         dim,
         values,
     })
+}
+
+/// Writes one f32 tensor `name` with `shape`, and `metadata` in the header.
+pub fn write_f32(
+    path: &Path,
+    name: &str,
+    shape: &[usize],
+    x: &[f32],
+    metadata: HashMap<String, String>,
+) -> Result<(), String> {
+    let b: Vec<u8> = x.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let view =
+        TensorView::new(Dtype::F32, shape.to_vec(), &b).map_err(|e| format!("internal: {e}"))?;
+    safetensors::serialize_to_file([(name, view)], Some(metadata), path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Writes `k_hat` and `v_hat` as f32 with `shape`, and `metadata` in the header.

@@ -48,7 +48,7 @@ impl Err2 {
     }
 }
 
-fn bytes(m: &Memory) -> Value {
+pub fn bytes(m: &Memory) -> Value {
     json!({
         "key_codes": m.key_codes,
         "key_params": m.key_params,
