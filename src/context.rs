@@ -150,6 +150,8 @@ pub(crate) struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub features: wgpu::Features,
     pub limits: wgpu::Limits,
+    /// Whether subgroups tile workgroups in invocation order (probed once, on first need).
+    pub subgroup_order: Arc<std::sync::OnceLock<bool>>,
     /// Shared by every handle made from this one (`with_path` and friends).
     pub pipelines: Arc<Mutex<HashMap<registry::PipelineKey, Arc<registry::Pipeline>>>>,
 }
@@ -198,6 +200,7 @@ impl Context {
             features,
             limits,
             pipelines: Arc::default(),
+            subgroup_order: Arc::default(),
         };
         Self::build(Origin::AppDevice, Some(gpu), PathChoice::Auto)
     }
@@ -289,6 +292,7 @@ impl Context {
             features,
             limits,
             pipelines: Arc::default(),
+            subgroup_order: Arc::default(),
         };
         Ok(Self::build(Origin::Headless, Some(gpu), PathChoice::Auto))
     }
@@ -469,7 +473,7 @@ impl Context {
                 if self.msl_available().is_ok() && kernel.msl.is_some() {
                     Ok(KernelPath::Msl)
                 } else if self.gpu().is_some() {
-                    Ok(if has_subgroup {
+                    Ok(if has_subgroup && self.subgroup_variant_ok(kernel) {
                         KernelPath::WgslSubgroup
                     } else {
                         KernelPath::WgslWorkgroup
@@ -485,8 +489,19 @@ impl Context {
                 })?;
                 Ok(match choice {
                     PathChoice::WgslWorkgroup => KernelPath::WgslWorkgroup,
-                    PathChoice::WgslSubgroup => KernelPath::WgslSubgroup,
-                    _ if has_subgroup => KernelPath::WgslSubgroup,
+                    PathChoice::WgslSubgroup => {
+                        if !self.subgroup_variant_ok(kernel) {
+                            return Err(unavailable(
+                                "this device does not lay subgroups out in invocation order, which the \
+                                 subgroup variant needs (probed once per device)"
+                                    .into(),
+                            ));
+                        }
+                        KernelPath::WgslSubgroup
+                    }
+                    _ if has_subgroup && self.subgroup_variant_ok(kernel) => {
+                        KernelPath::WgslSubgroup
+                    }
                     _ => KernelPath::WgslWorkgroup,
                 })
             }
@@ -498,6 +513,37 @@ impl Context {
                 Ok(KernelPath::Msl)
             }
         }
+    }
+
+    /// Whether `kernel`'s subgroup variant can run here: kernels with one WGSL source always
+    /// can; real subgroup variants need subgroups in invocation order (probed once per
+    /// device; a failed probe counts as "no").
+    fn subgroup_variant_ok(&self, kernel: &KernelDef) -> bool {
+        if kernel.wgsl_subgroup.is_none() {
+            return true;
+        }
+        let Some(g) = self.gpu() else { return false };
+        if !g.features.contains(wgpu::Features::SUBGROUP) {
+            return false;
+        }
+        *g.subgroup_order.get_or_init(|| match crate::gpu::probe::subgroups_in_order(self) {
+            Ok(ok) => {
+                if !ok {
+                    log::warn!("kvpack: subgroups are not in invocation order; subgroup variants disabled");
+                }
+                ok
+            }
+            Err(e) => {
+                log::warn!("kvpack: subgroup probe failed ({e}); subgroup variants disabled");
+                false
+            }
+        })
+    }
+
+    /// Whether subgroups tile workgroups in invocation order on this device (probed once;
+    /// false without a GPU or without `SUBGROUP`).
+    pub fn subgroups_in_order(&self) -> bool {
+        self.subgroup_variant_ok(&registry::ATTEND_KIVI)
     }
 
     /// What this context is and which path each kernel will run with the default choice.

@@ -13,7 +13,7 @@
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
-const NEG: f32 = -3.0e38;
+const NEG: f32 = -1.0e30; // as in wgsl/common/attend.wgsl
 
 @compute @workgroup_size(64)
 fn main(

@@ -2,8 +2,8 @@
 // head) by a subgroupShuffleXor butterfly over offsets below min(subgroup size, 32); when
 // subgroups are narrower than a slice (lavapipe: 8) their results are combined in workgroup
 // memory. Needs subgroups laid out in invocation order (invocation = subgroup_id *
-// subgroup_size + subgroup_invocation_id); a device that does otherwise gets NaN in this
-// workgroup's partials, which the blocking host API reports as an error.
+// subgroup_size + subgroup_invocation_id): the context probes that once per device and does
+// not offer this variant where it fails (src/gpu/probe.rs).
 // Bindings and dispatch: wgsl/common/attend.wgsl and the codec file.
 
 var<private> SG_WIDTH: u32;
@@ -40,14 +40,7 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
     @builtin(subgroup_size) sg_size: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_id) sg_id: u32,
 ) {
     SG_WIDTH = min(sg_size, 32u);
-    let wid = linear_workgroup(wg, nwg);
-    attend_main(lid, wid);
-    if (lid != sg_id * sg_size + sg_lane && wid < A.tq * A.hkv * A.n_chunks) {
-        // Subgroups are not in invocation order: the slice reductions above were wrong.
-        partials[0] = bitcast<f32>(0x7fc00000u);
-    }
+    attend_main(lid, linear_workgroup(wg, nwg));
 }

@@ -2,6 +2,7 @@
 //! staging buffer, dispatch geometry split over x/y, and blocking submission wrapped in
 //! error scopes. Nothing here installs an uncaptured-error handler.
 
+pub(crate) mod probe;
 pub mod registry;
 pub mod timing;
 

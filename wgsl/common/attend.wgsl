@@ -24,7 +24,9 @@
 const TILE: u32 = 32u;
 const QG_MAX: u32 = 8u;
 const D_MAX: u32 = 256u;
-const NEG: f32 = -3.0e38; // finite "minus infinity" (exp of NEG - m is 0; safe under fast math)
+// Finite "minus infinity": exp(NEG - m) is 0, and NEG * log2(e) stays finite, so an exp
+// computed as exp2(x * log2 e) under fast math cannot overflow to -inf.
+const NEG: f32 = -1.0e30;
 
 var<workgroup> qsh: array<f32, 2048>;      // [QG_MAX][D_MAX]
 var<workgroup> red: array<f32, 1024>;      // [QG_MAX][4][TILE] partial dots
@@ -89,7 +91,7 @@ fn attend_main(lid: u32, wid: u32) {
         }
         // 1. Scores: invocation (slice, lane) = (part of D, token t0 + lane).
         let pos = t0 + lane;
-        let vis = is_visible(pos, p);
+        let vis = pos < c_end && is_visible(pos, p);
         let d0 = slice * part_len;
         let d1 = min(d0 + part_len, d_n);
         var dots: array<f32, QG_MAX>;
@@ -127,8 +129,9 @@ fn attend_main(lid: u32, wid: u32) {
             if (live && vis) {
                 w = exp(s - m_new);
             }
+            // (the reductions' own barriers order every lane's read of m_run before lane 0's
+            // update below)
             let l_tile = slice_sum(w, lid);
-            workgroupBarrier(); // every lane has read m_run before lane 0 updates it
             if (live) {
                 psh[g * TILE + lane] = w;
                 if (lane == 0u) {
@@ -158,7 +161,8 @@ fn attend_main(lid: u32, wid: u32) {
                 }
             }
         }
-        workgroupBarrier();
+        // No barrier needed here: the next tile writes `red` only (psh and corr_sh are written
+        // after its post-score barrier, when every invocation has finished this tile).
     }
     // 4. This chunk's (m, l, acc) per query head.
     let stride = d_n + 2u;
