@@ -385,13 +385,10 @@ pub fn run(
         encode(ctx, enc, paths, call, regions, &qb, &ob)
     })?;
     let out: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &ob, bytes)?);
-    if out.iter().any(|x| x.is_nan()) {
+    if let Some(i) = out.iter().position(|x| !x.is_finite()) {
         return Err(Error::Gpu {
             during: "attention",
-            message:
-                "NaN in the output: this device does not lay subgroups out in invocation order \
-                      (use PathChoice::WgslWorkgroup)"
-                    .into(),
+            message: format!("non-finite attention output at flat index {i} (inputs were finite: a kernel fault)"),
         });
     }
     Ok(out)
