@@ -536,9 +536,21 @@ fn check_arm(
     }
     let mut msg = "timed == attend() (bitwise)".to_string();
     if a.t <= cpu_max {
-        let cpu = Context::cpu();
-        let layer = build_layer(&cpu, a.method, PathChoice::Cpu, a.t, k, v).map_err(e)?;
-        let reference = layer.attend(&a.q_host[0], HQ, &opts).map_err(e)?;
+        // The CPU reference on the same stored codes: a GPU may quantize a few codes one step
+        // differently at half-integers (../shared/spec/kivi.md), so a separately built CPU
+        // cache is not the same cache.
+        let reference = match a.layer.as_any().downcast_ref::<kvpack::KiviLayer>() {
+            Some(kivi) => {
+                let raw = kivi.raw().map_err(e)?;
+                let view = kvpack::kivi::view::KiviView::of_raw(kivi.layout(), kivi.len(), &raw);
+                kvpack::cpu::attend::attend(&view, &a.q_host[0], HQ, &opts)
+            }
+            None => {
+                let cpu = Context::cpu();
+                let layer = build_layer(&cpu, a.method, PathChoice::Cpu, a.t, k, v).map_err(e)?;
+                layer.attend(&a.q_host[0], HQ, &opts).map_err(e)?
+            }
+        };
         let err = rel_l2_rows(&timed, &reference, DIM);
         msg += &format!(", vs CPU path: worst row rel L2 {err:.1e}");
         if err.is_nan() || err > 1e-3 {

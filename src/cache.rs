@@ -117,6 +117,9 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The concrete layer, for callers that need method-specific access (e.g. the stored
+    /// words of a KIVI layer to check a GPU against the CPU reference on the same codes).
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 impl KvLayer for KiviLayer {
@@ -143,6 +146,9 @@ impl KvLayer for KiviLayer {
     fn len(&self) -> usize {
         KiviLayer::len(self)
     }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 impl KvLayer for crate::F16Layer {
@@ -168,6 +174,9 @@ impl KvLayer for crate::F16Layer {
     }
     fn len(&self) -> usize {
         crate::F16Layer::len(self)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

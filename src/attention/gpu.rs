@@ -133,6 +133,15 @@ impl Call {
     }
 }
 
+/// The specialization every attention partial kernel shares: head width and query-group size,
+/// fixed for a cache's (and model's) life; never the sequence length.
+fn shape_spec(call: &Call) -> registry::Specialization {
+    registry::Specialization(vec![
+        ("ATT_DIM", call.dim as u32),
+        ("ATT_QG", (call.hq / call.hkv) as u32),
+    ])
+}
+
 /// The kernels one attention call runs on, resolved for a path choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttendPaths {
@@ -284,10 +293,15 @@ pub fn plans_for(
                 p.vrow_words = l.value_row_words() as u32;
                 p.vn_groups = l.value_groups() as u32;
                 let f16 = u32::from(l.params == ParamStorage::F16);
-                (
-                    &registry::ATTEND_KIVI,
-                    registry::Specialization(vec![("PARAMS_F16", f16)]),
-                )
+                let mut spec = shape_spec(call);
+                spec.0.extend([
+                    ("PARAMS_F16", f16),
+                    ("ATT_KBITS", l.key_bits),
+                    ("ATT_KGROUP", l.key_group as u32),
+                    ("ATT_VBITS", l.value_bits),
+                    ("ATT_VGROUP", l.value_group as u32),
+                ]);
+                (&registry::ATTEND_KIVI, spec)
             }
             SourceKind::F16 {
                 row_words,
@@ -295,7 +309,7 @@ pub fn plans_for(
             } => {
                 p.row_words = row_words as u32;
                 p.ring_tokens = ring_tokens as u32;
-                (&registry::ATTEND_F16, registry::Specialization::default())
+                (&registry::ATTEND_F16, shape_spec(call))
             }
         };
         out.push(DispatchPlan {
@@ -388,7 +402,9 @@ pub fn run(
     if let Some(i) = out.iter().position(|x| !x.is_finite()) {
         return Err(Error::Gpu {
             during: "attention",
-            message: format!("non-finite attention output at flat index {i} (inputs were finite: a kernel fault)"),
+            message: format!(
+                "non-finite attention output at flat index {i} (inputs were finite: a kernel fault)"
+            ),
         });
     }
     Ok(out)

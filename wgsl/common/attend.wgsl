@@ -46,6 +46,14 @@ fn is_visible(pos: u32, p: u32) -> bool {
     return pos + A.window > p || pos < A.sinks;
 }
 
+// Specialized per cache (fixed for its life, never on T): ATT_DIM = D, ATT_QG = Hq / Hkv.
+// Constant trip counts let the compiler unroll the loops below, keep `dots`/`acc` in registers
+// and issue a tile's loads together instead of one dependent load at a time.
+const DIM: u32 = ATT_DIM;
+const QG: u32 = ATT_QG;
+const PART: u32 = (DIM + 3u) / 4u;      // channels per slice in the score phase
+const DK: u32 = (DIM + 127u) / 128u;    // channels per invocation in the value phase
+
 fn attend_main(lid: u32, wid: u32) {
     let per_row = A.hkv * A.n_chunks;
     if (wid >= A.tq * per_row) {
@@ -55,30 +63,27 @@ fn attend_main(lid: u32, wid: u32) {
     let h = (wid / A.n_chunks) % A.hkv;
     let i = wid / per_row;
     let p = A.q_pos0 + i;
-    let d_n = A.dim;
-    let qg = A.qgroup;
     let slice = lid / 32u;
     let lane = lid % 32u;
 
     // Queries of the group, scaled once.
-    for (var x = lid; x < qg * d_n; x += 128u) {
-        let g = x / d_n;
-        let dd = x % d_n;
-        qsh[g * D_MAX + dd] = q[(i * A.hq + h * qg + g) * d_n + dd] * A.scale;
+    for (var x = lid; x < QG * DIM; x += 128u) {
+        let g = x / DIM;
+        let dd = x % DIM;
+        qsh[g * D_MAX + dd] = q[(i * A.hq + h * QG + g) * DIM + dd] * A.scale;
     }
     if (lid < QG_MAX) {
         m_run[lid] = NEG;
         l_run[lid] = 0.0;
     }
-    var acc: array<f32, 16>; // [QG_MAX][D_MAX / 128]
-    for (var x = 0u; x < 16u; x++) {
+    var acc: array<f32, QG * DK>;
+    for (var x = 0u; x < QG * DK; x++) {
         acc[x] = 0.0;
     }
     workgroupBarrier();
 
     let c_start = A.region_start + c * A.chunk_tokens;
     let c_end = min(c_start + A.chunk_tokens, A.region_end);
-    let part_len = (d_n + 3u) / 4u;
     for (var t0 = c_start; t0 < c_end; t0 += TILE) {
         // Skip tiles no query position can see (uniform per workgroup).
         let t_last = min(t0 + TILE, c_end) - 1u;
@@ -89,31 +94,33 @@ fn attend_main(lid: u32, wid: u32) {
         if (!seen) {
             continue;
         }
-        // 1. Scores: invocation (slice, lane) = (part of D, token t0 + lane).
+        // 1. Scores: invocation (slice, lane) = (quarter of D, token t0 + lane).
         let pos = t0 + lane;
         let vis = pos < c_end && is_visible(pos, p);
-        let d0 = slice * part_len;
-        let d1 = min(d0 + part_len, d_n);
-        var dots: array<f32, QG_MAX>;
-        for (var g = 0u; g < QG_MAX; g++) {
+        let d0 = slice * PART;
+        var dots: array<f32, QG>;
+        for (var g = 0u; g < QG; g++) {
             dots[g] = 0.0;
         }
         if (vis) {
-            for (var dd = d0; dd < d1; dd++) {
-                let k = codec_key(pos, h, dd);
-                for (var g = 0u; g < qg; g++) {
-                    dots[g] += qsh[g * D_MAX + dd] * k;
+            for (var x = 0u; x < PART; x++) {
+                let dd = d0 + x;
+                if (dd < DIM) {
+                    let k = codec_key(pos, h, dd);
+                    for (var g = 0u; g < QG; g++) {
+                        dots[g] += qsh[g * D_MAX + dd] * k;
+                    }
                 }
             }
         }
-        for (var g = 0u; g < qg; g++) {
+        for (var g = 0u; g < QG; g++) {
             red[(g * 4u + slice) * TILE + lane] = dots[g];
         }
         workgroupBarrier();
         // 2. Online softmax: slice = query head (four at a time), lane = token.
-        for (var g0 = 0u; g0 < qg; g0 += 4u) {
+        for (var g0 = 0u; g0 < QG; g0 += 4u) {
             let g = g0 + slice;
-            let live = g < qg;
+            let live = g < QG;
             var s = NEG;
             if (live && vis) {
                 let b = g * 4u * TILE + lane;
@@ -145,17 +152,17 @@ fn attend_main(lid: u32, wid: u32) {
         workgroupBarrier();
         // 3. Values: invocation = channel(s); every token of the tile, every query head.
         let n_tile = min(TILE, c_end - t0);
-        for (var k = 0u; k * 128u < d_n; k++) {
+        for (var k = 0u; k < DK; k++) {
             let dd = lid + 128u * k;
-            if (dd < d_n) {
-                for (var g = 0u; g < qg; g++) {
-                    acc[g * 2u + k] *= corr_sh[g];
+            if (dd < DIM) {
+                for (var g = 0u; g < QG; g++) {
+                    acc[g * DK + k] *= corr_sh[g];
                 }
-                for (var j = 0u; j < n_tile; j++) {
-                    if (psh[j] != 0.0 || qg > 1u) {
+                for (var j = 0u; j < TILE; j++) {
+                    if (j < n_tile) {
                         let v = codec_value(t0 + j, h, dd);
-                        for (var g = 0u; g < qg; g++) {
-                            acc[g * 2u + k] += psh[g * TILE + j] * v;
+                        for (var g = 0u; g < QG; g++) {
+                            acc[g * DK + k] += psh[g * TILE + j] * v;
                         }
                     }
                 }
@@ -165,17 +172,17 @@ fn attend_main(lid: u32, wid: u32) {
         // after its post-score barrier, when every invocation has finished this tile).
     }
     // 4. This chunk's (m, l, acc) per query head.
-    let stride = d_n + 2u;
-    for (var g = 0u; g < qg; g++) {
-        let pi = ((i * A.hq + h * qg + g) * A.nc_total + A.chunk_base + c) * stride;
+    let stride = DIM + 2u;
+    for (var g = 0u; g < QG; g++) {
+        let pi = ((i * A.hq + h * QG + g) * A.nc_total + A.chunk_base + c) * stride;
         if (lid == 0u) {
             partials[pi] = m_run[g];
             partials[pi + 1u] = l_run[g];
         }
-        for (var k = 0u; k * 128u < d_n; k++) {
+        for (var k = 0u; k < DK; k++) {
             let dd = lid + 128u * k;
-            if (dd < d_n) {
-                partials[pi + 2u + dd] = acc[g * 2u + k];
+            if (dd < DIM) {
+                partials[pi + 2u + dd] = acc[g * DK + k];
             }
         }
     }

@@ -17,11 +17,11 @@ fn f16_row(pos: u32) -> u32 {
 }
 
 fn codec_key(pos: u32, h: u32, d: u32) -> f32 {
-    let e = h * A.dim + d;
+    let e = h * DIM + d;
     return unpack2x16float(krows[f16_row(pos) * A.row_words + (e >> 1u)])[e & 1u];
 }
 
 fn codec_value(pos: u32, h: u32, d: u32) -> f32 {
-    let e = h * A.dim + d;
+    let e = h * DIM + d;
     return unpack2x16float(vrows[f16_row(pos) * A.row_words + (e >> 1u)])[e & 1u];
 }

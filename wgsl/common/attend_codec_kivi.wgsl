@@ -1,3 +1,5 @@
+// Specialized per cache: ATT_KBITS, ATT_KGROUP, ATT_VBITS, ATT_VGROUP (with PARAMS_F16), so
+// the divisions and word arithmetic below are by constants.
 // Attention codec: KIVI packed codes (layout: src/kivi/layout.rs), reconstructed in
 // registers: k̂ = f32(q·scale) + lo per (block, head, channel) group, v̂ likewise per
 // (token, head, channel group). Region rows are segment rows: row = pos - region_start +
@@ -27,31 +29,34 @@ fn value_pair(gi: u32) -> vec2<f32> {
     return vec2<f32>(bitcast<f32>(vparams[2u * gi]), bitcast<f32>(vparams[2u * gi + 1u]));
 }
 
+const KGW: u32 = (ATT_KGROUP * ATT_KBITS + 31u) / 32u;
+const VGW: u32 = (ATT_VGROUP * ATT_VBITS + 31u) / 32u;
+
 fn codec_key(pos: u32, h: u32, d: u32) -> f32 {
     let r = pos - A.region_start + A.seg_offset;
-    let gi = ((r / A.kgroup) * A.hkv + h) * A.dim + d;
-    let start = (r % A.kgroup) * A.kbits;
-    let w = gi * A.kgroup_words + (start >> 5u);
+    let gi = ((r / ATT_KGROUP) * A.hkv + h) * DIM + d;
+    let start = (r % ATT_KGROUP) * ATT_KBITS;
+    let w = gi * KGW + (start >> 5u);
     let off = start & 31u;
     var v = kcodes[w] >> off;
-    if (off + A.kbits > 32u) {
+    if (off + ATT_KBITS > 32u) {
         v |= kcodes[w + 1u] << (32u - off);
     }
     let pr = key_pair(gi);
-    return kivi_reconstruct(v & ((1u << A.kbits) - 1u), pr.x, pr.y);
+    return kivi_reconstruct(v & ((1u << ATT_KBITS) - 1u), pr.x, pr.y);
 }
 
 fn codec_value(pos: u32, h: u32, d: u32) -> f32 {
     let r = pos - A.region_start + A.seg_offset;
-    let jg = d / A.vgroup;
+    let jg = d / ATT_VGROUP;
     let row = r * A.hkv + h;
-    let start = (d - jg * A.vgroup) * A.vbits;
-    let w = row * A.vrow_words + jg * A.vgroup_words + (start >> 5u);
+    let start = (d - jg * ATT_VGROUP) * ATT_VBITS;
+    let w = row * A.vrow_words + jg * VGW + (start >> 5u);
     let off = start & 31u;
     var v = vcodes[w] >> off;
-    if (off + A.vbits > 32u) {
+    if (off + ATT_VBITS > 32u) {
         v |= vcodes[w + 1u] << (32u - off);
     }
     let pr = value_pair(row * A.vn_groups + jg);
-    return kivi_reconstruct(v & ((1u << A.vbits) - 1u), pr.x, pr.y);
+    return kivi_reconstruct(v & ((1u << ATT_VBITS) - 1u), pr.x, pr.y);
 }
