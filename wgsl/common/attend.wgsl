@@ -94,24 +94,27 @@ fn attend_main(lid: u32, wid: u32) {
         if (!seen) {
             continue;
         }
-        // 1. Scores: invocation (slice, lane) = (quarter of D, token t0 + lane).
+        // 1. Scores: invocation (slice, lane) = (quarter of D, token t0 + lane). All of a lane's
+        // key loads are issued first, unconditionally (indices clamped into range, invisible
+        // tokens masked afterwards), so they are in flight together: a branch around each load
+        // would serialize them on the memory latency.
         let pos = t0 + lane;
         let vis = pos < c_end && is_visible(pos, p);
+        let pos_c = min(pos, c_end - 1u);
         let d0 = slice * PART;
+        var ks: array<f32, PART>;
+        for (var x = 0u; x < PART; x++) {
+            ks[x] = codec_key(pos_c, h, min(d0 + x, DIM - 1u));
+        }
         var dots: array<f32, QG>;
         for (var g = 0u; g < QG; g++) {
-            dots[g] = 0.0;
-        }
-        if (vis) {
+            var acc_g = 0.0;
             for (var x = 0u; x < PART; x++) {
-                let dd = d0 + x;
-                if (dd < DIM) {
-                    let k = codec_key(pos, h, dd);
-                    for (var g = 0u; g < QG; g++) {
-                        dots[g] += qsh[g * D_MAX + dd] * k;
-                    }
+                if (d0 + x < DIM) {
+                    acc_g += qsh[g * D_MAX + d0 + x] * ks[x];
                 }
             }
+            dots[g] = acc_g;
         }
         for (var g = 0u; g < QG; g++) {
             red[(g * 4u + slice) * TILE + lane] = dots[g];
@@ -150,22 +153,23 @@ fn attend_main(lid: u32, wid: u32) {
             }
         }
         workgroupBarrier();
-        // 3. Values: invocation = channel(s); every token of the tile, every query head.
-        let n_tile = min(TILE, c_end - t0);
+        // 3. Values: invocation = channel(s); every token of the tile, every query head. The
+        // tile's value loads are issued first (tokens past the chunk clamped; their weights
+        // are 0).
+        let last = c_end - 1u;
         for (var k = 0u; k < DK; k++) {
             let dd = lid + 128u * k;
-            if (dd < DIM) {
-                for (var g = 0u; g < QG; g++) {
-                    acc[g * DK + k] *= corr_sh[g];
-                }
+            let dd_c = min(dd, DIM - 1u);
+            var vs: array<f32, TILE>;
+            for (var j = 0u; j < TILE; j++) {
+                vs[j] = codec_value(min(t0 + j, last), h, dd_c);
+            }
+            for (var g = 0u; g < QG; g++) {
+                var a = acc[g * DK + k] * corr_sh[g];
                 for (var j = 0u; j < TILE; j++) {
-                    if (j < n_tile) {
-                        let v = codec_value(t0 + j, h, dd);
-                        for (var g = 0u; g < QG; g++) {
-                            acc[g * DK + k] += psh[g * TILE + j] * v;
-                        }
-                    }
+                    a += psh[g * TILE + j] * vs[j];
                 }
+                acc[g * DK + k] = a;
             }
         }
         // No barrier needed here: the next tile writes `red` only (psh and corr_sh are written
