@@ -25,27 +25,56 @@ fn main(
     if (wid >= A.tq * A.hq) {
         return;
     }
+    // Eight chunks per step, their loads issued together (indices clamped, extra chunks
+    // masked): a dependent load per chunk would serialize the merge on memory latency.
     let stride = A.dim + 2u;
     let base = wid * A.nc_total * stride;
+    let nc = A.nc_total;
     var m = NEG;
-    for (var c = 0u; c < A.nc_total; c++) {
-        m = max(m, partials[base + c * stride]);
+    for (var c0 = 0u; c0 < nc; c0 += 8u) {
+        var mv: array<f32, 8>;
+        for (var u = 0u; u < 8u; u++) {
+            mv[u] = partials[base + min(c0 + u, nc - 1u) * stride];
+        }
+        for (var u = 0u; u < 8u; u++) {
+            m = max(m, mv[u]); // clamped duplicates cannot change a maximum
+        }
     }
     var l = 0.0;
-    for (var c = 0u; c < A.nc_total; c++) {
-        let b = base + c * stride;
-        l += partials[b + 1u] * exp(partials[b] - m);
+    var y: array<f32, 4>; // channels lid, lid + 64, lid + 128, lid + 192 (D <= 256)
+    for (var k = 0u; k < 4u; k++) {
+        y[k] = 0.0;
     }
-    for (var d = lid; d < A.dim; d += 64u) {
-        var y = 0.0;
-        for (var c = 0u; c < A.nc_total; c++) {
-            let b = base + c * stride;
-            y += partials[b + 2u + d] * exp(partials[b] - m);
+    for (var c0 = 0u; c0 < nc; c0 += 8u) {
+        var wv: array<f32, 8>;
+        var lv: array<f32, 8>;
+        for (var u = 0u; u < 8u; u++) {
+            let b = base + min(c0 + u, nc - 1u) * stride;
+            wv[u] = select(0.0, exp(partials[b] - m), c0 + u < nc);
+            lv[u] = partials[b + 1u];
         }
-        var o = 0.0;
-        if (l > 0.0) {
-            o = y / l;
+        for (var u = 0u; u < 8u; u++) {
+            l += lv[u] * wv[u];
         }
-        out[wid * A.dim + d] = o;
+        for (var k = 0u; k < 4u; k++) {
+            let d = min(lid + 64u * k, A.dim - 1u);
+            var av: array<f32, 8>;
+            for (var u = 0u; u < 8u; u++) {
+                av[u] = partials[base + min(c0 + u, nc - 1u) * stride + 2u + d];
+            }
+            for (var u = 0u; u < 8u; u++) {
+                y[k] += av[u] * wv[u];
+            }
+        }
+    }
+    for (var k = 0u; k < 4u; k++) {
+        let d = lid + 64u * k;
+        if (d < A.dim) {
+            var o = 0.0;
+            if (l > 0.0) {
+                o = y[k] / l;
+            }
+            out[wid * A.dim + d] = o;
+        }
     }
 }
