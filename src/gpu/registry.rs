@@ -361,6 +361,20 @@ fn layout_entries(def: &KernelDef) -> Vec<wgpu::BindGroupLayoutEntry> {
         .collect()
 }
 
+/// Runtime checks naga adds to kvpack's WGSL. Bounds checks on buffer accesses stay on (a
+/// kernel bug can never reach memory outside its bindings). Loop bounding is off: it adds a
+/// counter to every loop, which keeps the driver from unrolling the constant-trip loops the
+/// attention and KIVI kernels rely on to keep arrays in registers and overlap their loads.
+/// Integer-division guards are off: every divisor is a constant or a validated uniform.
+pub const RUNTIME_CHECKS: wgpu::ShaderRuntimeChecks = wgpu::ShaderRuntimeChecks {
+    bounds_checks: true,
+    force_loop_bounding: false,
+    ray_query_initialization_tracking: true,
+    task_shader_dispatch_tracking: true,
+    mesh_shader_primitive_indices_clamp: true,
+    int_div_checks: false,
+};
+
 /// The pipeline for `def` on `path`, built on first use and cached in the context.
 pub fn pipeline(
     ctx: &Context,
@@ -442,10 +456,12 @@ fn build(
         }
         _ => {
             let src = compose_wgsl(def, path, spec);
-            let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(def.name),
-                source: wgpu::ShaderSource::Wgsl(Cow::Owned(src)),
-            });
+            let desc = wgpu::ShaderModuleDescriptor { label: Some(def.name), source: wgpu::ShaderSource::Wgsl(Cow::Owned(src)) };
+            // SAFETY: see `RUNTIME_CHECKS`: buffer bounds checks stay on; the two checks turned
+            // off guard against infinite loops and division by zero, which kvpack's kernels do
+            // not contain (every loop is bounded by a constant or a uniform the host validated,
+            // every divisor is a validated non-zero uniform or a constant).
+            let m = unsafe { device.create_shader_module_trusted(desc, RUNTIME_CHECKS) };
             (m, "main")
         }
     };
