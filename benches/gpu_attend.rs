@@ -4,7 +4,8 @@
 //! ```text
 //! cargo bench --bench gpu_attend                 # full sizes (a real GPU)
 //! cargo bench --bench gpu_attend -- --quick      # small sizes (proves the code path, e.g. lavapipe)
-//! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --tokens T1,T2,...
+//! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --tokens T1,T2,...  --chunk N (tokens per
+//! flash-decoding chunk, a multiple of 32; default automatic)
 //! ```
 //!
 //! Arms, all interleaved within every round (each call submitted alone and waited for; the
@@ -47,8 +48,20 @@ struct Opts {
     warmup: usize,
     l2_bytes: u64,
     flush: bool,
+    /// `--chunk N`: tokens per flash-decoding chunk.
+    chunk: Option<usize>,
     /// `--tokens 1024,4096`: overrides the T list.
     tokens: Option<Vec<usize>>,
+}
+
+static CHUNK: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+
+/// The options every timed and checked call uses (`--chunk` sets the chunk size).
+fn attend_opts() -> AttendOptions {
+    AttendOptions {
+        chunk_tokens: CHUNK.get().copied().flatten(),
+        ..Default::default()
+    }
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -62,6 +75,7 @@ fn parse_args() -> Result<Opts, String> {
         l2_bytes: if quick { MIB } else { 64 * MIB },
         flush: true,
         tokens: None,
+        chunk: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -73,6 +87,7 @@ fn parse_args() -> Result<Opts, String> {
         match a.as_str() {
             "--quick" | "--bench" => {}
             "--rounds" => o.rounds = num("--rounds")?.max(1) as usize,
+            "--chunk" => o.chunk = Some(num("--chunk")? as usize),
             "--warmup" => o.warmup = num("--warmup")? as usize,
             "--l2-mib" => o.l2_bytes = num("--l2-mib")?.max(1) * MIB,
             "--no-flush" => o.flush = false,
@@ -98,6 +113,10 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(c) = opts.chunk {
+        println!("  chunk_tokens forced to {c}");
+    }
+    let _ = CHUNK.set(opts.chunk);
     let ctx = match Context::headless() {
         Ok(c) => c,
         Err(e) => {
@@ -300,7 +319,7 @@ fn partials_estimate(method: &Method, t: usize) -> (u64, usize) {
         hkv: HKV,
         dim: DIM,
         tokens: t,
-        opts: AttendOptions::default(),
+        opts: attend_opts(),
     };
     let chunk = call.chunk_tokens();
     let regions: Vec<usize> = match method {
@@ -387,10 +406,9 @@ fn encode_work(
             let (src, dst) = &instances[k];
             gpu::encode_plan(ctx, enc, KernelPath::WgslWorkgroup, plan, &[src, dst])
         }
-        Work::Attend(a) => {
-            a.layer
-                .encode_attend(enc, &a.qs[k], TQ, HQ, &AttendOptions::default(), &a.outs[k])
-        }
+        Work::Attend(a) => a
+            .layer
+            .encode_attend(enc, &a.qs[k], TQ, HQ, &attend_opts(), &a.outs[k]),
     }
 }
 
@@ -514,7 +532,7 @@ fn check_arm(
         }
         Work::Attend(a) => a,
     };
-    let opts = AttendOptions::default();
+    let opts = attend_opts();
     let n = TQ * HQ * DIM;
     gpu::submit_blocking(ctx, "bench check", |enc| encode_work(ctx, enc, arm, 0)).map_err(e)?;
     let timed = read_f32(ctx, &a.outs[0], n).map_err(e)?;
@@ -728,7 +746,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         for (slot, &a) in order.iter().enumerate() {
             if let Some((layer, q, out)) = &flush_layer {
                 gpu::submit_blocking(ctx, "bench L2 flush", |enc| {
-                    layer.encode_attend(enc, q, TQ, HQ, &AttendOptions::default(), out)
+                    layer.encode_attend(enc, q, TQ, HQ, &attend_opts(), out)
                 })?;
             }
             let k = round % arms[a].instances();

@@ -95,9 +95,24 @@ fn cases() -> Vec<(&'static str, Case)> {
     let w = |window, sinks| AttendOptions {
         window: Some(window),
         sinks,
-        scale: None,
+        ..Default::default()
     };
     vec![
+        (
+            "T=1000 Tq=2 8/2 D=64 chunks of 32 tokens",
+            Case {
+                t: 1000,
+                tq: 2,
+                hq: 8,
+                hkv: 2,
+                d: 64,
+                opts: AttendOptions {
+                    chunk_tokens: Some(32),
+                    ..Default::default()
+                },
+                cfg: kivi4,
+            },
+        ),
         (
             "T=1 Tq=1 9/3 D=64",
             Case {

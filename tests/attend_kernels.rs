@@ -61,7 +61,7 @@ fn cases() -> Vec<Case> {
     let w = |window, sinks| AttendOptions {
         window: Some(window),
         sinks,
-        scale: None,
+        ..Default::default()
     };
     let f32p = |c: KiviConfig| KiviConfig {
         params: ParamStorage::F32,

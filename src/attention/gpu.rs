@@ -128,6 +128,9 @@ impl Call {
     /// heads, at least 64 tokens, a multiple of the 32-token tile. A per-call value, never a
     /// pipeline specialization.
     pub fn chunk_tokens(&self) -> usize {
+        if let Some(c) = self.opts.chunk_tokens {
+            return c;
+        }
         let per_query = (2048 / (self.tq * self.hkv).max(1)).max(1);
         self.tokens.div_ceil(per_query).max(64).div_ceil(32) * 32
     }

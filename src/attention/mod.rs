@@ -25,6 +25,9 @@ pub struct AttendOptions {
     pub window: Option<usize>,
     /// Attention sinks: the first `sinks` tokens stay visible under a window.
     pub sinks: usize,
+    /// GPU tuning: tokens per flash-decoding chunk (a multiple of 32; `None`: about 2048
+    /// workgroups per call). Grown automatically when the partials would not fit a binding.
+    pub chunk_tokens: Option<usize>,
 }
 
 /// Checks q `[Tq, Hq, D]` against a cache of `t` tokens, `hkv` heads of width `d`; returns Tq.
@@ -58,6 +61,11 @@ pub fn check_query(
                 "{tq} query rows but the cache holds {t} tokens (queries are the last Tq tokens)"
             ),
         });
+    }
+    if opts.chunk_tokens.is_some_and(|c| c == 0 || c % 32 != 0) {
+        return Err(Error::Config(
+            "chunk_tokens must be a positive multiple of 32".into(),
+        ));
     }
     if opts.window == Some(0) {
         return Err(Error::Config(

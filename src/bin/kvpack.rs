@@ -237,6 +237,7 @@ fn run(command: Command) -> Result<(), String> {
                 scale,
                 window: window.map(big),
                 sinks,
+                chunk_tokens: None,
             };
             let n = big(queries);
             let (q, k, v) = io::read_qkv(&input)?;
