@@ -114,9 +114,9 @@ pub struct Call {
 impl Call {
     /// Validates what the kernels can hold.
     pub fn check(&self) -> Result<()> {
-        if self.dim > D_MAX || self.dim % 16 != 0 || self.hq / self.hkv > QGROUP_MAX {
+        if self.dim > D_MAX || self.hq / self.hkv > QGROUP_MAX {
             return Err(Error::Config(format!(
-                "GPU attention supports head widths that are multiples of 16 up to {D_MAX} and Hq/Hkv <= {QGROUP_MAX} (got D = {}, Hq/Hkv = {})",
+                "GPU attention supports head width <= {D_MAX} and Hq/Hkv <= {QGROUP_MAX} (got D = {}, Hq/Hkv = {})",
                 self.dim,
                 self.hq / self.hkv
             )));

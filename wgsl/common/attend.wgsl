@@ -28,9 +28,9 @@ const D_MAX: u32 = 256u;
 // computed as exp2(x * log2 e) under fast math cannot overflow to -inf.
 const NEG: f32 = -1.0e30;
 
-var<workgroup> qsh: array<vec4<f32>, 512>; // [QG_MAX][D_MAX / 4]
+var<workgroup> qsh: array<f32, 2048>;      // [QG_MAX][D_MAX]
 var<workgroup> red: array<f32, 1024>;      // [QG_MAX][4][TILE] partial dots
-var<workgroup> psh: array<vec4<f32>, 64>;  // [QG_MAX][TILE / 4] softmax weights of the tile
+var<workgroup> psh: array<f32, 256>;       // [QG_MAX][TILE] softmax weights of the tile
 var<workgroup> m_run: array<f32, QG_MAX>;
 var<workgroup> l_run: array<f32, QG_MAX>;
 var<workgroup> corr_sh: array<f32, QG_MAX>;
@@ -51,8 +51,7 @@ fn is_visible(pos: u32, p: u32) -> bool {
 // and issue a tile's loads together instead of one dependent load at a time.
 const DIM: u32 = ATT_DIM;
 const QG: u32 = ATT_QG;
-const PART: u32 = DIM / 4u;             // channels per slice in the score phase (D % 16 == 0)
-const PART4: u32 = PART / 4u;
+const PART: u32 = (DIM + 3u) / 4u;      // channels per slice in the score phase
 const DK: u32 = (DIM + 127u) / 128u;    // channels per invocation in the value phase
 
 fn attend_main(lid: u32, wid: u32) {
@@ -68,11 +67,10 @@ fn attend_main(lid: u32, wid: u32) {
     let lane = lid % 32u;
 
     // Queries of the group, scaled once.
-    for (var x = lid; x < QG * DIM / 4u; x += 128u) {
-        let g = x / (DIM / 4u);
-        let c4 = x % (DIM / 4u);
-        let b = (i * A.hq + h * QG + g) * DIM + 4u * c4;
-        qsh[g * (D_MAX / 4u) + c4] = vec4<f32>(q[b], q[b + 1u], q[b + 2u], q[b + 3u]) * A.scale;
+    for (var x = lid; x < QG * DIM; x += 128u) {
+        let g = x / DIM;
+        let dd = x % DIM;
+        qsh[g * D_MAX + dd] = q[(i * A.hq + h * QG + g) * DIM + dd] * A.scale;
     }
     if (lid < QG_MAX) {
         m_run[lid] = NEG;
@@ -104,23 +102,19 @@ fn attend_main(lid: u32, wid: u32) {
         let vis = pos < c_end && is_visible(pos, p);
         let pos_c = min(pos, c_end - 1u);
         let d0 = slice * PART;
-        var ks: array<vec4<f32>, PART4>;
-        for (var x = 0u; x < PART4; x++) {
-            let d = d0 + 4u * x;
-            ks[x] = vec4<f32>(
-                codec_key(pos_c, h, d),
-                codec_key(pos_c, h, d + 1u),
-                codec_key(pos_c, h, d + 2u),
-                codec_key(pos_c, h, d + 3u),
-            );
+        var ks: array<f32, PART>;
+        for (var x = 0u; x < PART; x++) {
+            ks[x] = codec_key(pos_c, h, min(d0 + x, DIM - 1u));
         }
         var dots: array<f32, QG>;
         for (var g = 0u; g < QG; g++) {
-            var acc_g = vec4<f32>(0.0);
-            for (var x = 0u; x < PART4; x++) {
-                acc_g += qsh[g * (D_MAX / 4u) + d0 / 4u + x] * ks[x];
+            var acc_g = 0.0;
+            for (var x = 0u; x < PART; x++) {
+                if (d0 + x < DIM) {
+                    acc_g += qsh[g * D_MAX + d0 + x] * ks[x];
+                }
             }
-            dots[g] = acc_g.x + acc_g.y + acc_g.z + acc_g.w;
+            dots[g] = acc_g;
         }
         for (var g = 0u; g < QG; g++) {
             red[(g * 4u + slice) * TILE + lane] = dots[g];
@@ -149,8 +143,7 @@ fn attend_main(lid: u32, wid: u32) {
             // update below)
             let l_tile = slice_sum(w, lid);
             if (live) {
-                // Weights of the tile, four tokens per vec4 (lane 4k+u fills component u).
-                psh[g * (TILE / 4u) + lane / 4u][lane % 4u] = w;
+                psh[g * TILE + lane] = w;
                 if (lane == 0u) {
                     let corr = exp(m_old - m_new);
                     corr_sh[g] = corr;
@@ -167,22 +160,16 @@ fn attend_main(lid: u32, wid: u32) {
         for (var k = 0u; k < DK; k++) {
             let dd = lid + 128u * k;
             let dd_c = min(dd, DIM - 1u);
-            var vs: array<vec4<f32>, TILE / 4u>;
-            for (var j = 0u; j < TILE / 4u; j++) {
-                let t = t0 + 4u * j;
-                vs[j] = vec4<f32>(
-                    codec_value(min(t, last), h, dd_c),
-                    codec_value(min(t + 1u, last), h, dd_c),
-                    codec_value(min(t + 2u, last), h, dd_c),
-                    codec_value(min(t + 3u, last), h, dd_c),
-                );
+            var vs: array<f32, TILE>;
+            for (var j = 0u; j < TILE; j++) {
+                vs[j] = codec_value(min(t0 + j, last), h, dd_c);
             }
             for (var g = 0u; g < QG; g++) {
-                var a4 = vec4<f32>(0.0);
-                for (var j = 0u; j < TILE / 4u; j++) {
-                    a4 += psh[g * (TILE / 4u) + j] * vs[j];
+                var a = acc[g * DK + k] * corr_sh[g];
+                for (var j = 0u; j < TILE; j++) {
+                    a += psh[g * TILE + j] * vs[j];
                 }
-                acc[g * DK + k] = acc[g * DK + k] * corr_sh[g] + (a4.x + a4.y + a4.z + a4.w);
+                acc[g * DK + k] = a;
             }
         }
         // No barrier needed here: the next tile writes `red` only (psh and corr_sh are written
