@@ -50,18 +50,30 @@ fn main() -> Result<(), kvpack::Error> {
 }
 
 /// K and V `[L, T, H, D]` of a real model, or synthetic data when the fixtures are absent.
-fn kv_data() -> (String, [usize; 4], Vec<half::f16>, Vec<half::f16>) {
+/// Real (or synthetic) K, V `[L, T, Hkv, D]` and q `[L, T, Hq, D]`, with Hq.
+type KvData = (
+    String,
+    [usize; 4],
+    Vec<half::f16>,
+    Vec<half::f16>,
+    Vec<half::f16>,
+    usize,
+);
+
+fn kv_data() -> KvData {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/fixtures/smollm2-135m/story-512.safetensors");
     if let Ok(bytes) = std::fs::read(&path) {
         if let Ok(st) = safetensors::SafeTensors::deserialize(&bytes) {
-            if let (Ok(k), Ok(v)) = (st.tensor("k"), st.tensor("v")) {
+            if let (Ok(k), Ok(v), Ok(q)) = (st.tensor("k"), st.tensor("v"), st.tensor("q")) {
                 let s = k.shape();
                 return (
                     "SmolLM2-135M, story-512 fixture".into(),
                     [s[0], s[1], s[2], s[3]],
                     bytemuck::pod_collect_to_vec(k.data()),
                     bytemuck::pod_collect_to_vec(v.data()),
+                    bytemuck::pod_collect_to_vec(q.data()),
+                    q.shape()[2],
                 );
             }
         }
@@ -79,6 +91,7 @@ fn kv_data() -> (String, [usize; 4], Vec<half::f16>, Vec<half::f16>) {
         .map(|i| half::f16::from_f32(next() + (i % 64) as f32 * 0.05))
         .collect();
     let v = (0..n).map(|_| half::f16::from_f32(next())).collect();
+    let q = (0..n * 3).map(|_| half::f16::from_f32(next())).collect();
     (
         format!(
             "synthetic (../shared/fixtures absent at {})",
@@ -87,12 +100,14 @@ fn kv_data() -> (String, [usize; 4], Vec<half::f16>, Vec<half::f16>) {
         shape,
         k,
         v,
+        q,
+        9,
     )
 }
 
 fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
     use kvpack::{Input, KiviCache, KiviConfig};
-    let (source, [layers, tokens, heads, dim], k, v) = kv_data();
+    let (source, [layers, tokens, heads, dim], k, v, q, hq) = kv_data();
     println!(
         "\nKIVI on {source}: {layers} layers, {tokens} tokens, {heads} KV heads, head dim {dim}"
     );
@@ -156,7 +171,68 @@ fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
         "  (a real GPU may differ from the CPU reference by one code where (x - lo) / scale is within \
          1e-4 of a half-integer: GPU division is not exact; ../shared/spec/kivi.md)"
     );
+
+    // Attention that reads the packed cache: the last 8 query rows of every 5th layer, against
+    // exact f64 attention on the original K/V.
+    let tq = 8;
+    let opts = kvpack::AttendOptions::default();
+    println!(
+        "\nAttention on the compressed cache: last {tq} queries ({hq} query heads, {heads} KV heads), every 5th layer"
+    );
+    for name in ["f16", "kivi-4", "kivi-2"] {
+        let method = kvpack::Method::parse(name)?;
+        let (mut err, mut n, mut held, mut f16b) = (0f64, 0, 0u64, 0u64);
+        let t = Instant::now();
+        for l in (0..layers).step_by(5) {
+            let mut layer = method.layer(ctx, heads, dim, ctx.path())?;
+            layer.append(
+                Input::F16(&k[l * per..(l + 1) * per]),
+                Input::F16(&v[l * per..(l + 1) * per]),
+            )?;
+            let qper = tokens * hq * dim;
+            let ql: Vec<f32> = q[l * qper + (tokens - tq) * hq * dim..(l + 1) * qper]
+                .iter()
+                .map(|x| x.to_f32())
+                .collect();
+            let out = layer.attend(&ql, hq, &opts)?;
+            let f32s = |x: &[half::f16]| x.iter().map(|y| y.to_f32()).collect::<Vec<f32>>();
+            let (kl, vl) = (
+                f32s(&k[l * per..(l + 1) * per]),
+                f32s(&v[l * per..(l + 1) * per]),
+            );
+            let exact = kvpack::cpu::attend::attend_exact(&kl, &vl, heads, &ql, hq, dim, &opts);
+            err += rel_l2_f32(&out, &exact);
+            n += 1;
+            let m = layer.memory();
+            held += m.held.total();
+            f16b += m.f16_bytes;
+        }
+        let path = kvpack::attention::gpu::AttendPaths::resolve(ctx, ctx.path())
+            .map(|p| {
+                if name == "f16" {
+                    p.f16.to_string()
+                } else {
+                    p.kivi.to_string()
+                }
+            })
+            .unwrap_or_else(|_| "cpu".into());
+        println!(
+            "  {name:<7} on {path:<14} ratio {:.2}x; mean rel. L2 error of the output vs exact attention {:.4} ({:.0} ms)",
+            f16b as f64 / held as f64,
+            err / n as f64,
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
     Ok(())
+}
+
+fn rel_l2_f32(x: &[f32], reference: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (a, b) in x.iter().zip(reference) {
+        num += (f64::from(*a) - f64::from(*b)).powi(2);
+        den += f64::from(*b).powi(2);
+    }
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
 }
 
 fn rel_l2(x: &[f32], reference: &[half::f16]) -> f64 {
