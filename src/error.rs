@@ -119,6 +119,15 @@ pub enum Error {
     #[error("no GPU adapter: {0}")]
     NoAdapter(String),
 
+    /// A model or tokenizer file is malformed, or uses something kvpack does not support.
+    #[error("malformed {format} file: {message}")]
+    Format {
+        /// The file format (`GGUF`, `llama2.c`, ...).
+        format: &'static str,
+        /// What is wrong, with the file's path where known.
+        message: String,
+    },
+
     /// A file could not be read or written (CLI, fixtures).
     #[error("I/O error on {path}: {source}")]
     Io {
