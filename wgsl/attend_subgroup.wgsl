@@ -14,6 +14,9 @@ fn slice_reduce(v: f32, lid: u32, is_max: bool) -> f32 {
         let y = subgroupShuffleXor(x, off);
         x = select(x + y, max(x, y), is_max);
     }
+    if (ATT_SG_WIDE == 1u) {
+        return x; // the whole slice is one subgroup: the butterfly already reduced it
+    }
     scratch[lid] = x;
     workgroupBarrier();
     let first = lid - lid % 32u;

@@ -143,6 +143,9 @@ fn shape_spec(call: &Call) -> registry::Specialization {
     registry::Specialization(vec![
         ("ATT_DIM", call.dim as u32),
         ("ATT_QG", (call.hq / call.hkv) as u32),
+        // 1 when every subgroup of the device is at least 32 wide: the subgroup variant's
+        // slice reductions then need no workgroup memory or barrier (set by `encode`).
+        ("ATT_SG_WIDE", 0),
     ])
 }
 
@@ -348,8 +351,17 @@ pub fn encode(
     let bytes = (call.tq * call.hq * call.dim * 4) as u64;
     gpu::check_buffer(q, "attention queries", bytes)?;
     gpu::check_buffer(out, "attention output", bytes)?;
-    let (partial_plans, merge, partial_bytes) =
+    let (mut partial_plans, merge, partial_bytes) =
         plans(call, regions, ctx.max_storage_binding_size())?;
+    if ctx.adapter_info().is_some_and(|i| i.subgroup_min_size >= 32) {
+        for plan in &mut partial_plans {
+            for (name, v) in &mut plan.spec.0 {
+                if *name == "ATT_SG_WIDE" {
+                    *v = 1;
+                }
+            }
+        }
+    }
     let partials = gpu::storage_buffer(ctx, "kvpack attention partials", partial_bytes)?;
     for (plan, r) in partial_plans
         .iter()
