@@ -27,6 +27,7 @@ pub mod error;
 pub mod f16cache;
 pub mod gpu;
 pub mod kivi;
+pub mod model;
 
 pub use attention::AttendOptions;
 pub use bitpack::{BitPacker, packed_words};

@@ -1,0 +1,545 @@
+//! The CPU f32 forward pass of a llama-architecture model, with attention through kvpack's
+//! cache: every layer's K and V go into a [`KvLayer`] (f16, KIVI, ... on any path), and the
+//! layer's attention output comes from [`KvLayer::attend`] on what that cache stores.
+//!
+//! Per token (or per chunk of tokens): embedding → for each block: RMSNorm, q/k/v projections,
+//! RoPE, append k and v to the layer's cache, attention of q over the cache, output projection,
+//! residual, RMSNorm, SwiGLU FFN (`w2 (silu(w1 x) ⊙ w3 x)`), residual → final RMSNorm →
+//! logits. Matrix products run on all cores (rayon) once they are large enough to pay for it.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::config::{Config, RopePairing, Weights};
+use crate::attention::AttendOptions;
+use crate::cache::{KvLayer, Method};
+use crate::context::{Context, PathChoice};
+use crate::error::{Error, Result};
+use crate::kivi::{Input, MemoryReport};
+
+/// One sequence being decoded: the weights, one cache per layer and the position.
+#[derive(Debug)]
+pub struct Session {
+    weights: Arc<Weights>,
+    caches: Vec<Box<dyn KvLayer>>,
+    method: Method,
+    path: PathChoice,
+    opts: AttendOptions,
+    pos: usize,
+    failed: bool,
+}
+
+impl Session {
+    /// A new empty sequence whose caches use `method` on `path` of `ctx` (one
+    /// [`Method::layer`] per model layer, `kv_heads` heads of `head_dim`).
+    pub fn new(
+        weights: Arc<Weights>,
+        ctx: &Context,
+        method: Method,
+        path: PathChoice,
+    ) -> Result<Self> {
+        let c = &weights.config;
+        let caches = (0..c.layers)
+            .map(|_| method.layer(ctx, c.kv_heads, c.head_dim, path))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            weights,
+            caches,
+            method,
+            path,
+            opts: AttendOptions::default(),
+            pos: 0,
+            failed: false,
+        })
+    }
+
+    /// Attention options for every layer (sliding window, sinks, ...; default: full causal).
+    pub fn set_attend_options(&mut self, opts: AttendOptions) {
+        self.opts = opts;
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> &Config {
+        &self.weights.config
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &Arc<Weights> {
+        &self.weights
+    }
+
+    /// The cache method.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// The path the caches were asked to run on.
+    pub fn path(&self) -> PathChoice {
+        self.path
+    }
+
+    /// Tokens processed so far (the position of the next token).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// The per-layer caches.
+    pub fn caches(&self) -> &[Box<dyn KvLayer>] {
+        &self.caches
+    }
+
+    /// Bytes held by all layers' caches, and the ratio against f16.
+    pub fn memory(&self) -> MemoryReport {
+        let mut total = MemoryReport::default();
+        for c in &self.caches {
+            total.add(&c.memory());
+        }
+        total
+    }
+
+    /// Feeds one token; returns the next-token logits `[vocab]`.
+    pub fn forward_token(&mut self, id: u32) -> Result<Vec<f32>> {
+        self.forward(&[id], true)
+    }
+
+    /// Feeds a chunk of tokens at once (one append and one attention call per layer); returns
+    /// the logits of every position, `[ids.len(), vocab]`.
+    pub fn forward_chunk(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        self.forward(ids, true)
+    }
+
+    /// Feeds a chunk of tokens (a prompt); returns only the last position's logits `[vocab]`.
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        self.forward(ids, false)
+    }
+
+    /// Feeds `prompt` (its first token is usually BOS), then generates up to `max_new` tokens
+    /// with `sampler`, calling `on_token` for each new one; stops early on BOS or EOS (ids 1
+    /// and 2 in llama vocabularies; pass `stop` to choose others). Returns the new tokens.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_new: usize,
+        stop: &[u32],
+        sampler: &mut Sampler,
+        mut on_token: impl FnMut(u32),
+    ) -> Result<Vec<u32>> {
+        if prompt.is_empty() {
+            return Err(Error::Config("generation needs a non-empty prompt".into()));
+        }
+        let mut out = Vec::new();
+        if max_new == 0 {
+            return Ok(out);
+        }
+        let mut logits = self.prefill(prompt)?;
+        loop {
+            let next = sampler.sample(&mut logits);
+            if stop.contains(&next) {
+                break;
+            }
+            out.push(next);
+            on_token(next);
+            if out.len() == max_new || self.pos >= self.config().max_seq {
+                break;
+            }
+            logits = self.forward_token(next)?;
+        }
+        Ok(out)
+    }
+
+    fn forward(&mut self, ids: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        if self.failed {
+            return Err(Error::Config(
+                "this session failed earlier (its caches may hold part of a step); start a new one"
+                    .into(),
+            ));
+        }
+        let c = self.weights.config.clone();
+        if ids.is_empty() {
+            return Err(Error::Shape {
+                what: "token ids",
+                message: "no tokens to feed".into(),
+            });
+        }
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= c.vocab) {
+            return Err(Error::Shape {
+                what: "token ids",
+                message: format!("token {bad} is outside the vocabulary of {}", c.vocab),
+            });
+        }
+        if self.pos + ids.len() > c.max_seq {
+            return Err(Error::Config(format!(
+                "positions {}..{} exceed the model's maximum sequence length {}",
+                self.pos,
+                self.pos + ids.len(),
+                c.max_seq
+            )));
+        }
+        let r = self.forward_unchecked(ids, all_logits);
+        match &r {
+            Ok(_) => self.pos += ids.len(),
+            Err(_) => self.failed = true,
+        }
+        r
+    }
+
+    fn forward_unchecked(&mut self, ids: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        let w = &*self.weights;
+        let c = &w.config;
+        let (t, dim) = (ids.len(), c.dim);
+        let mut x = Vec::with_capacity(t * dim);
+        for &id in ids {
+            let id = id as usize;
+            x.extend_from_slice(&w.token_embedding[id * dim..(id + 1) * dim]);
+        }
+        let rope = Rope::new(c, self.pos, t);
+        let mut xb = vec![0f32; t * dim];
+        for (lw, cache) in w.layers.iter().zip(self.caches.iter_mut()) {
+            rmsnorm(&mut xb, &x, &lw.attn_norm, c.norm_eps);
+            let mut q = matmul(&xb, t, dim, &lw.wq, c.q_dim());
+            let mut k = matmul(&xb, t, dim, &lw.wk, c.kv_dim());
+            let v = matmul(&xb, t, dim, &lw.wv, c.kv_dim());
+            rope.apply(&mut q, c.heads);
+            rope.apply(&mut k, c.kv_heads);
+            cache.append(Input::F32(&k), Input::F32(&v))?;
+            let att = cache.attend(&q, c.heads, &self.opts)?;
+            let o = matmul(&att, t, c.q_dim(), &lw.wo, dim);
+            add_into(&mut x, &o);
+
+            rmsnorm(&mut xb, &x, &lw.ffn_norm, c.norm_eps);
+            let mut h1 = matmul(&xb, t, dim, &lw.w1, c.hidden);
+            let h3 = matmul(&xb, t, dim, &lw.w3, c.hidden);
+            for (a, b) in h1.iter_mut().zip(&h3) {
+                *a = *a / (1.0 + (-*a).exp()) * b;
+            }
+            let f = matmul(&h1, t, c.hidden, &lw.w2, dim);
+            add_into(&mut x, &f);
+        }
+        let rows = if all_logits { t } else { 1 };
+        let last = &x[(t - rows) * dim..];
+        let mut xn = vec![0f32; rows * dim];
+        rmsnorm(&mut xn, last, &w.final_norm, c.norm_eps);
+        let logits = matmul(&xn, rows, dim, w.output_head(), c.vocab);
+        if let Some(i) = logits.iter().position(|v| !v.is_finite()) {
+            return Err(Error::NonFinite {
+                what: "logits",
+                index: i,
+                value: logits[i],
+            });
+        }
+        Ok(logits)
+    }
+}
+
+/// cos/sin of every (position, pair) of a chunk.
+struct Rope {
+    pairing: RopePairing,
+    head_dim: usize,
+    tokens: usize,
+    /// `[t, head_dim / 2]` each.
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl Rope {
+    fn new(c: &Config, pos0: usize, tokens: usize) -> Self {
+        let half = c.head_dim / 2;
+        let (mut cos, mut sin) = (
+            Vec::with_capacity(tokens * half),
+            Vec::with_capacity(tokens * half),
+        );
+        for p in pos0..pos0 + tokens {
+            for i in 0..half {
+                let freq = (c.rope_theta as f64).powf(-((2 * i) as f64) / c.head_dim as f64);
+                let a = p as f64 * freq;
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+        Self {
+            pairing: c.rope_pairing,
+            head_dim: c.head_dim,
+            tokens,
+            cos,
+            sin,
+        }
+    }
+
+    /// Rotates `x` `[t, heads, head_dim]` in place.
+    fn apply(&self, x: &mut [f32], heads: usize) {
+        let (d, half) = (self.head_dim, self.head_dim / 2);
+        for t in 0..self.tokens {
+            let (cos, sin) = (
+                &self.cos[t * half..(t + 1) * half],
+                &self.sin[t * half..(t + 1) * half],
+            );
+            for h in 0..heads {
+                let v = &mut x[(t * heads + h) * d..(t * heads + h + 1) * d];
+                for i in 0..half {
+                    let (a, b) = match self.pairing {
+                        RopePairing::Adjacent => (2 * i, 2 * i + 1),
+                        RopePairing::Halves => (i, i + half),
+                    };
+                    let (v0, v1) = (v[a], v[b]);
+                    v[a] = v0 * cos[i] - v1 * sin[i];
+                    v[b] = v0 * sin[i] + v1 * cos[i];
+                }
+            }
+        }
+    }
+}
+
+/// `out[t] = x[t] / rms(x[t]) ⊙ g` for rows of `g.len()`.
+fn rmsnorm(out: &mut [f32], x: &[f32], g: &[f32], eps: f32) {
+    let n = g.len();
+    for (o, xr) in out.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
+        let ss = xr.iter().map(|v| v * v).sum::<f32>() / n as f32 + eps;
+        let s = 1.0 / ss.sqrt();
+        for ((o, &v), &g) in o.iter_mut().zip(xr).zip(g) {
+            *o = g * (s * v);
+        }
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// Multiply-adds below which a product runs on the calling thread.
+const PARALLEL_MIN: usize = 1 << 16;
+/// Output rows per parallel task.
+const ROWS_PER_TASK: usize = 64;
+
+/// `x [t, n] · wᵀ` for `w [d, n]` row-major: returns `[t, d]`.
+pub fn matmul(x: &[f32], t: usize, n: usize, w: &[f32], d: usize) -> Vec<f32> {
+    debug_assert_eq!(x.len(), t * n);
+    debug_assert_eq!(w.len(), d * n);
+    // Computed as [d, t] (each task owns contiguous output rows), then transposed.
+    let mut yt = vec![0f32; d * t];
+    let block = |(b, out): (usize, &mut [f32])| {
+        let r0 = b * ROWS_PER_TASK;
+        for (r, o) in out.chunks_exact_mut(t).enumerate() {
+            let row = &w[(r0 + r) * n..(r0 + r + 1) * n];
+            dot_row(row, x, n, o);
+        }
+    };
+    if t * n * d >= PARALLEL_MIN {
+        yt.par_chunks_mut(ROWS_PER_TASK * t)
+            .enumerate()
+            .for_each(block);
+    } else {
+        yt.chunks_mut(ROWS_PER_TASK * t).enumerate().for_each(block);
+    }
+    if t == 1 {
+        return yt;
+    }
+    let mut y = vec![0f32; t * d];
+    for r in 0..d {
+        for j in 0..t {
+            y[j * d + r] = yt[r * t + j];
+        }
+    }
+    y
+}
+
+const LANES: usize = 8;
+
+/// `out[j] = row · x[j]` for every row j of `x` `[t, n]`, four rows of x per pass over `row`.
+fn dot_row(row: &[f32], x: &[f32], n: usize, out: &mut [f32]) {
+    let t = out.len();
+    let mut j = 0;
+    while j + 4 <= t {
+        let xs = [
+            &x[j * n..(j + 1) * n],
+            &x[(j + 1) * n..(j + 2) * n],
+            &x[(j + 2) * n..(j + 3) * n],
+            &x[(j + 3) * n..(j + 4) * n],
+        ];
+        let mut acc = [[0f32; LANES]; 4];
+        let full = n / LANES * LANES;
+        for i in (0..full).step_by(LANES) {
+            let w: &[f32; LANES] = row[i..i + LANES].try_into().unwrap();
+            for (a, xr) in acc.iter_mut().zip(&xs) {
+                let xv: &[f32; LANES] = xr[i..i + LANES].try_into().unwrap();
+                for l in 0..LANES {
+                    a[l] += w[l] * xv[l];
+                }
+            }
+        }
+        for (q, (a, xr)) in acc.iter().zip(&xs).enumerate() {
+            let mut s: f32 = a.iter().sum();
+            for i in full..n {
+                s += row[i] * xr[i];
+            }
+            out[j + q] = s;
+        }
+        j += 4;
+    }
+    for jj in j..t {
+        out[jj] = dot(row, &x[jj * n..(jj + 1) * n]);
+    }
+}
+
+/// Dot product with eight independent accumulators.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+/// Next-token choice: greedy (temperature 0), or `run.c`'s sampler (temperature, then top-p
+/// nucleus when `0 < top_p < 1`) driven by its xorshift generator, so a seed reproduces
+/// llama2.c's samples.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    /// 0 = greedy (argmax).
+    pub temperature: f32,
+    /// Nucleus mass; ≤ 0 or ≥ 1 samples from the whole distribution.
+    pub top_p: f32,
+    state: u64,
+}
+
+impl Sampler {
+    /// Argmax.
+    pub fn greedy() -> Self {
+        Self::new(0.0, 1.0, 0)
+    }
+
+    /// Temperature and top-p sampling from `seed` (0 is replaced by 1: xorshift needs a
+    /// non-zero state).
+    pub fn new(temperature: f32, top_p: f32, seed: u64) -> Self {
+        Self {
+            temperature,
+            top_p,
+            state: seed.max(1),
+        }
+    }
+
+    fn random_u32(&mut self) -> u32 {
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        (self.state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32
+    }
+
+    fn random_f32(&mut self) -> f32 {
+        (self.random_u32() >> 8) as f32 / 16_777_216.0
+    }
+
+    /// Picks the next token from `logits` (which it may overwrite with probabilities).
+    pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+        if self.temperature <= 0.0 || logits.len() < 2 {
+            return argmax(logits);
+        }
+        for l in logits.iter_mut() {
+            *l /= self.temperature;
+        }
+        softmax(logits);
+        let coin = self.random_f32();
+        if self.top_p <= 0.0 || self.top_p >= 1.0 {
+            let mut cdf = 0.0;
+            for (i, p) in logits.iter().enumerate() {
+                cdf += p;
+                if coin < cdf {
+                    return i as u32;
+                }
+            }
+            return (logits.len() - 1) as u32;
+        }
+        let n = logits.len();
+        let cutoff = (1.0 - self.top_p) / (n - 1) as f32;
+        let mut idx: Vec<(f32, u32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| **p >= cutoff)
+            .map(|(i, p)| (*p, i as u32))
+            .collect();
+        if idx.is_empty() {
+            return argmax(logits);
+        }
+        idx.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut cum = 0.0;
+        let mut last = idx.len() - 1;
+        for (i, (p, _)) in idx.iter().enumerate() {
+            cum += p;
+            if cum > self.top_p {
+                last = i;
+                break;
+            }
+        }
+        let r = coin * cum;
+        let mut cdf = 0.0;
+        for (p, i) in &idx[..=last] {
+            cdf += p;
+            if r < cdf {
+                return *i;
+            }
+        }
+        idx[last].1
+    }
+}
+
+/// Index of the first largest value.
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in x.iter().enumerate() {
+        if *v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// In-place softmax.
+pub fn softmax(x: &mut [f32]) {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut s = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - m).exp();
+        s += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= s;
+    }
+}
+
+/// Natural-log probability of `target` under `logits` (log-softmax in f64).
+pub fn log_prob(logits: &[f32], target: u32) -> f64 {
+    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = logits
+        .iter()
+        .map(|&v| (v as f64 - m).exp())
+        .sum::<f64>()
+        .ln()
+        + m;
+    logits[target as usize] as f64 - lse
+}
+
+/// Teacher-forced perplexity of `ids` (the first is usually BOS), fed one token at a time
+/// through `session` (so caches flush as in real decoding): `exp(mean NLL)` over the
+/// `ids.len() − 1` next-token predictions. Returns (perplexity, mean NLL in nats).
+pub fn perplexity(session: &mut Session, ids: &[u32]) -> Result<(f64, f64)> {
+    if ids.len() < 2 {
+        return Err(Error::Config("perplexity needs at least two tokens".into()));
+    }
+    let mut nll = 0.0;
+    for w in ids.windows(2) {
+        let logits = session.forward_token(w[0])?;
+        nll -= log_prob(&logits, w[1]);
+    }
+    let mean = nll / (ids.len() - 1) as f64;
+    Ok((mean.exp(), mean))
+}
