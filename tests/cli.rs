@@ -3,48 +3,15 @@
 
 mod common;
 
+use common::st::{Named, f16_bytes, f32_bytes, random, scratch, write};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use half::f16;
-use rand::Rng;
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use safetensors::tensor::{Dtype, SafeTensors};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kvpack");
-
-/// A fresh scratch directory for one test.
-fn scratch(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kvpack-cli-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("create scratch dir");
-    d
-}
-
-/// Tensors to write: name, dtype, shape, little-endian bytes.
-type Named = (&'static str, Dtype, Vec<usize>, Vec<u8>);
-
-fn f32_bytes(x: &[f32]) -> Vec<u8> {
-    x.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn f16_bytes(x: &[f32]) -> Vec<u8> {
-    x.iter()
-        .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-        .collect()
-}
-
-fn write(path: &Path, tensors: &[Named]) {
-    let views: Vec<_> = tensors
-        .iter()
-        .map(|(n, d, s, b)| (*n, TensorView::new(*d, s.clone(), b).expect("view")))
-        .collect();
-    safetensors::serialize_to_file(views, None, path).expect("write safetensors");
-}
-
-fn random(rng: &mut impl Rng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect()
-}
 
 fn kvpack(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run kvpack")
@@ -182,7 +149,7 @@ fn inputs(dir: &Path) -> [(PathBuf, Vec<usize>); 2] {
 
 #[test]
 fn roundtrip_random_inputs() {
-    let dir = scratch("roundtrip");
+    let dir = scratch("cli", "roundtrip");
     for (input, shape) in inputs(&dir) {
         let (layers, tokens) = if shape.len() == 4 {
             (shape[0], shape[1])
@@ -234,7 +201,7 @@ fn roundtrip_random_inputs() {
 
 #[test]
 fn bad_inputs_fail_with_a_message() {
-    let dir = scratch("bad");
+    let dir = scratch("cli", "bad");
     let [(good, _), _] = inputs(&dir);
     let out = dir.join("out.safetensors");
     let o = out.to_str().expect("utf-8");
@@ -339,7 +306,7 @@ fn roundtrip_paris_fixture() {
     let Some(input) = fixture("paris.safetensors", "roundtrip_paris_fixture") else {
         return;
     };
-    let dir = scratch("paris");
+    let dir = scratch("cli", "paris");
     let out = dir.join("paris_hat.safetensors");
     let mut last = None;
     for bits in ["2", "4"] {
@@ -386,7 +353,7 @@ fn roundtrip_paris_fixture() {
 
 #[test]
 fn roundtrip_wgsl_matches_cpu_closely() {
-    let dir = scratch("wgsl");
+    let dir = scratch("cli", "wgsl");
     let [_, (input, shape)] = inputs(&dir);
     let cpu_out = dir.join("cpu.safetensors");
     let gpu_out = dir.join("gpu.safetensors");

@@ -3,48 +3,19 @@
 
 mod common;
 
+use common::st::{Named, f16_bytes, f32_bytes, random, scratch, write};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use half::f16;
 use kvpack::AttendOptions;
 use kvpack::cpu::attend::attend_exact;
-use rand::Rng;
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+
+use safetensors::tensor::{Dtype, SafeTensors};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kvpack");
-
-fn scratch(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kvpack-attend-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("create scratch dir");
-    d
-}
-
-type Named = (&'static str, Dtype, Vec<usize>, Vec<u8>);
-
-fn f32_bytes(x: &[f32]) -> Vec<u8> {
-    x.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-fn f16_bytes(x: &[f32]) -> Vec<u8> {
-    x.iter()
-        .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-        .collect()
-}
-
-fn write(path: &Path, tensors: &[Named]) {
-    let views: Vec<_> = tensors
-        .iter()
-        .map(|(n, d, s, b)| (*n, TensorView::new(*d, s.clone(), b).expect("view")))
-        .collect();
-    safetensors::serialize_to_file(views, None, path).expect("write safetensors");
-}
-
-fn random(rng: &mut impl Rng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect()
-}
 
 /// A random input: q `[.., T, hq, d]`, k/v `[.., T, hkv, d]`, values as stored (f16-rounded
 /// for f16), with `layers = None` for the rank-3 form.
@@ -240,7 +211,7 @@ fn check_summary(s: &Value, x: &Input, n: usize, out: &[f32], exact: &[f32]) -> 
 
 #[test]
 fn attend_f32_single_layer_methods() {
-    let dir = scratch("f32");
+    let dir = scratch("attend", "f32");
     let x = make_input(&dir, "attend_f32", Dtype::F32, None, 80, 4, 2, 32);
     let out = dir.join("out.safetensors");
     let n = 6;
@@ -296,7 +267,7 @@ fn attend_f32_single_layer_methods() {
 
 #[test]
 fn attend_f16_layers() {
-    let dir = scratch("f16");
+    let dir = scratch("attend", "f16");
     let x = make_input(&dir, "attend_f16", Dtype::F16, Some(3), 48, 6, 2, 16);
     let out = dir.join("out.safetensors");
     let n = 5;
@@ -342,7 +313,7 @@ fn attend_f16_layers() {
 
 #[test]
 fn attend_window_sinks_and_scale_change_the_result() {
-    let dir = scratch("window");
+    let dir = scratch("attend", "window");
     let x = make_input(&dir, "attend_window", Dtype::F32, None, 64, 4, 4, 16);
     let out = dir.join("out.safetensors");
     let n = 8;
@@ -396,7 +367,7 @@ fn attend_window_sinks_and_scale_change_the_result() {
 
 #[test]
 fn attend_bad_inputs_fail_with_a_message() {
-    let dir = scratch("bad");
+    let dir = scratch("attend", "bad");
     let good = make_input(&dir, "good", Dtype::F32, None, 20, 4, 2, 8);
     let g = good.path.to_str().expect("utf-8");
     let o = dir.join("o.safetensors");
@@ -497,7 +468,7 @@ fn attend_paris_fixture() {
     let Some(input) = common::shared_fixture("paris.safetensors", "attend_paris_fixture") else {
         return;
     };
-    let dir = scratch("paris");
+    let dir = scratch("attend", "paris");
     let out = dir.join("paris_out.safetensors");
     let (s, shape, o) = attend(
         &input,
@@ -542,7 +513,7 @@ fn attend_paris_fixture() {
 
 #[test]
 fn attend_wgsl_matches_cpu() {
-    let dir = scratch("wgsl");
+    let dir = scratch("attend", "wgsl");
     let x = make_input(&dir, "attend_wgsl", Dtype::F16, Some(2), 100, 6, 2, 32);
     let out = dir.join("out.safetensors");
     let (i, o) = (

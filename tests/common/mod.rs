@@ -7,6 +7,8 @@
 //! `SKIP ... because ...` line; with `KVPACK_REQUIRE_GPU=1` the skip is a failure.
 #![allow(dead_code)]
 
+pub mod st;
+
 use std::sync::OnceLock;
 
 use kvpack::{Context, HeadlessOptions, PathChoice};
