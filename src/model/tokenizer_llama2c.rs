@@ -171,9 +171,9 @@ impl Tokenizer {
         piece.to_vec()
     }
 
-    /// The text of a token sequence as `run.c` prints it: each token after the first decoded
-    /// against its predecessor (so a leading BOS prints nothing and strips the dummy space),
-    /// BOS/EOS tokens print nothing, invalid UTF-8 is replaced.
+    /// The text of a token sequence as `run.c` prints it: each token decoded against its
+    /// predecessor (the first as if after BOS, so the dummy-prefix space is dropped), BOS and
+    /// EOS print nothing, invalid UTF-8 is replaced.
     pub fn decode(&self, ids: &[u32]) -> String {
         let mut out = Vec::new();
         let mut prev = None;
