@@ -34,7 +34,9 @@ use kvpack::context::{Context, KernelPath, PathChoice};
 use kvpack::gpu::{self, DispatchPlan, registry};
 use kvpack::{AttendOptions, Input, KvLayer, Method};
 
-const MIB: u64 = 1 << 20;
+mod common;
+
+use common::{MIB, Rng, fill_from, fmt_bytes, rotation, stats};
 const HQ: usize = 32;
 const HKV: usize = 8;
 const DIM: usize = 128;
@@ -138,67 +140,11 @@ fn main() {
     }
 }
 
-fn fmt_bytes(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
-        format!("{} GiB", b >> 30)
-    } else if b >= MIB {
-        let m = b as f64 / MIB as f64;
-        if m.fract() == 0.0 {
-            format!("{m:.0} MiB")
-        } else {
-            format!("{m:.1} MiB")
-        }
-    } else {
-        format!("{} KiB", b.div_ceil(1024))
-    }
-}
-
 fn fmt_tokens(t: usize) -> String {
     if t >= 1024 && t % 1024 == 0 {
         format!("{}k", t / 1024)
     } else {
         t.to_string()
-    }
-}
-
-/// Deterministic pseudo-random numbers (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next_u32(&mut self) -> u32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
-    }
-    fn uniform(&mut self) -> f32 {
-        (self.next_u32() as f32 + 0.5) * (1.0 / 4_294_967_296.0)
-    }
-    /// Two standard normals (Box–Muller).
-    fn normal2(&mut self) -> (f32, f32) {
-        let (u, v) = (self.uniform().max(1e-30), self.uniform());
-        let r = (-2.0 * u.ln()).sqrt();
-        let (s, c) = (std::f32::consts::TAU * v).sin_cos();
-        (r * c, r * s)
-    }
-    fn normals(&mut self, n: usize) -> Vec<f32> {
-        let mut out = Vec::with_capacity(n + 1);
-        while out.len() < n {
-            let (a, b) = self.normal2();
-            out.push(a);
-            out.push(b);
-        }
-        out.truncate(n);
-        out
-    }
-    fn normals_f16(&mut self, n: usize) -> Vec<f16> {
-        let mut out = Vec::with_capacity(n + 1);
-        while out.len() < n {
-            let (a, b) = self.normal2();
-            out.push(f16::from_f32(a));
-            out.push(f16::from_f32(b));
-        }
-        out.truncate(n);
-        out
     }
 }
 
@@ -247,23 +193,6 @@ impl Arm {
             Work::Copy { .. } => None,
         }
     }
-}
-
-fn rotation(l2: u64, bytes_per_instance: u64) -> usize {
-    ((2 * l2).div_ceil(bytes_per_instance.max(1)) as usize).max(4)
-}
-
-/// Fills `dst` with copies of `seed` on the device.
-fn fill_from(ctx: &Context, seed: &wgpu::Buffer, dst: &wgpu::Buffer) -> kvpack::Result<()> {
-    gpu::submit_blocking(ctx, "bench fill", |enc| {
-        let mut off = 0;
-        while off < dst.size() {
-            let n = seed.size().min(dst.size() - off);
-            enc.copy_buffer_to_buffer(seed, 0, dst, off, n);
-            off += n;
-        }
-        Ok(())
-    })
 }
 
 fn copy_arm(ctx: &Context, size: u64, l2: u64, rng: &mut Rng) -> kvpack::Result<Arm> {
@@ -578,18 +507,6 @@ fn check_arm(
         msg += &format!(", CPU path not run (T > {})", fmt_tokens(cpu_max));
     }
     Ok(msg)
-}
-
-fn stats(v: &[f64]) -> (f64, f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    let med = if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        0.5 * (s[n / 2 - 1] + s[n / 2])
-    };
-    (med, s[0], s[n - 1])
 }
 
 /// The size-matched copy: `2·S ≈ bytes`, S a multiple of 64 KiB (16 B in quick mode sizes).

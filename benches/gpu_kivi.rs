@@ -29,7 +29,9 @@ use kvpack::gpu::{self, DispatchPlan};
 use kvpack::kivi::gpu_store::{plan_quant_keys, plan_quant_values};
 use kvpack::kivi::{KiviConfig, Layout};
 
-const MIB: u64 = 1 << 20;
+mod common;
+
+use common::{MIB, Rng, fill_from, fmt_bytes, rotation, stats, storage};
 const HEADS: usize = 8;
 const DIM: usize = 128;
 const GROUP: usize = 32;
@@ -120,61 +122,6 @@ struct Arm {
 enum Cursor {
     Own,
     Shared(usize),
-}
-
-fn fmt_bytes(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
-        format!("{} GiB", b >> 30)
-    } else if b >= MIB {
-        let m = b as f64 / MIB as f64;
-        if m.fract() == 0.0 {
-            format!("{m:.0} MiB")
-        } else {
-            format!("{m:.1} MiB")
-        }
-    } else {
-        format!("{} KiB", b.div_ceil(1024))
-    }
-}
-
-fn rotation(l2: u64, bytes_per_instance: u64) -> usize {
-    ((2 * l2).div_ceil(bytes_per_instance.max(1)) as usize).max(4)
-}
-
-fn storage(ctx: &Context, label: &'static str, bytes: u64) -> kvpack::Result<wgpu::Buffer> {
-    gpu::storage_buffer(ctx, label, bytes)
-}
-
-/// Fills `dst` with copies of `seed` on the device.
-fn fill_from(ctx: &Context, seed: &wgpu::Buffer, dst: &wgpu::Buffer) -> kvpack::Result<()> {
-    gpu::submit_blocking(ctx, "bench fill", |enc| {
-        let mut off = 0;
-        while off < dst.size() {
-            let n = seed.size().min(dst.size() - off);
-            enc.copy_buffer_to_buffer(seed, 0, dst, off, n);
-            off += n;
-        }
-        Ok(())
-    })
-}
-
-/// Deterministic pseudo-random u32s (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next_u32(&mut self) -> u32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
-    }
-    fn uniform(&mut self) -> f64 {
-        (f64::from(self.next_u32()) + 0.5) / 4_294_967_296.0
-    }
-    /// Standard normal (Box–Muller).
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
 }
 
 fn copy_arm(ctx: &Context, size: u64, l2: u64, rng: &mut Rng) -> kvpack::Result<Arm> {
@@ -357,18 +304,6 @@ fn check_arm(ctx: &Context, arm: &Arm, host: Option<&[f16]>, t: usize) -> Result
     } else {
         Ok(msg)
     }
-}
-
-fn stats(v: &[f64]) -> (f64, f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    let med = if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        0.5 * (s[n / 2 - 1] + s[n / 2])
-    };
-    (med, s[0], s[n - 1])
 }
 
 fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
