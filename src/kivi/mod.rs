@@ -12,6 +12,7 @@
 pub mod cpu_store;
 pub mod gpu_store;
 pub mod layout;
+pub mod plans;
 pub mod view;
 
 use half::f16;
