@@ -21,8 +21,10 @@ pub mod config;
 pub mod forward;
 pub mod gguf;
 pub mod llama2c;
+pub mod load;
 pub mod tokenizer_llama2c;
 
 pub use config::{Config, LayerWeights, RopePairing, Weights};
 pub use forward::{Sampler, Session, perplexity};
+pub use load::{LoadedModel, load_model};
 pub use tokenizer_llama2c::Tokenizer;
