@@ -97,7 +97,7 @@ impl Tokenizer {
 /// A model ready to run: its name, shape, f32 weights and tokenizer.
 #[derive(Clone, Debug)]
 pub struct LoadedModel {
-    /// A display name: the GGUF's `general.name`, else the file stem.
+    /// A display name: the file stem (`SmolLM2-135M-Instruct.Q4_1`, `stories260K`).
     pub name: String,
     /// The shape (also in `weights.config`).
     pub config: Config,
@@ -182,12 +182,7 @@ pub fn load_gguf(path: &Path, tokenizer: Option<&Path>) -> Result<LoadedModel> {
             weights.config.vocab
         )));
     }
-    let name = file
-        .get("general.name")
-        .and_then(|v| v.as_str())
-        .filter(|s| !s.trim().is_empty())
-        .map(str::to_owned)
-        .unwrap_or_else(|| stem(path));
+    let name = stem(path);
     Ok(LoadedModel {
         name,
         config: weights.config.clone(),
