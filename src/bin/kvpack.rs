@@ -6,11 +6,16 @@
 //! kvpack attend --method kivi|f16 [--k-bits B --v-bits B --group G --residual R --params f16] \
 //!     --input qkv.safetensors --queries N [--window W] [--sinks S] [--scale X] [--path auto] \
 //!     --output out.safetensors
+//! kvpack eval --model stories260K.bin|model.gguf|smollm2 [--tokenizer FILE] \
+//!     --text FILE|--ids FILE --methods f16,kivi-4,kivi-2 [--path auto] [--json OUT.json] \
+//!     [--plot OUT.png] [--max-tokens N]
 //! kvpack describe
 //! ```
 
 #[path = "kvpack/attend.rs"]
 mod attend;
+#[path = "kvpack/eval.rs"]
+mod eval;
 #[path = "kvpack/io.rs"]
 mod io;
 #[path = "kvpack/roundtrip.rs"]
@@ -129,6 +134,41 @@ enum Command {
         /// Safetensors file to write `out` (f32, [N, Hq, D] or [L, N, Hq, D]) to.
         #[arg(long)]
         output: PathBuf,
+    },
+    /// Teacher-forced decoding of a text through each cache method on a real model: a table of
+    /// bits per value (measured from bytes held), perplexity, its change against f16, mean KL
+    /// of next-token distributions to the f16 run, and top-1 agreement with it.
+    Eval {
+        /// A `.gguf` file, a llama2.c `.bin` checkpoint, or `smollm2` (the fetched default,
+        /// scripts/fetch-models.sh).
+        #[arg(long)]
+        model: String,
+        /// Tokenizer of a llama2.c checkpoint (default: a `tok*.bin` beside it).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// Text file, encoded with the model's tokenizer (BOS first for llama2.c models).
+        #[arg(long, conflicts_with = "ids", required_unless_present = "ids")]
+        text: Option<PathBuf>,
+        /// Token ids: a JSON array, or a safetensors file with `token_ids`.
+        #[arg(long)]
+        ids: Option<PathBuf>,
+        /// Comma-separated cache methods: f16, kivi-B, kivi-B-G-R (f16, the reference, runs
+        /// first and is added when missing).
+        #[arg(long, value_delimiter = ',', required = true)]
+        methods: Vec<String>,
+        /// auto, cpu, wgsl, wgsl-subgroup, wgsl-workgroup or msl.
+        #[arg(long, default_value = "auto", value_parser = PathChoice::parse)]
+        path: PathChoice,
+        /// Write the results as a JSON list of objects (method, bits_per_value, perplexity,
+        /// delta_pct, kl, top1).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Write a PNG of perplexity against bits per value.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+        /// Use only the first N tokens.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]
+        max_tokens: Option<u64>,
     },
 }
 
@@ -266,6 +306,34 @@ fn run(command: Command) -> Result<(), String> {
             let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
             println!("{text}");
             Ok(())
+        }
+        Command::Eval {
+            model,
+            tokenizer,
+            text,
+            ids,
+            methods,
+            path,
+            json,
+            plot,
+            max_tokens,
+        } => {
+            let source = match (text, ids) {
+                (Some(t), None) => eval::Source::Text(t),
+                (None, Some(i)) => eval::Source::Ids(i),
+                _ => return Err("give exactly one of --text and --ids".into()),
+            };
+            let opts = eval::Options {
+                model,
+                tokenizer,
+                source,
+                methods,
+                path,
+                json,
+                plot,
+                max_tokens: max_tokens.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            };
+            eval::run(&opts, context)
         }
     }
 }
