@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 /// A model's tokenizer: llama2.c's SentencePiece-style `tokenizer.bin`, or the GPT-2
 /// byte-level BPE stored in a GGUF.
 #[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)] // one per loaded model
 pub enum Tokenizer {
     /// llama2.c `tok*.bin` (BOS 1, EOS 2; `encode` prepends BOS as `run.c` does).
     Llama2c(tokenizer_llama2c::Tokenizer),
