@@ -228,3 +228,19 @@ impl Method {
         })
     }
 }
+
+/// Capacity after growing to hold `need` items from `have`: at least 1/8 more than before
+/// (amortized O(1) appends) but never the doubling of `Vec`, so the memory a cache reports as
+/// held stays within about 12.5 % of the bytes its data takes.
+pub(crate) fn grown_capacity(have: usize, need: usize) -> usize {
+    need.max(have + have / 8)
+}
+
+/// Appends `x` to `v`, growing its capacity by [`grown_capacity`] instead of doubling.
+pub(crate) fn extend_tight<T: Copy>(v: &mut Vec<T>, x: &[T]) {
+    let need = v.len() + x.len();
+    if need > v.capacity() {
+        v.reserve_exact(grown_capacity(v.capacity(), need) - v.len());
+    }
+    v.extend_from_slice(x);
+}

@@ -169,8 +169,8 @@ impl F16Layer {
         }
         match &mut self.store {
             Store::Cpu { k, v } => {
-                k.extend_from_slice(&k16);
-                v.extend_from_slice(&v16);
+                crate::cache::extend_tight(k, &k16);
+                crate::cache::extend_tight(v, &v16);
             }
             Store::Gpu(g) => g.append(self.tokens, self.heads, self.dim, &k16, &v16)?,
         }
@@ -337,7 +337,7 @@ impl GpuRows {
                 if need <= have {
                     continue;
                 }
-                let cap = need.max(2 * have).min(st);
+                let cap = crate::cache::grown_capacity(have, need).min(st);
                 let seg = Segment {
                     k: gpu::storage_buffer(&ctx, "kvpack f16 k", bytes(cap))?,
                     v: gpu::storage_buffer(&ctx, "kvpack f16 v", bytes(cap))?,

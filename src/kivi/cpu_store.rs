@@ -100,15 +100,15 @@ impl CpuStore {
             )
         })?;
         // Commit: nothing below can fail.
-        self.key_codes.extend_from_slice(&kc);
-        self.key_params.extend_from_slice(&kp);
-        self.value_codes.extend_from_slice(&vc);
-        self.value_params.extend_from_slice(&vp);
+        crate::cache::extend_tight(&mut self.key_codes, &kc);
+        crate::cache::extend_tight(&mut self.key_params, &kp);
+        crate::cache::extend_tight(&mut self.value_codes, &vc);
+        crate::cache::extend_tight(&mut self.value_params, &vp);
         for (resid, new) in [(&mut self.resid_k, k), (&mut self.resid_v, v)] {
             let drop_rows = (q_new - q_old).min(t_old - q_old);
             resid.drain(..drop_rows * row);
             let first_new = q_new.max(t_old) - t_old;
-            resid.extend_from_slice(&new[first_new * row..]);
+            crate::cache::extend_tight(resid, &new[first_new * row..]);
         }
         Ok(())
     }

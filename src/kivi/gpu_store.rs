@@ -138,7 +138,10 @@ impl GpuStore {
             if need <= have {
                 continue;
             }
-            let cap = need.max(2 * have).min(st).div_ceil(self.l.key_group) * self.l.key_group;
+            let cap = crate::cache::grown_capacity(have, need)
+                .min(st)
+                .div_ceil(self.l.key_group)
+                * self.l.key_group;
             let seg = self.alloc_segment(cap)?;
             if let Some(old) = self.segments.get(s) {
                 let used = q_old.saturating_sub(s * st).min(old.cap);
