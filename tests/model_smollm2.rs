@@ -245,10 +245,8 @@ fn greedy_capital_of_france() {
 }
 
 /// Story-512 (517 ids) token by token with f16, KIVI-4 and KIVI-2: f16 matches the reference
-/// 14.162, the others are printed. About 35 s on 2 cores, so not in the default run:
-/// `cargo test --release --test model_smollm2 -- --ignored`.
+/// 14.162, the others are printed (about 35 s on 2 cores).
 #[test]
-#[ignore = "slow (1.5k tokens token by token); run with --ignored"]
 fn story_perplexity_kivi() {
     let Some(m) = smollm2("story_perplexity_kivi") else {
         return;
