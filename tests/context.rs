@@ -126,3 +126,33 @@ fn with_path_keeps_the_device_and_changes_the_default() {
         KernelPath::WgslWorkgroup
     );
 }
+
+#[test]
+fn no_adapter_gives_a_cpu_context_that_says_so() {
+    // No backend enabled: no adapter can exist.
+    let opts = kvpack::HeadlessOptions {
+        backends: Some(wgpu::Backends::empty()),
+        ..Default::default()
+    };
+    let ctx = Context::headless_with(&opts).expect("a CPU context");
+    assert!(
+        matches!(ctx.origin(), Origin::CpuNoAdapter(_)),
+        "{:?}",
+        ctx.origin()
+    );
+    assert!(ctx.device().is_none());
+    assert_eq!(
+        ctx.resolve(&BITPACK, PathChoice::Auto).expect("auto"),
+        KernelPath::Cpu
+    );
+    let text = ctx.describe().to_string();
+    assert!(text.contains("CPU only: no adapter"), "{text}");
+    let strict = kvpack::HeadlessOptions {
+        require_gpu: true,
+        ..opts
+    };
+    assert!(matches!(
+        Context::headless_with(&strict),
+        Err(kvpack::Error::NoAdapter(_))
+    ));
+}
