@@ -7,6 +7,7 @@
 //! geometrically by device copies, so the history is never re-uploaded.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use crate::attention::{self, AttendOptions};
 use crate::context::{Context, PathChoice};
@@ -75,20 +76,11 @@ impl TokenSource for View<'_> {
         self.dim
     }
     fn key(&self, j: usize, h: usize, out: &mut [f32]) {
-        for (o, x) in out
-            .iter_mut()
-            .zip(&self.k[(j * self.heads + h) * self.dim..][..self.dim])
-        {
-            *o = x.to_f32();
-        }
+        // Slice conversion: F16C/NEON instructions where the CPU has them.
+        self.k[(j * self.heads + h) * self.dim..][..self.dim].convert_to_f32_slice(out);
     }
     fn value(&self, j: usize, h: usize, out: &mut [f32]) {
-        for (o, x) in out
-            .iter_mut()
-            .zip(&self.v[(j * self.heads + h) * self.dim..][..self.dim])
-        {
-            *o = x.to_f32();
-        }
+        self.v[(j * self.heads + h) * self.dim..][..self.dim].convert_to_f32_slice(out);
     }
 }
 

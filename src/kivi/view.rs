@@ -3,6 +3,7 @@
 //! residual), never the whole cache.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use super::RawKivi;
 use super::layout::Layout;
@@ -48,10 +49,8 @@ impl<'a> KiviView<'a> {
     fn residual(&self, rows: &[f16], j: usize, h: usize, out: &mut [f32]) {
         let l = self.layout;
         let q = l.quantized_len(self.tokens);
-        let row = &rows[(j - q) * l.token_elems() + h * l.dim..][..l.dim];
-        for (o, x) in out.iter_mut().zip(row) {
-            *o = x.to_f32();
-        }
+        // Slice conversion: F16C/NEON instructions where the CPU has them.
+        rows[(j - q) * l.token_elems() + h * l.dim..][..l.dim].convert_to_f32_slice(out);
     }
 }
 
