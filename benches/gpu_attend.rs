@@ -5,7 +5,7 @@
 //! cargo bench --bench gpu_attend                 # full sizes (a real GPU)
 //! cargo bench --bench gpu_attend -- --quick      # small sizes (proves the code path, e.g. lavapipe)
 //! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --tokens T1,T2,...  --chunk N (tokens per
-//! flash-decoding chunk, a multiple of 32; default automatic)
+//! flash-decoding chunk, a multiple of 32; default automatic)  --json PATH  --plot PATH
 //! ```
 //!
 //! Arms, all interleaved within every round (each call submitted alone and waited for; the
@@ -15,6 +15,14 @@
 //! - `f16` / `kivi-4` / `kivi-2` at T tokens: one whole `KvLayer::encode_attend` call (every
 //!   partial pass and the merge) with Hq = 32, Hkv = 8, D = 128, on a cache built by one
 //!   prefill of T random f16 tokens; bytes read = the cache payload + q.
+//! - `... Tq=64`: a prefill chunk of 64 query rows (f16 and kivi-4 at T = 4k and 32k) against
+//!   the same caches: one `encode_attend` call with q `[64, 32, 128]`.
+//! - `append kivi-b T`: the cache update of one decode step, `KiviLayer::encode_append` of one
+//!   token recorded between the timestamps; every round appends G = 32 tokens one at a time,
+//!   one of which triggers the flush that quantizes a block of 32 (timed apart). The per-token
+//!   cost is ((G - 1) · median step + median flush step) / G, reported next to decode attention
+//!   at the same T (the Amdahl share of the cache update). The f16 cache's appends
+//!   (`F16Layer::append`) are blocking host writes, not encoder-recorded: not timed.
 //!
 //! Timing: one encoder holds an empty compute pass writing the begin timestamp, the work, and
 //! an empty compute pass writing the end timestamp (wgpu-core records `begin_compute_pass` /
@@ -26,21 +34,28 @@
 //! over an f16 cache of 2× the assumed L2 (read-mostly traffic), so every timed call starts
 //! with an L2 full of someone else's clean lines.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use half::f16;
 use kvpack::attention::gpu::{AttendPaths, Call};
 use kvpack::context::{Context, KernelPath, PathChoice};
 use kvpack::gpu::{self, DispatchPlan, registry};
-use kvpack::{AttendOptions, Input, KvLayer, Method};
+use kvpack::{AttendOptions, Input, KiviLayer, KvLayer, Method};
 
 mod common;
 
+use common::report::{self, ArmRow, CPU_ADAPTER_NOTE, Report, Series, Stamps};
 use common::{MIB, Rng, fill_from, fmt_bytes, rotation, stats};
 const HQ: usize = 32;
 const HKV: usize = 8;
 const DIM: usize = 128;
+/// Query rows of a decode call.
 const TQ: usize = 1;
+/// Query rows of a prefill-chunk call.
+const TQ_PREFILL: usize = 64;
+/// KIVI key group: tokens appended per round by an append arm (one flush among them).
+const G: usize = 32;
 /// Distinct query (and output) buffers each attention arm rotates through.
 const Q_ROTATION: usize = 4;
 
@@ -54,6 +69,8 @@ struct Opts {
     chunk: Option<usize>,
     /// `--tokens 1024,4096`: overrides the T list.
     tokens: Option<Vec<usize>>,
+    json: Option<PathBuf>,
+    plot: Option<PathBuf>,
 }
 
 static CHUNK: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
@@ -78,6 +95,8 @@ fn parse_args() -> Result<Opts, String> {
         flush: true,
         tokens: None,
         chunk: None,
+        json: None,
+        plot: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -93,6 +112,8 @@ fn parse_args() -> Result<Opts, String> {
             "--warmup" => o.warmup = num("--warmup")? as usize,
             "--l2-mib" => o.l2_bytes = num("--l2-mib")?.max(1) * MIB,
             "--no-flush" => o.flush = false,
+            "--json" => o.json = Some(it.next().ok_or("--json needs a path")?.into()),
+            "--plot" => o.plot = Some(it.next().ok_or("--plot needs a path")?.into()),
             "--tokens" => {
                 let list = it.next().ok_or("--tokens needs a list")?;
                 let t: Result<Vec<usize>, _> = list.split(',').map(str::parse).collect();
@@ -155,13 +176,27 @@ enum Work {
         plan: DispatchPlan,
         instances: Vec<(wgpu::Buffer, wgpu::Buffer)>,
     },
-    /// One decode attention call on `layer`, rotating through `qs` / `outs`.
+    /// One attention call on `layer`, rotating through `qs` / `outs`.
     Attend(Box<AttendArm>),
+    /// G single-token appends per round (timed apart from the round's slots).
+    Append(Box<AppendArm>),
+}
+
+struct AppendArm {
+    method: &'static str,
+    /// Tokens of the prefill the appends start from.
+    t0: usize,
+    layer: KiviLayer,
+    appended: usize,
+    /// Steps that quantized nothing, and steps that flushed a block.
+    step_ns: Vec<f64>,
+    flush_ns: Vec<f64>,
 }
 
 struct AttendArm {
     method: &'static str,
     t: usize,
+    tq: usize,
     layer: Box<dyn KvLayer>,
     q_host: Vec<Vec<f32>>,
     qs: Vec<wgpu::Buffer>,
@@ -185,13 +220,17 @@ impl Arm {
         match &self.work {
             Work::Copy { instances, .. } => instances.len(),
             Work::Attend(a) => a.qs.len(),
+            Work::Append(_) => 1,
         }
     }
     fn attend(&self) -> Option<&AttendArm> {
         match &self.work {
             Work::Attend(a) => Some(a),
-            Work::Copy { .. } => None,
+            _ => None,
         }
+    }
+    fn is_copy(&self) -> bool {
+        matches!(self.work, Work::Copy { .. })
     }
 }
 
@@ -241,9 +280,9 @@ fn build_layer(
 
 /// The chunk traffic of one call (partials written and read back), as `attention::gpu`
 /// plans it for an unsegmented cache: one region (f16) or quantized + residual (KIVI).
-fn partials_estimate(method: &Method, t: usize) -> (u64, usize) {
+fn partials_estimate(method: &Method, t: usize, tq: usize) -> (u64, usize) {
     let call = Call {
-        tq: TQ,
+        tq,
         hq: HQ,
         hkv: HKV,
         dim: DIM,
@@ -260,20 +299,22 @@ fn partials_estimate(method: &Method, t: usize) -> (u64, usize) {
     };
     let nc: usize = regions.iter().map(|r| r.div_ceil(chunk)).sum();
     let passes = regions.iter().filter(|&&r| r > 0).count() + 1;
-    ((2 * TQ * HQ * nc * (DIM + 2) * 4) as u64, passes)
+    ((2 * tq * HQ * nc * (DIM + 2) * 4) as u64, passes)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn attend_arm(
     ctx: &Context,
     method: &'static str,
     choice: PathChoice,
     t: usize,
+    tq: usize,
     k: &[f16],
     v: &[f16],
     rng: &mut Rng,
 ) -> kvpack::Result<Arm> {
     let layer = build_layer(ctx, method, choice, t, k, v)?;
-    let q_elems = TQ * HQ * DIM;
+    let q_elems = tq * HQ * DIM;
     let q_host: Vec<Vec<f32>> = (0..Q_ROTATION).map(|_| rng.normals(q_elems)).collect();
     let mut qs = Vec::new();
     let mut outs = Vec::new();
@@ -286,7 +327,7 @@ fn attend_arm(
         )?);
     }
     let cache_bytes = layer.memory().payload.total();
-    let (partial_bytes, passes) = partials_estimate(&Method::parse(method)?, t);
+    let (partial_bytes, passes) = partials_estimate(&Method::parse(method)?, t, tq);
     let paths = AttendPaths::resolve(ctx, choice)?;
     let path = if method == "f16" {
         paths.f16
@@ -294,11 +335,16 @@ fn attend_arm(
         paths.kivi
     };
     Ok(Arm {
-        name: format!("{method} T={} [{path}]", fmt_tokens(t)),
+        name: if tq == TQ {
+            format!("{method} T={} [{path}]", fmt_tokens(t))
+        } else {
+            format!("{method} T={} Tq={tq} [{path}]", fmt_tokens(t))
+        },
         bytes: cache_bytes + (q_elems * 4) as u64,
         work: Work::Attend(Box::new(AttendArm {
             method,
             t,
+            tq,
             layer,
             q_host,
             qs,
@@ -309,18 +355,6 @@ fn attend_arm(
         })),
         times_ns: Vec::new(),
     })
-}
-
-/// An empty compute pass that writes one timestamp (at its beginning or its end).
-fn stamp(enc: &mut wgpu::CommandEncoder, set: &wgpu::QuerySet, index: u32, begin: bool) {
-    let _pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some("bench timestamp"),
-        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-            query_set: set,
-            beginning_of_pass_write_index: begin.then_some(index),
-            end_of_pass_write_index: (!begin).then_some(index),
-        }),
-    });
 }
 
 /// Records instance `k` of `arm`'s work (no timestamps).
@@ -335,82 +369,19 @@ fn encode_work(
             let (src, dst) = &instances[k];
             gpu::encode_plan(ctx, enc, KernelPath::WgslWorkgroup, plan, &[src, dst])
         }
-        Work::Attend(a) => a
-            .layer
-            .encode_attend(enc, &a.qs[k], TQ, HQ, &attend_opts(), &a.outs[k]),
+        Work::Attend(a) => {
+            a.layer
+                .encode_attend(enc, &a.qs[k], a.tq, HQ, &attend_opts(), &a.outs[k])
+        }
+        Work::Append(_) => Err(kvpack::Error::Config(
+            "append arms are timed step by step".into(),
+        )),
     }
 }
 
-/// Timestamp queries for one round: a (begin, end) pair per arm.
-struct Stamps {
-    set: wgpu::QuerySet,
-    resolve: wgpu::Buffer,
-    period_ns: f64,
-    pairs: u32,
-}
-
-impl Stamps {
-    fn new(ctx: &Context, pairs: usize) -> kvpack::Result<Self> {
-        let period_ns = kvpack::gpu::timing::timestamp_period_ns(ctx)?;
-        let device = ctx.device().expect("checked in main");
-        let pairs = pairs as u32;
-        let set = device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("bench attend timestamps"),
-            ty: wgpu::QueryType::Timestamp,
-            count: 2 * pairs,
-        });
-        let resolve = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("bench attend timestamps resolve"),
-            size: u64::from(2 * pairs) * u64::from(wgpu::QUERY_SIZE),
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        Ok(Self {
-            set,
-            resolve,
-            period_ns,
-            pairs,
-        })
-    }
-
-    /// Submits instance `k` of `arm` alone between timestamps `2·slot` and `2·slot + 1` and
-    /// waits for it.
-    fn time(&self, ctx: &Context, arm: &Arm, k: usize, slot: u32) -> kvpack::Result<()> {
-        gpu::submit_blocking(ctx, "bench timed call", |enc| {
-            stamp(enc, &self.set, 2 * slot, true);
-            encode_work(ctx, enc, arm, k)?;
-            stamp(enc, &self.set, 2 * slot + 1, false);
-            Ok(())
-        })
-    }
-
-    /// ns of every (begin, end) pair.
-    fn read(&self, ctx: &Context) -> kvpack::Result<Vec<f64>> {
-        let queries = 2 * self.pairs;
-        gpu::submit_blocking(ctx, "bench resolve", |enc| {
-            enc.resolve_query_set(&self.set, 0..queries, &self.resolve, 0);
-            Ok(())
-        })?;
-        let bytes = gpu::readback(
-            ctx,
-            &self.resolve,
-            u64::from(queries) * u64::from(wgpu::QUERY_SIZE),
-        )?;
-        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
-        ticks
-            .chunks_exact(2)
-            .enumerate()
-            .map(|(i, t)| {
-                if t[1] < t[0] {
-                    return Err(kvpack::Error::Config(format!(
-                        "timestamps of slot {i} went backwards ({} then {})",
-                        t[0], t[1]
-                    )));
-                }
-                Ok((t[1] - t[0]) as f64 * self.period_ns)
-            })
-            .collect()
-    }
+/// Submits instance `k` of `arm` alone between the timestamps of `slot` and waits for it.
+fn time_arm(ctx: &Context, stamps: &Stamps, arm: &Arm, k: usize, slot: u32) -> kvpack::Result<()> {
+    stamps.time(ctx, slot, |enc| encode_work(ctx, enc, arm, k))
 }
 
 fn read_f32(ctx: &Context, b: &wgpu::Buffer, n: usize) -> kvpack::Result<Vec<f32>> {
@@ -460,9 +431,10 @@ fn check_arm(
             };
         }
         Work::Attend(a) => a,
+        Work::Append(a) => return check_append(a, k, v, cpu_max),
     };
     let opts = attend_opts();
-    let n = TQ * HQ * DIM;
+    let n = a.tq * HQ * DIM;
     gpu::submit_blocking(ctx, "bench check", |enc| encode_work(ctx, enc, arm, 0)).map_err(e)?;
     let timed = read_f32(ctx, &a.outs[0], n).map_err(e)?;
     let blocking = a.layer.attend(&a.q_host[0], HQ, &opts).map_err(e)?;
@@ -516,11 +488,11 @@ fn matched_copy_size(bytes: u64) -> u64 {
 
 fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     let started = Instant::now();
-    let desc = ctx.describe();
-    let adapter = desc.gpu.as_ref().map_or("?".into(), |g| {
-        format!("{} ({}, {})", g.adapter, g.backend, g.device_type)
-    });
+    let (adapter, device_type, cpu_adapter) = report::adapter(ctx);
     println!("gpu_attend: {adapter}");
+    if cpu_adapter {
+        println!("  NOTE: {CPU_ADAPTER_NOTE}");
+    }
     println!(
         "  mode {}, {} warm-up + {} timed rounds, assumed L2 {}, L2 flush before each call: {}",
         if o.quick { "quick" } else { "full" },
@@ -572,13 +544,38 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     let mut attend_arms = Vec::new();
     for &t in &tokens {
         for &m in &methods {
-            attend_arms.push(attend_arm(ctx, m, PathChoice::Wgsl, t, k, v, &mut rng)?);
+            attend_arms.push(attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?);
             if m == "kivi-4" && t == variant_t {
-                match attend_arm(ctx, m, PathChoice::WgslWorkgroup, t, k, v, &mut rng) {
+                match attend_arm(ctx, m, PathChoice::WgslWorkgroup, t, TQ, k, v, &mut rng) {
                     Ok(a) => attend_arms.push(a),
                     Err(e) => println!("  skipping kivi-4 wgsl-workgroup: {e}"),
                 }
             }
+            // Prefill chunks (f16 and kivi-4) at 4k and 32k (quick: the smallest T).
+            let prefill = if o.quick {
+                Some(&t) == tokens.iter().min()
+            } else {
+                t == 4096 || t == 32768
+            };
+            if prefill && m != "kivi-2" && t >= TQ_PREFILL {
+                attend_arms.push(attend_arm(
+                    ctx,
+                    m,
+                    PathChoice::Wgsl,
+                    t,
+                    TQ_PREFILL,
+                    k,
+                    v,
+                    &mut rng,
+                )?);
+            }
+        }
+    }
+    // Append arms (KIVI; the f16 cache's appends are blocking host writes).
+    let mut append_arms = Vec::new();
+    for &t in &tokens {
+        for m in ["kivi-4", "kivi-2"] {
+            append_arms.push(append_arm(ctx, m, t, k, v)?);
         }
     }
     let flush_layer = if o.flush {
@@ -635,16 +632,26 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         );
     }
 
-    // Interleave: copy, attention, copy, attention, ... (the rest at the end).
+    println!(
+        "append arms: {G} single-token encode_append steps per round each (one flushes a block of {G}); \
+         f16 appends not timed (F16Layer::append is a blocking host write)"
+    );
+
+    // Interleave: copy, attention, append, copy, attention, ... (the rest at the end).
     let mut arms: Vec<Arm> = Vec::new();
-    let (mut ci, mut ai) = (copy_arms.into_iter(), attend_arms.into_iter());
+    let (mut ci, mut ai, mut pi) = (
+        copy_arms.into_iter(),
+        attend_arms.into_iter(),
+        append_arms.into_iter(),
+    );
     loop {
-        let (c, a) = (ci.next(), ai.next());
-        if c.is_none() && a.is_none() {
+        let (c, a, p) = (ci.next(), ai.next(), pi.next());
+        if c.is_none() && a.is_none() && p.is_none() {
             break;
         }
         arms.extend(c);
         arms.extend(a);
+        arms.extend(p);
     }
     println!(
         "  {} arms; rotation buffers per arm: {}",
@@ -656,22 +663,26 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     );
 
     let stamps = Stamps::new(ctx, arms.len())?;
+    let append_stamps = Stamps::new(ctx, G)?;
     let t0 = Instant::now();
     let total = o.warmup + o.rounds;
     for round in 0..total {
+        let keep = round >= o.warmup;
         let order: Vec<usize> = (0..arms.len()).map(|i| (i + round) % arms.len()).collect();
-        for (slot, &a) in order.iter().enumerate() {
-            if let Some((layer, q, out)) = &flush_layer {
-                gpu::submit_blocking(ctx, "bench L2 flush", |enc| {
-                    layer.encode_attend(enc, q, TQ, HQ, &attend_opts(), out)
-                })?;
+        let mut slots = Vec::with_capacity(arms.len());
+        for &a in &order {
+            if matches!(arms[a].work, Work::Append(_)) {
+                time_appends(ctx, &append_stamps, &mut arms[a], k, v, &flush_layer, keep)?;
+                continue;
             }
-            let k = round % arms[a].instances();
-            stamps.time(ctx, &arms[a], k, slot as u32)?;
+            l2_flush(ctx, &flush_layer)?;
+            let kk = round % arms[a].instances();
+            time_arm(ctx, &stamps, &arms[a], kk, slots.len() as u32)?;
+            slots.push(a);
         }
-        let ns = stamps.read(ctx)?;
-        if round >= o.warmup {
-            for (&a, t) in order.iter().zip(ns) {
+        let ns = stamps.read(ctx, slots.len())?;
+        if keep {
+            for (&a, t) in slots.iter().zip(ns) {
                 arms[a].times_ns.push(t);
             }
         }
@@ -680,6 +691,11 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         "  timing: {total} rounds in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+    for arm in &mut arms {
+        if let Work::Append(a) = &arm.work {
+            arm.times_ns = a.step_ns.clone();
+        }
+    }
 
     // Correctness of what was timed.
     let mut bad = 0;
@@ -693,6 +709,11 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             }
         }
     }
+    if bad > 0 {
+        return Err(kvpack::Error::Config(format!(
+            "{bad} arm(s) failed their output check; no numbers printed"
+        )));
+    }
 
     println!(
         "\nper arm, µs over {} rounds (median / min / max):",
@@ -701,7 +722,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     let rows: Vec<(f64, f64, f64)> = arms.iter().map(|a| stats(&a.times_ns)).collect();
     // Display order: the copies (by size), then the attention arms (by T, as built).
     let display: Vec<usize> = (0..arms.len())
-        .filter(|&i| arms[i].attend().is_none())
+        .filter(|&i| arms[i].is_copy())
         .chain((0..arms.len()).filter(|&i| arms[i].attend().is_some()))
         .collect();
     for (arm, r) in display.iter().map(|&i| (&arms[i], &rows[i])) {
@@ -715,14 +736,14 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     }
     println!("\nnoise floor (copy arms, (max - min) / median):");
     for (arm, r) in arms.iter().zip(&rows) {
-        if arm.attend().is_none() {
+        if arm.is_copy() {
             println!("  {:<34} {:>6.1} %", arm.name, 100.0 * (r.2 - r.1) / r.0);
         }
     }
     let copy_gbs = |size: u64| -> Option<f64> {
-        arms.iter().zip(&rows).find_map(|(a, r)| {
-            (a.attend().is_none() && a.bytes == 2 * size).then(|| a.bytes as f64 / r.0)
-        })
+        arms.iter()
+            .zip(&rows)
+            .find_map(|(a, r)| (a.is_copy() && a.bytes == 2 * size).then(|| a.bytes as f64 / r.0))
     };
     let big_gbs = copy_gbs(big_copy);
     if !o.quick {
@@ -732,13 +753,85 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
              104.8 / 359.5; kvpack goal kivi-4 at 32k < 20"
         );
     }
+    let mut noise = Vec::new();
+    for (arm, r) in arms.iter().zip(&rows) {
+        if arm.is_copy() {
+            noise.push((arm.name.clone(), 100.0 * (r.2 - r.1) / r.0));
+        }
+    }
+
+    // The cache update against attention, per decode step.
     println!(
-        "\ntotal {:.1} s{}",
-        started.elapsed().as_secs_f64(),
+        "\nappend vs decode attention (medians, µs; per token = ((G-1)·step + flush) / G, G = {G}):"
+    );
+    println!(
+        "  {:<22} {:>5} {:>9} {:>9} {:>10} {:>11} {:>13}",
+        "method", "T", "step", "flush", "per token", "attend Tq=1", "append share"
+    );
+    let mut shares = Vec::new();
+    let mut append_rows = Vec::new();
+    for arm in &arms {
+        let Work::Append(a) = &arm.work else { continue };
+        let (sm, smin, smax) = stats(&a.step_ns);
+        let (fm, fmin, fmax) = stats(&a.flush_ns);
+        let per_token = ((G - 1) as f64 * sm + fm) / G as f64;
+        let att = arms.iter().zip(&rows).find_map(|(b, rb)| {
+            b.attend()
+                .filter(|b| b.method == a.method && b.t == a.t0 && b.tq == TQ)
+                .map(|_| rb.0)
+        });
+        let share = att.map(|x| per_token / (per_token + x));
+        println!(
+            "  {:<22} {:>5} {:>9.2} {:>9.2} {:>10.2} {:>11} {:>13}",
+            a.method,
+            fmt_tokens(a.t0),
+            sm / 1e3,
+            fm / 1e3,
+            per_token / 1e3,
+            att.map_or("-".into(), |x| format!("{:.2}", x / 1e3)),
+            share.map_or("-".into(), |x| format!("{:.1} %", 100.0 * x))
+        );
+        shares.push(serde_json::json!({
+            "method": a.method, "T": a.t0, "G": G,
+            "step_median_us": sm / 1e3, "flush_median_us": fm / 1e3,
+            "append_per_token_us": per_token / 1e3,
+            "attend_decode_median_us": att.map(|x| x / 1e3),
+            "append_share_of_step": share,
+            "steps_timed": a.step_ns.len(), "flushes_timed": a.flush_ns.len(),
+        }));
+        for (kind, m, mn, mx, n) in [
+            ("append_step", sm, smin, smax, a.step_ns.len()),
+            ("append_flush", fm, fmin, fmax, a.flush_ns.len()),
+        ] {
+            append_rows.push(ArmRow {
+                name: format!("{} ({kind})", arm.name),
+                kind: kind.into(),
+                method: Some(a.method.into()),
+                t: Some(a.t0),
+                tq: None,
+                bytes: arm.bytes,
+                median_us: m / 1e3,
+                min_us: mn / 1e3,
+                max_us: mx / 1e3,
+                samples: n,
+                roofline: None,
+                pct_roofline: None,
+            });
+        }
+    }
+    let total_s = started.elapsed().as_secs_f64();
+    println!(
+        "\ntotal {:.1} s{}{}",
+        total_s,
         if o.quick {
             " (quick mode: sizes too small to mean anything)"
         } else {
             ""
+        },
+        if cpu_adapter {
+            format!("; {CPU_ADAPTER_NOTE}")
+        } else {
+            String::new()
         }
     );
 
@@ -769,7 +862,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             Some(a) => {
                 let f16_med = arms.iter().zip(&rows).find_map(|(b, rb)| {
                     b.attend()
-                        .filter(|b| b.method == "f16" && b.t == a.t)
+                        .filter(|b| b.method == "f16" && b.t == a.t && b.tq == a.tq)
                         .map(|_| rb.0)
                 });
                 (
@@ -794,10 +887,244 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             speedup
         );
     }
-    if bad > 0 {
-        return Err(kvpack::Error::Config(format!(
-            "{bad} arm(s) failed their output check"
-        )));
+    if cpu_adapter {
+        println!("({CPU_ADAPTER_NOTE})");
+    }
+
+    // JSON and plot.
+    let big_name = arms
+        .iter()
+        .find(|a| a.is_copy() && a.bytes == 2 * big_copy)
+        .map(|a| a.name.clone());
+    let mut out_rows = Vec::new();
+    for (arm, r) in display.iter().map(|&i| (&arms[i], &rows[i])) {
+        let gbs = arm.bytes as f64 / r.0;
+        let a = arm.attend();
+        out_rows.push(ArmRow {
+            name: arm.name.clone(),
+            kind: if a.is_some() { "attend" } else { "copy" }.into(),
+            method: a.map(|a| a.method.to_string()),
+            t: a.map(|a| a.t),
+            tq: a.map(|a| a.tq),
+            bytes: arm.bytes,
+            median_us: r.0 / 1e3,
+            min_us: r.1 / 1e3,
+            max_us: r.2 / 1e3,
+            samples: arm.times_ns.len(),
+            roofline: big_name.clone(),
+            pct_roofline: big_gbs.map(|c| 100.0 * gbs / c),
+        });
+    }
+    out_rows.extend(append_rows);
+    let rep = Report {
+        bench: "gpu_attend",
+        adapter,
+        device_type,
+        cpu_adapter,
+        quick: o.quick,
+        rounds: o.rounds,
+        warmup: o.warmup,
+        l2_bytes: o.l2_bytes,
+        arms: out_rows,
+        noise_floor: noise,
+        extra: serde_json::json!({ "append_vs_attend": shares, "l2_flush": o.flush }),
+        total_s,
+    };
+    if let Some(p) = &o.json {
+        rep.write_json(p).map_err(kvpack::Error::Config)?;
+        println!("wrote {}", p.display());
+    }
+    if let Some(p) = &o.plot {
+        let mut series: Vec<Series> = Vec::new();
+        for (arm, row) in display.iter().map(|&i| &arms[i]).zip(&rep.arms) {
+            let Some(a) = arm.attend() else { continue };
+            let path = arm
+                .name
+                .rsplit('[')
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(']');
+            let label = format!("{} Tq={} [{path}]", a.method, a.tq);
+            let pt = (a.t as f64, row.median_us, row.pct_roofline);
+            match series.iter_mut().find(|s| s.label == label) {
+                Some(s) => s.points.push(pt),
+                None => series.push(Series {
+                    label,
+                    points: vec![pt],
+                }),
+            }
+        }
+        series.retain(|s| s.points.len() > 1);
+        report::plot(
+            p,
+            &format!(
+                "gpu_attend: Hq={HQ}, Hkv={HKV}, D={DIM}, roofline = {} copy; {}",
+                fmt_bytes(big_copy),
+                rep.adapter
+            ),
+            "T (context tokens)",
+            &series,
+            cpu_adapter.then_some(CPU_ADAPTER_NOTE),
+        )
+        .map_err(kvpack::Error::Config)?;
+        println!("wrote {}", p.display());
     }
     Ok(())
+}
+
+/// One prefill of `t` tokens into a KIVI layer whose appends are then timed.
+fn append_arm(
+    ctx: &Context,
+    method: &'static str,
+    t: usize,
+    k: &[f16],
+    v: &[f16],
+) -> kvpack::Result<Arm> {
+    let Method::Kivi(cfg) = Method::parse(method)? else {
+        return Err(kvpack::Error::Config(format!(
+            "{method}: not a KIVI method"
+        )));
+    };
+    let mut layer = KiviLayer::with_path(ctx, HKV, DIM, &cfg, PathChoice::Wgsl)?;
+    let n = t * HKV * DIM;
+    layer.append(Input::F16(&k[..n]), Input::F16(&v[..n]))?;
+    Ok(Arm {
+        name: format!("append {method} T={}", fmt_tokens(t)),
+        // One token's K and V rows (f16) enter the cache per step.
+        bytes: (2 * HKV * DIM * 2) as u64,
+        work: Work::Append(Box::new(AppendArm {
+            method,
+            t0: t,
+            layer,
+            appended: 0,
+            step_ns: Vec::new(),
+            flush_ns: Vec::new(),
+        })),
+        times_ns: Vec::new(),
+    })
+}
+
+/// The L2 flush cache: an f16 layer, q and out.
+type Flush = Option<(Box<dyn KvLayer>, wgpu::Buffer, wgpu::Buffer)>;
+
+/// A separate submission that reads 2·L2 of someone else's data (when enabled).
+fn l2_flush(ctx: &Context, flush: &Flush) -> kvpack::Result<()> {
+    if let Some((layer, q, out)) = flush {
+        gpu::submit_blocking(ctx, "bench L2 flush", |enc| {
+            layer.encode_attend(enc, q, TQ, HQ, &attend_opts(), out)
+        })?;
+    }
+    Ok(())
+}
+
+/// Host row `i` of the appended stream: the token after the prefill's last, wrapping over the
+/// host K/V.
+fn append_row(x: &[f16], t0: usize, i: usize) -> &[f16] {
+    let row = HKV * DIM;
+    let idx = (t0 + i) % (x.len() / row);
+    &x[idx * row..(idx + 1) * row]
+}
+
+/// G single-token appends, each submitted alone between timestamps (after an L2 flush); the
+/// step that quantizes a block is recorded as a flush.
+fn time_appends(
+    ctx: &Context,
+    stamps: &Stamps,
+    arm: &mut Arm,
+    k: &[f16],
+    v: &[f16],
+    flush: &Flush,
+    keep: bool,
+) -> kvpack::Result<()> {
+    let Work::Append(a) = &mut arm.work else {
+        return Ok(());
+    };
+    let mut flushed = Vec::with_capacity(G);
+    for s in 0..G {
+        l2_flush(ctx, flush)?;
+        let (kr, vr) = (
+            append_row(k, a.t0, a.appended),
+            append_row(v, a.t0, a.appended),
+        );
+        let q0 = a.layer.quantized_len();
+        let layer = &mut a.layer;
+        stamps.time(ctx, s as u32, |enc| {
+            layer.encode_append(enc, Input::F16(kr), Input::F16(vr))
+        })?;
+        a.appended += 1;
+        flushed.push(a.layer.quantized_len() != q0);
+    }
+    let ns = stamps.read(ctx, G)?;
+    if keep {
+        for (t, f) in ns.into_iter().zip(flushed) {
+            if f {
+                a.flush_ns.push(t);
+            } else {
+                a.step_ns.push(t);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// After the timed appends: the token counts, and for T ≤ `cpu_max` the reconstruction
+/// against a CPU layer built from the same tokens (codes may differ by one step at
+/// half-integers: at most 1e-3 of the values may differ).
+fn check_append(a: &AppendArm, k: &[f16], v: &[f16], cpu_max: usize) -> Result<String, String> {
+    let e = |e: kvpack::Error| e.to_string();
+    let t = a.t0 + a.appended;
+    let l = a.layer.layout();
+    if a.layer.len() != t || a.layer.quantized_len() != l.quantized_len(t) {
+        return Err(format!(
+            "holds {} tokens ({} quantized), expected {t} ({})",
+            a.layer.len(),
+            a.layer.quantized_len(),
+            l.quantized_len(t)
+        ));
+    }
+    if a.step_ns.is_empty() || a.flush_ns.is_empty() {
+        return Err("no step or no flush was timed".into());
+    }
+    let mut msg = format!(
+        "{t} tokens, {} quantized; {} steps + {} flushes timed",
+        a.layer.quantized_len(),
+        a.step_ns.len(),
+        a.flush_ns.len()
+    );
+    if a.t0 > cpu_max {
+        msg += &format!(
+            ", reconstruction not compared (T > {})",
+            fmt_tokens(cpu_max)
+        );
+        return Ok(msg);
+    }
+    let row = HKV * DIM;
+    let (mut kh, mut vh) = (k[..a.t0 * row].to_vec(), v[..a.t0 * row].to_vec());
+    for i in 0..a.appended {
+        kh.extend_from_slice(append_row(k, a.t0, i));
+        vh.extend_from_slice(append_row(v, a.t0, i));
+    }
+    let Method::Kivi(cfg) = Method::parse(a.method).map_err(e)? else {
+        return Err("not KIVI".into());
+    };
+    let cpu = Context::cpu();
+    let mut reference = KiviLayer::new(&cpu, HKV, DIM, &cfg).map_err(e)?;
+    reference
+        .append(Input::F16(&kh), Input::F16(&vh))
+        .map_err(e)?;
+    let (gk, gv) = a.layer.reconstruct().map_err(e)?;
+    let (ck, cv) = reference.reconstruct().map_err(e)?;
+    let differ = gk
+        .iter()
+        .chain(&gv)
+        .zip(ck.iter().chain(&cv))
+        .filter(|(x, y)| (*x - *y).abs() > 1e-6 + 1e-3 * y.abs())
+        .count();
+    let n = gk.len() + gv.len();
+    msg += &format!(", vs a CPU layer of the same tokens: {differ}/{n} values differ");
+    if differ as f64 > 1e-3 * n as f64 || gk.len() != ck.len() {
+        Err(msg)
+    } else {
+        Ok(msg)
+    }
 }

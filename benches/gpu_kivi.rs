@@ -1,46 +1,75 @@
-//! GPU benchmark of KIVI quantization against the device's copy roofline, timed with
-//! timestamp queries (`src/gpu/timing.rs`). See `benches/README.md`.
+//! GPU benchmark of KIVI quantization (fused, and an unfused array-library baseline) and of bit
+//! packing against the device's copy roofline, timed with timestamp queries
+//! (`src/gpu/timing.rs`). See `benches/README.md`.
 //!
 //! ```text
 //! cargo bench --bench gpu_kivi                 # full sizes (a real GPU)
 //! cargo bench --bench gpu_kivi -- --quick      # small sizes (proves the code path, e.g. lavapipe)
-//! options: --rounds N  --warmup N  --l2-mib N
+//! options: --rounds N  --warmup N  --l2-mib N  --json PATH  --plot PATH
 //! ```
 //!
-//! Arms, all interleaved within every round (each dispatch submitted alone and waited for, so
-//! no two timed dispatches overlap; the starting arm rotates with the round):
+//! Arms, all interleaved within every round (each arm submitted alone and waited for, so no
+//! two timed arms overlap; the starting arm rotates with the round):
 //! - `copy S`: vec4<u32> copy of S bytes; bytes moved = 2·S (read + written).
 //! - `keys` / `values`: `kivi_quant_keys` / `kivi_quant_values` of a prefill of T tokens read
 //!   from `incoming` (t_old = 0); bytes moved = f16 input + codes + params written.
+//! - `keys unfused`: the same key quantization as 8 passes (min, max, scale, subtract, divide,
+//!   round+clamp to u8 codes, bitpack, params to f16; `wgsl/kivi_unfused_keys.wgsl` + the
+//!   bitpack kernel), timed as one span (empty timestamped passes around the first and last);
+//!   bytes counted as for the fused arm (the useful traffic), so GB/s compares directly.
+//! - `bitpack` / `bitunpack` b: `bitpack::plan_pack` / `plan_unpack` of n codes whose packed
+//!   stream is ~64 MiB; bytes moved = codes (one byte each) + stream.
 //!
 //! Every arm rotates through at least 4 distinct input (and output) buffers whose total exceeds
 //! twice the assumed L2, so no measured dispatch finds its input in cache. Outputs are checked
-//! once (copy: dst == src; KIVI: against the CPU reference) before timing.
+//! once (copy: dst == src; KIVI: against the CPU reference; unfused: codes against the fused
+//! arm's within ±1; bitpack: against the CPU packer) before any number is printed.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use half::f16;
 use kvpack::context::{Context, KernelPath, PathChoice};
 use kvpack::cpu::kivi_quant_keys::kivi_quant_keys as cpu_quant_keys;
 use kvpack::cpu::kivi_quant_values::kivi_quant_values as cpu_quant_values;
-use kvpack::gpu::registry;
-use kvpack::gpu::timing::{GpuTimer, TimedDispatch};
+use kvpack::gpu::registry::{self, Binding, KernelDef};
+use kvpack::gpu::timing::encode_plan_timed;
 use kvpack::gpu::{self, DispatchPlan};
 use kvpack::kivi::gpu_store::{plan_quant_keys, plan_quant_values};
 use kvpack::kivi::{KiviConfig, Layout};
 
 mod common;
 
+use common::report::{self, ArmRow, CPU_ADAPTER_NOTE, Report, Series, Stamps};
 use common::{MIB, Rng, fill_from, fmt_bytes, rotation, stats, storage};
 const HEADS: usize = 8;
 const DIM: usize = 128;
 const GROUP: usize = 32;
+
+/// The unfused baseline's elementwise/reduction passes (a measuring tool, not in `KERNELS`).
+static KIVI_UNFUSED_KEYS: KernelDef = KernelDef {
+    name: "kivi_unfused_keys",
+    wgsl_common: &[include_str!("../wgsl/common/dispatch.wgsl")],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../wgsl/kivi_unfused_keys.wgsl"),
+    msl_common: &[],
+    msl: None,
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+    ],
+    workgroup_size: 256,
+};
 
 struct Opts {
     quick: bool,
     rounds: usize,
     warmup: usize,
     l2_bytes: u64,
+    json: Option<PathBuf>,
+    plot: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -50,8 +79,10 @@ fn parse_args() -> Result<Opts, String> {
         quick,
         rounds: if quick { 3 } else { 50 },
         warmup: if quick { 1 } else { 5 },
-        // H200: 50 MB of L2; 64 MiB errs on the safe side.
+        // H200: 60 MB of L2; 64 MiB errs on the safe side.
         l2_bytes: if quick { MIB } else { 64 * MIB },
+        json: None,
+        plot: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -64,7 +95,9 @@ fn parse_args() -> Result<Opts, String> {
             "--quick" | "--bench" => {}
             "--rounds" => o.rounds = num("--rounds")?.max(1) as usize,
             "--warmup" => o.warmup = num("--warmup")? as usize,
-            "--l2-mib" => o.l2_bytes = num("--l2-mib")? * MIB,
+            "--l2-mib" => o.l2_bytes = num("--l2-mib")?.max(1) * MIB,
+            "--json" => o.json = Some(it.next().ok_or("--json needs a path")?.into()),
+            "--plot" => o.plot = Some(it.next().ok_or("--plot needs a path")?.into()),
             other => eprintln!("gpu_kivi: ignoring argument `{other}`"),
         }
     }
@@ -100,19 +133,48 @@ fn main() {
     }
 }
 
-/// One measured arm: a plan on a path, and the storage bindings of each rotation instance.
-struct Arm {
-    name: String,
+/// One dispatch of an arm: bindings 1.. are the instance's buffers at `binds`.
+struct Pass {
     path: KernelPath,
     plan: DispatchPlan,
-    /// Bytes read + written by one dispatch.
+    binds: Vec<usize>,
+}
+
+/// What an arm's output is checked against.
+#[derive(Clone, Copy, PartialEq)]
+enum Check {
+    Copy,
+    /// Fused KIVI against the CPU reference (instance buffers: ring, input, codes, params, status).
+    Kivi {
+        keys: bool,
+    },
+    /// The unfused baseline against the fused key arm `fused` (codes within ±1).
+    Unfused {
+        fused: usize,
+    },
+    /// Bit packing of pool `pool` (instance buffers: codes, words).
+    Pack {
+        pool: usize,
+        unpack: bool,
+    },
+}
+
+/// One measured arm: its passes, and the storage buffers of each rotation instance.
+struct Arm {
+    name: String,
+    kind: &'static str,
+    bits: u32,
+    t: Option<usize>,
+    passes: Vec<Pass>,
+    /// Bytes read + written (for the unfused arm: the fused arm's, the useful traffic).
     bytes: u64,
-    /// Input bytes (what a copy of "similar size" copies).
+    /// Bytes every pass actually reads and writes (differs from `bytes` for the unfused arm).
+    traffic: u64,
+    /// Input bytes (which T's pool, for KIVI checks).
     input_bytes: u64,
-    /// Storage bindings per rotation instance.
     instances: Vec<Vec<wgpu::Buffer>>,
-    /// Index into `instances` for the next dispatch.
     cursor: Cursor,
+    check: Check,
     times_ns: Vec<f64>,
 }
 
@@ -122,6 +184,14 @@ struct Arm {
 enum Cursor {
     Own,
     Shared(usize),
+}
+
+fn single(path: KernelPath, plan: DispatchPlan, n: usize) -> Vec<Pass> {
+    vec![Pass {
+        path,
+        plan,
+        binds: (0..n).collect(),
+    }]
 }
 
 fn copy_arm(ctx: &Context, size: u64, l2: u64, rng: &mut Rng) -> kvpack::Result<Arm> {
@@ -147,12 +217,16 @@ fn copy_arm(ctx: &Context, size: u64, l2: u64, rng: &mut Rng) -> kvpack::Result<
     }
     Ok(Arm {
         name: format!("copy {}", fmt_bytes(size)),
-        path: KernelPath::WgslWorkgroup,
-        plan,
+        kind: "copy",
+        bits: 0,
+        t: None,
+        passes: single(KernelPath::WgslWorkgroup, plan, 2),
         bytes: 2 * size,
+        traffic: 2 * size,
         input_bytes: size,
         instances,
         cursor: Cursor::Own,
+        check: Check::Copy,
         times_ns: Vec::new(),
     })
 }
@@ -170,6 +244,14 @@ enum Which {
     Values,
 }
 
+fn layout(bits: u32, vgroup: usize) -> kvpack::Result<Layout> {
+    let cfg = KiviConfig {
+        value_group: vgroup,
+        ..KiviConfig::uniform(bits, GROUP, 128)
+    };
+    Layout::new(HEADS, DIM, &cfg)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn kivi_arm(
     ctx: &Context,
@@ -181,11 +263,7 @@ fn kivi_arm(
     pool_id: usize,
     pool: &InputPool,
 ) -> kvpack::Result<Arm> {
-    let cfg = KiviConfig {
-        value_group: vgroup,
-        ..KiviConfig::uniform(bits, GROUP, 128)
-    };
-    let l = Layout::new(HEADS, DIM, &cfg)?;
+    let l = layout(bits, vgroup)?;
     let (plan, codes_bytes, params_bytes, name) = match which {
         Which::Keys => {
             let blocks = t / l.key_group;
@@ -223,96 +301,403 @@ fn kivi_arm(
             status.clone(),
         ]);
     }
+    let bytes = input_bytes + codes_bytes + params_bytes;
     Ok(Arm {
         name: format!("{name} {bits}b T={t} [{path}]"),
-        path,
-        plan,
-        bytes: input_bytes + codes_bytes + params_bytes,
+        kind: if which == Which::Keys {
+            "keys"
+        } else {
+            "values"
+        },
+        bits,
+        t: Some(t),
+        passes: single(path, plan, 5),
+        bytes,
+        traffic: bytes,
         input_bytes,
         instances,
         cursor: Cursor::Shared(pool_id),
+        check: Check::Kivi {
+            keys: which == Which::Keys,
+        },
         times_ns: Vec::new(),
     })
+}
+
+/// Uniform of one unfused pass (keep in sync with `UnfusedParams` in the WGSL).
+fn unfused_plan(mode: u32, n: usize, bits: u32) -> DispatchPlan {
+    let levels = (1u32 << bits) - 1;
+    let words: [u32; 8] = [
+        mode,
+        n as u32,
+        (HEADS * DIM) as u32,
+        GROUP as u32,
+        levels,
+        (1.0f32 / levels as f32).to_bits(),
+        0,
+        0,
+    ];
+    DispatchPlan {
+        kernel: &KIVI_UNFUSED_KEYS,
+        spec: registry::Specialization::default(),
+        uniform: bytemuck::cast_slice(&words).to_vec(),
+        workgroups: (n as u64).div_ceil(u64::from(KIVI_UNFUSED_KEYS.workgroup_size)),
+    }
+}
+
+/// The unfused baseline of key quantization at `bits` over pool `pool_id` (8 passes).
+/// Intermediates are one set per arm (an array library's caching allocator reuses its blocks);
+/// inputs rotate with the pool, outputs with the instance.
+#[allow(clippy::too_many_arguments)]
+fn unfused_arm(
+    ctx: &Context,
+    bits: u32,
+    t: usize,
+    path: KernelPath,
+    pool_id: usize,
+    pool: &InputPool,
+    fused: usize,
+    fused_bytes: u64,
+) -> kvpack::Result<Arm> {
+    let l = layout(bits, GROUP)?;
+    let hd = HEADS * DIM;
+    let blocks = t / GROUP;
+    let groups = blocks * hd;
+    let elems = t * hd;
+    let codes_bytes = (blocks * l.key_block_words() * 4) as u64;
+    let params_bytes = (blocks * l.key_block_param_words() * 4) as u64;
+    let g4 = (groups * 4) as u64;
+    let e4 = (elems * 4) as u64;
+    // Buffers: 0 input, 1 lo, 2 hi, 3 scale, 4 y, 5 z, 6 u8 codes, 7 words, 8 params, 9 dummy.
+    let lo = storage(ctx, "bench unfused lo", g4)?;
+    let hi = storage(ctx, "bench unfused hi", g4)?;
+    let scale = storage(ctx, "bench unfused scale", g4)?;
+    let y = storage(ctx, "bench unfused x - lo", e4)?;
+    let z = storage(ctx, "bench unfused (x - lo) / scale", e4)?;
+    let u8codes = storage(ctx, "bench unfused u8 codes", elems as u64)?;
+    let dummy = storage(ctx, "bench unfused unused", 4)?;
+    let mut instances = Vec::new();
+    for input in &pool.buffers {
+        instances.push(vec![
+            input.clone(),
+            lo.clone(),
+            hi.clone(),
+            scale.clone(),
+            y.clone(),
+            z.clone(),
+            u8codes.clone(),
+            storage(ctx, "bench unfused words", codes_bytes)?,
+            storage(ctx, "bench unfused params", params_bytes)?,
+            dummy.clone(),
+        ]);
+    }
+    let pack_path = ctx.resolve(&registry::BITPACK, PathChoice::Wgsl)?;
+    let p = |mode, n, binds: [usize; 3]| Pass {
+        path,
+        plan: unfused_plan(mode, n, bits),
+        binds: binds.to_vec(),
+    };
+    let passes = vec![
+        p(0, groups, [0, 9, 1]),
+        p(1, groups, [0, 9, 2]),
+        p(2, groups, [1, 2, 3]),
+        p(3, elems, [0, 1, 4]),
+        p(4, elems, [4, 3, 5]),
+        p(5, elems / 4, [5, 9, 6]),
+        Pass {
+            path: pack_path,
+            plan: kvpack::bitpack::plan_pack(elems, bits)?,
+            binds: vec![6, 7],
+        },
+        p(6, groups, [3, 1, 8]),
+    ];
+    let x = (elems * 2) as u64;
+    // Bytes each pass reads + writes.
+    let traffic = (x + g4) * 2
+        + 3 * g4
+        + (x + g4 + e4)
+        + (e4 + g4 + e4)
+        + (e4 + elems as u64)
+        + (elems as u64 + codes_bytes)
+        + (2 * g4 + params_bytes);
+    Ok(Arm {
+        name: format!("keys G={GROUP} {bits}b T={t} unfused 8 passes"),
+        kind: "keys_unfused",
+        bits,
+        t: Some(t),
+        passes,
+        bytes: fused_bytes,
+        traffic,
+        input_bytes: x,
+        instances,
+        cursor: Cursor::Shared(pool_id),
+        check: Check::Unfused { fused },
+        times_ns: Vec::new(),
+    })
+}
+
+/// Host codes of one bit-packing pool (for the checks).
+struct PackPool {
+    bits: u32,
+    n: usize,
+    host: Vec<u8>,
+}
+
+/// bitpack and bitunpack arms of `bits` over one pool of (codes, words) pairs; the stream is
+/// about `stream` bytes.
+fn pack_arms(
+    ctx: &Context,
+    bits: u32,
+    stream: u64,
+    l2: u64,
+    pool_id: usize,
+    rng: &mut Rng,
+) -> kvpack::Result<(Arm, Arm, PackPool)> {
+    let n = ((stream * 8 / u64::from(bits)) / 4 * 4) as usize;
+    let pack = kvpack::bitpack::plan_pack(n, bits)?;
+    let unpack = kvpack::bitpack::plan_unpack(n, bits)?;
+    let params = kvpack::bitpack::BitpackParams::new(n, bits)?;
+    let (cb, wb) = (params.code_bytes(), params.word_bytes());
+    gpu::check_storage_size(ctx, "bitpack codes", cb)?;
+    let seed_len = cb.min(16 * MIB) as usize;
+    let mask = ((1u32 << bits) - 1) as u8;
+    let seed: Vec<u8> = (0..seed_len).map(|_| rng.next_u32() as u8 & mask).collect();
+    let host: Vec<u8> = seed.iter().copied().cycle().take(n).collect();
+    let seed_buf = gpu::upload(ctx, "bench bitpack seed", &seed)?;
+    let count = rotation(l2, cb + wb);
+    let mut instances = Vec::with_capacity(count);
+    for _ in 0..count {
+        let codes = storage(ctx, "bench bitpack codes", cb)?;
+        let words = storage(ctx, "bench bitpack words", wb)?;
+        fill_from(ctx, &seed_buf, &codes)?;
+        instances.push(vec![codes, words]);
+    }
+    let path = ctx.resolve(&registry::BITPACK, PathChoice::Wgsl)?;
+    let upath = ctx.resolve(&registry::BITUNPACK, PathChoice::Wgsl)?;
+    // Pack every instance once, so no unpack ever reads a stream that was not written.
+    for inst in &instances {
+        gpu::submit_blocking(ctx, "bench bitpack init", |enc| {
+            gpu::encode_plan(ctx, enc, path, &pack, &[&inst[0], &inst[1]])
+        })?;
+    }
+    let arm = |name: &str, kind, passes| Arm {
+        name: format!("{name} b={bits} n={} [{path}]", fmt_count(n)),
+        kind,
+        bits,
+        t: None,
+        passes,
+        bytes: cb + wb,
+        traffic: cb + wb,
+        input_bytes: cb,
+        instances: instances.clone(),
+        cursor: Cursor::Shared(pool_id),
+        check: Check::Pack {
+            pool: pool_id,
+            unpack: kind == "bitunpack",
+        },
+        times_ns: Vec::new(),
+    };
+    let a = arm("bitpack", "bitpack", single(path, pack, 2));
+    let b = arm(
+        "bitunpack",
+        "bitunpack",
+        vec![Pass {
+            path: upath,
+            plan: unpack,
+            binds: vec![1, 0],
+        }],
+    );
+    Ok((a, b, PackPool { bits, n, host }))
+}
+
+/// 1234567 → "1.2M", 699048 → "699k".
+fn fmt_count(n: usize) -> String {
+    if n >= 1 << 20 {
+        format!("{:.1}M", n as f64 / f64::from(1 << 20))
+    } else {
+        format!("{}k", n >> 10)
+    }
 }
 
 fn read_u32(ctx: &Context, b: &wgpu::Buffer, bytes: u64) -> kvpack::Result<Vec<u32>> {
     Ok(bytemuck::pod_collect_to_vec(&gpu::readback(ctx, b, bytes)?))
 }
 
-/// Checks one instance's outputs (after warm-up): copy dst == src (first 64 MiB); KIVI status
-/// clear and codes/params agreeing with the CPU reference (codes may differ at rounding
-/// boundaries, params by float rounding).
-fn check_arm(ctx: &Context, arm: &Arm, host: Option<&[f16]>, t: usize) -> Result<String, String> {
-    let e = |e: kvpack::Error| e.to_string();
-    let inst = &arm.instances[0];
-    if arm.plan.kernel.name == registry::COPY.name {
-        let n = arm.input_bytes.min(64 * MIB);
-        let (a, b) = (
-            gpu::readback(ctx, &inst[0], n).map_err(e)?,
-            gpu::readback(ctx, &inst[1], n).map_err(e)?,
-        );
-        return if a == b {
-            Ok(format!("dst == src ({})", fmt_bytes(n)))
-        } else {
-            Err("copy: dst differs from src".into())
-        };
-    }
-    let host = host.ok_or("no host input")?;
-    let status = read_u32(ctx, &inst[4], 4).map_err(e)?;
-    if status[0] != 0 {
-        return Err(format!("status = {:#x} (parameter overflow)", status[0]));
-    }
-    let p: kvpack::kivi::gpu_store::KiviParams = bytemuck::pod_read_unaligned(&arm.plan.uniform);
-    // KiviParams.group is the key group of a key plan and the value group of a value plan.
-    let is_keys = arm.plan.kernel.name == registry::KIVI_QUANT_KEYS.name;
-    let vgroup = if is_keys { GROUP } else { p.group as usize };
-    let cfg = KiviConfig {
-        value_group: vgroup,
-        ..KiviConfig::uniform(p.bits, GROUP, 128)
-    };
-    let l = Layout::new(HEADS, DIM, &cfg).map_err(e)?;
-    let gpu_codes = read_u32(ctx, &inst[2], inst[2].size()).map_err(e)?;
-    let gpu_params = read_u32(ctx, &inst[3], inst[3].size()).map_err(e)?;
-    let mut codes = vec![0u32; gpu_codes.len()];
-    let mut params = vec![0u32; gpu_params.len()];
-    let row = l.token_elems();
-    let x = |t: usize, h: usize, d: usize| host[t * row + h * DIM + d].to_f32();
-    let r = if is_keys {
-        cpu_quant_keys(&l, t / l.key_group, x, &mut codes, &mut params)
-    } else {
-        cpu_quant_values(&l, t, x, &mut codes, &mut params)
-    };
-    r.map_err(|o| format!("CPU reference overflowed: {o:?}"))?;
-    let code_diff = codes.iter().zip(&gpu_codes).filter(|(a, b)| a != b).count();
-    let mut param_err = 0f32;
-    for (a, b) in params.iter().zip(&gpu_params) {
+/// Max relative difference of the (scale, lo) f16 pairs.
+fn param_err(a: &[u32], b: &[u32]) -> f32 {
+    let mut err = 0f32;
+    for (a, b) in a.iter().zip(b) {
         for s in [0, 16] {
             let (x, y) = (
                 f16::from_bits((a >> s) as u16).to_f32(),
                 f16::from_bits((b >> s) as u16).to_f32(),
             );
-            param_err = param_err.max((x - y).abs() / x.abs().max(1e-3));
+            err = err.max((x - y).abs() / x.abs().max(1e-3));
         }
     }
-    let frac = code_diff as f64 / codes.len() as f64;
-    let msg = format!(
-        "{code_diff}/{} code words differ, params rel err {param_err:.1e}",
-        codes.len()
-    );
-    if frac > 1e-3 || param_err > 1e-2 {
-        Err(msg)
-    } else {
-        Ok(msg)
+    err
+}
+
+/// Checks one instance's outputs (after the timed rounds, instance 0 run once more).
+fn check_arm(
+    ctx: &Context,
+    arms: &[Arm],
+    arm: &Arm,
+    host: Option<&[f16]>,
+    packs: &[Option<PackPool>],
+) -> Result<String, String> {
+    let e = |e: kvpack::Error| e.to_string();
+    let inst = &arm.instances[0];
+    match arm.check {
+        Check::Copy => {
+            let n = arm.input_bytes.min(64 * MIB);
+            let (a, b) = (
+                gpu::readback(ctx, &inst[0], n).map_err(e)?,
+                gpu::readback(ctx, &inst[1], n).map_err(e)?,
+            );
+            if a == b {
+                Ok(format!("dst == src ({})", fmt_bytes(n)))
+            } else {
+                Err("copy: dst differs from src".into())
+            }
+        }
+        Check::Pack { pool, unpack } => {
+            let p = packs[pool].as_ref().ok_or("no pool")?;
+            let params = kvpack::bitpack::BitpackParams::new(p.n, p.bits).map_err(e)?;
+            let mut want = vec![0u32; params.n_words as usize];
+            kvpack::cpu::bitpack::bitpack(&p.host, p.bits, &mut want).map_err(e)?;
+            if unpack {
+                let got = gpu::readback(ctx, &inst[0], p.n as u64).map_err(e)?;
+                let bad = got.iter().zip(&p.host).filter(|(a, b)| a != b).count();
+                return if bad == 0 {
+                    Ok(format!("{} codes == CPU input", p.n))
+                } else {
+                    Err(format!("{bad} of {} codes differ", p.n))
+                };
+            }
+            let got = read_u32(ctx, &inst[1], params.word_bytes()).map_err(e)?;
+            let bad = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            if bad == 0 {
+                Ok(format!("{} words == CPU bitpack", want.len()))
+            } else {
+                Err(format!(
+                    "{bad} of {} words differ from CPU bitpack",
+                    want.len()
+                ))
+            }
+        }
+        Check::Unfused { fused } => {
+            let f = &arms[fused];
+            let b = arm.bits as usize;
+            let (fc, fp) = (&f.instances[0][2], &f.instances[0][3]);
+            let fcodes = read_u32(ctx, fc, fc.size()).map_err(e)?;
+            let fparams = read_u32(ctx, fp, fp.size()).map_err(e)?;
+            let ucodes = read_u32(ctx, &inst[7], inst[7].size()).map_err(e)?;
+            let uparams = read_u32(ctx, &inst[8], inst[8].size()).map_err(e)?;
+            // Both are dense streams of b-bit codes in [block][HD][G] order (G·b is a whole
+            // number of words, so group streams concatenate).
+            let n = fcodes.len() * 32 / b;
+            let code = |w: &[u32], i: usize| -> i32 {
+                let bit = i * b;
+                let mut v = u64::from(w[bit / 32]) >> (bit % 32);
+                if bit % 32 + b > 32 {
+                    v |= u64::from(w[bit / 32 + 1]) << (32 - bit % 32);
+                }
+                (v & ((1 << b) - 1)) as i32
+            };
+            let (mut off1, mut worse) = (0usize, 0usize);
+            for i in 0..n {
+                match (code(&fcodes, i) - code(&ucodes, i)).abs() {
+                    0 => {}
+                    1 => off1 += 1,
+                    _ => worse += 1,
+                }
+            }
+            let pe = param_err(&fparams, &uparams);
+            let msg = format!(
+                "vs fused: {off1}/{n} codes differ by 1, {worse} by more; params rel err {pe:.1e}"
+            );
+            if worse > 0 || off1 as f64 > 1e-3 * n as f64 || pe > 1e-2 {
+                Err(msg)
+            } else {
+                Ok(msg)
+            }
+        }
+        Check::Kivi { keys } => {
+            let host = host.ok_or("no host input")?;
+            let t = arm.t.ok_or("no T")?;
+            let status = read_u32(ctx, &inst[4], 4).map_err(e)?;
+            if status[0] != 0 {
+                return Err(format!("status = {:#x} (parameter overflow)", status[0]));
+            }
+            let plan = &arm.passes[0].plan;
+            let p: kvpack::kivi::gpu_store::KiviParams =
+                bytemuck::pod_read_unaligned(&plan.uniform);
+            // KiviParams.group is the key group of a key plan and the value group of a value plan.
+            let vgroup = if keys { GROUP } else { p.group as usize };
+            let l = layout(p.bits, vgroup).map_err(e)?;
+            let gpu_codes = read_u32(ctx, &inst[2], inst[2].size()).map_err(e)?;
+            let gpu_params = read_u32(ctx, &inst[3], inst[3].size()).map_err(e)?;
+            let mut codes = vec![0u32; gpu_codes.len()];
+            let mut params = vec![0u32; gpu_params.len()];
+            let row = l.token_elems();
+            let x = |t: usize, h: usize, d: usize| host[t * row + h * DIM + d].to_f32();
+            let r = if keys {
+                cpu_quant_keys(&l, t / l.key_group, x, &mut codes, &mut params)
+            } else {
+                cpu_quant_values(&l, t, x, &mut codes, &mut params)
+            };
+            r.map_err(|o| format!("CPU reference overflowed: {o:?}"))?;
+            let code_diff = codes.iter().zip(&gpu_codes).filter(|(a, b)| a != b).count();
+            let pe = param_err(&params, &gpu_params);
+            let frac = code_diff as f64 / codes.len() as f64;
+            let msg = format!(
+                "{code_diff}/{} code words differ, params rel err {pe:.1e}",
+                codes.len()
+            );
+            if frac > 1e-3 || pe > 1e-2 {
+                Err(msg)
+            } else {
+                Ok(msg)
+            }
+        }
     }
+}
+
+/// Records instance `k` of `arm` between the timestamps of `slot`: a single dispatch in its own
+/// timestamped pass; several passes between empty timestamped passes.
+fn time_arm(ctx: &Context, stamps: &Stamps, arm: &Arm, k: usize, slot: u32) -> kvpack::Result<()> {
+    let inst = &arm.instances[k];
+    let bound = |p: &Pass| -> Vec<&wgpu::Buffer> { p.binds.iter().map(|&i| &inst[i]).collect() };
+    if let [p] = arm.passes.as_slice() {
+        return gpu::submit_blocking(ctx, "bench timed dispatch", |enc| {
+            encode_plan_timed(
+                ctx,
+                enc,
+                p.path,
+                &p.plan,
+                &bound(p),
+                &stamps.set,
+                2 * slot,
+                2 * slot + 1,
+            )
+        });
+    }
+    stamps.time(ctx, slot, |enc| {
+        for p in &arm.passes {
+            gpu::encode_plan(ctx, enc, p.path, &p.plan, &bound(p))?;
+        }
+        Ok(())
+    })
 }
 
 fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     let started = Instant::now();
-    let desc = ctx.describe();
-    let adapter = desc.gpu.as_ref().map_or("?".into(), |g| {
-        format!("{} ({}, {})", g.adapter, g.backend, g.device_type)
-    });
+    let (adapter, device_type, cpu_adapter) = report::adapter(ctx);
     println!("gpu_kivi: {adapter}");
+    if cpu_adapter {
+        println!("  NOTE: {CPU_ADAPTER_NOTE}");
+    }
     println!(
         "  mode {}, {} warm-up + {} timed rounds, assumed L2 {} (rotation: total inputs > 2x L2, >= 4 buffers)",
         if o.quick { "quick" } else { "full" },
@@ -320,10 +705,10 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         o.rounds,
         fmt_bytes(o.l2_bytes)
     );
-    let (copy_sizes, tokens): (Vec<u64>, Vec<usize>) = if o.quick {
-        (vec![MIB, 4 * MIB], vec![256, 1024])
+    let (copy_sizes, tokens, stream): (Vec<u64>, Vec<usize>, u64) = if o.quick {
+        (vec![MIB, 4 * MIB], vec![256, 1024], 256 * 1024)
     } else {
-        (vec![64 * MIB, 1 << 30], vec![4096, 32768])
+        (vec![64 * MIB, 1 << 30], vec![4096, 32768], 64 * MIB)
     };
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
 
@@ -346,6 +731,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     // KIVI arms: one input pool per T, shared by keys and values at 2 and 4 bits.
     let keys_path = ctx.resolve(&registry::KIVI_QUANT_KEYS, PathChoice::Wgsl)?;
     let values_thread_path = ctx.resolve(&registry::KIVI_QUANT_VALUES_THREAD, PathChoice::Wgsl)?;
+    let unfused_path = ctx.resolve(&KIVI_UNFUSED_KEYS, PathChoice::Wgsl)?;
     let mut value_paths = Vec::new();
     for choice in [PathChoice::WgslSubgroup, PathChoice::WgslWorkgroup] {
         match ctx.resolve(&registry::KIVI_QUANT_VALUES, choice) {
@@ -362,6 +748,10 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    println!(
+        "  unfused key baseline ({unfused_path}): min, max, scale, x - lo, / scale (f32 intermediates), \
+         round+clamp to u8 (group-major), bitpack, params to f16: 8 dispatches timed as one span"
+    );
     let mut pools = Vec::new();
     for (pool_id, &t) in tokens.iter().enumerate() {
         let elems = t * HEADS * DIM;
@@ -377,6 +767,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         }
         let pool = InputPool { buffers, host };
         for bits in [2, 4] {
+            let fused = arms.len();
             arms.push(kivi_arm(
                 ctx,
                 Which::Keys,
@@ -386,6 +777,17 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 keys_path,
                 pool_id,
                 &pool,
+            )?);
+            let fused_bytes = arms[fused].bytes;
+            arms.push(unfused_arm(
+                ctx,
+                bits,
+                t,
+                unfused_path,
+                pool_id,
+                &pool,
+                fused,
+                fused_bytes,
             )?);
             arms.push(kivi_arm(
                 ctx,
@@ -412,6 +814,22 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         }
         pools.push(pool);
     }
+    // Bit packing: one pool of (codes, words) per b, shared by its pack and unpack arms.
+    let mut packs: Vec<Option<PackPool>> = (0..tokens.len()).map(|_| None).collect();
+    for bits in [2, 3, 4, 8] {
+        let id = packs.len();
+        match pack_arms(ctx, bits, stream, o.l2_bytes, id, &mut rng) {
+            Ok((a, b, p)) => {
+                arms.push(a);
+                arms.push(b);
+                packs.push(Some(p));
+            }
+            Err(e) => {
+                println!("  skipping bitpack b={bits}: {e}");
+                packs.push(None);
+            }
+        }
+    }
     println!(
         "  {} arms; rotation buffers per arm: {}",
         arms.len(),
@@ -421,14 +839,14 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             .join(" ")
     );
 
-    let timer = GpuTimer::new(ctx, arms.len())?;
-    let mut shared = vec![0usize; pools.len()];
+    let stamps = Stamps::new(ctx, arms.len())?;
+    let mut shared = vec![0usize; packs.len()];
     let total = o.warmup + o.rounds;
+    let t0 = Instant::now();
     for round in 0..total {
         // Rotate the starting arm so no arm always follows the same one.
         let order: Vec<usize> = (0..arms.len()).map(|i| (i + round) % arms.len()).collect();
-        let mut picks = Vec::with_capacity(arms.len());
-        for &a in &order {
+        for (slot, &a) in order.iter().enumerate() {
             let arm = &arms[a];
             let k = match arm.cursor {
                 Cursor::Own => round,
@@ -437,61 +855,43 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                     shared[p]
                 }
             } % arm.instances.len();
-            picks.push(k);
+            time_arm(ctx, &stamps, arm, k, slot as u32)?;
         }
-        let storages: Vec<Vec<&wgpu::Buffer>> = order
-            .iter()
-            .zip(&picks)
-            .map(|(&a, &k)| arms[a].instances[k].iter().collect())
-            .collect();
-        let dispatches: Vec<TimedDispatch> = order
-            .iter()
-            .zip(&storages)
-            .map(|(&a, s)| TimedDispatch {
-                path: arms[a].path,
-                plan: &arms[a].plan,
-                storage: s,
-            })
-            .collect();
-        let ns = timer.time_isolated(&dispatches)?;
-        drop(dispatches);
+        let ns = stamps.read(ctx, arms.len())?;
         if round >= o.warmup {
             for (&a, t) in order.iter().zip(ns) {
                 arms[a].times_ns.push(t);
             }
         }
     }
+    println!(
+        "  timing: {total} rounds in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 
-    // Correctness of what was timed: write instance 0 of every arm once more and check it.
-    let ck: Vec<Vec<&wgpu::Buffer>> = arms
-        .iter()
-        .map(|a| a.instances[0].iter().collect())
-        .collect();
-    let dispatches: Vec<TimedDispatch> = arms
-        .iter()
-        .zip(&ck)
-        .map(|(a, s)| TimedDispatch {
-            path: a.path,
-            plan: &a.plan,
-            storage: s,
-        })
-        .collect();
-    timer.time_isolated(&dispatches)?;
+    // Correctness of what was timed: run instance 0 of every arm once more and check it.
+    for (slot, arm) in arms.iter().enumerate() {
+        time_arm(ctx, &stamps, arm, 0, slot as u32)?;
+    }
     let mut bad = 0;
     println!("\nchecks (instance 0 of each arm):");
     for arm in &arms {
-        let t = arm.input_bytes as usize / (HEADS * DIM * 2);
-        let host = tokens
-            .iter()
-            .position(|&x| x == t)
+        let host = arm
+            .t
+            .and_then(|t| tokens.iter().position(|&x| x == t))
             .map(|i| pools[i].host.as_slice());
-        match check_arm(ctx, arm, host, t) {
-            Ok(m) => println!("  ok   {:<34} {m}", arm.name),
+        match check_arm(ctx, &arms, arm, host, &packs) {
+            Ok(m) => println!("  ok   {:<44} {m}", arm.name),
             Err(m) => {
                 bad += 1;
-                println!("  FAIL {:<34} {m}", arm.name);
+                println!("  FAIL {:<44} {m}", arm.name);
             }
         }
+    }
+    if bad > 0 {
+        return Err(kvpack::Error::Config(format!(
+            "{bad} arm(s) failed their output check; no numbers printed"
+        )));
     }
 
     // Detailed results, then the compact table.
@@ -499,53 +899,95 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         "\nper arm, µs over {} rounds (median / min / max):",
         o.rounds
     );
-    let mut rows = Vec::new();
-    for arm in &arms {
-        let (med, min, max) = stats(&arm.times_ns);
+    let rows: Vec<(f64, f64, f64)> = arms.iter().map(|a| stats(&a.times_ns)).collect();
+    for (arm, r) in arms.iter().zip(&rows) {
         println!(
-            "  {:<34} {:>10.2} {:>10.2} {:>10.2}",
+            "  {:<44} {:>10.2} {:>10.2} {:>10.2}",
             arm.name,
-            med / 1e3,
-            min / 1e3,
-            max / 1e3
+            r.0 / 1e3,
+            r.1 / 1e3,
+            r.2 / 1e3
         );
-        rows.push((med, min, max));
     }
-    let copy_gbs = |input: u64| -> Option<f64> {
-        arms.iter().zip(&rows).find_map(|(a, r)| {
-            (a.plan.kernel.name == registry::COPY.name && a.input_bytes == input)
-                .then(|| a.bytes as f64 / r.0)
-        })
+    // The roofline of an arm: the copy whose bytes moved are nearest (log scale).
+    let roofline = |bytes: u64| -> Option<(usize, f64)> {
+        arms.iter()
+            .zip(&rows)
+            .enumerate()
+            .filter(|(_, (a, _))| a.check == Check::Copy)
+            .min_by(|(_, (a, _)), (_, (b, _))| {
+                let d = |c: u64| (c as f64 / bytes as f64).ln().abs();
+                d(a.bytes).total_cmp(&d(b.bytes))
+            })
+            .map(|(i, (a, r))| (i, a.bytes as f64 / r.0))
     };
     println!("\nnoise floor (copy arms, (max - min) / median):");
+    let mut noise = Vec::new();
     for (arm, r) in arms.iter().zip(&rows) {
-        if arm.plan.kernel.name == registry::COPY.name {
-            println!("  {:<34} {:>6.1} %", arm.name, 100.0 * (r.2 - r.1) / r.0);
+        if arm.check == Check::Copy {
+            let p = 100.0 * (r.2 - r.1) / r.0;
+            println!("  {:<44} {:>6.1} %", arm.name, p);
+            noise.push((arm.name.clone(), p));
         }
     }
+    let floor = noise.iter().map(|n| n.1).fold(0f64, f64::max);
+
+    // Fused vs unfused.
     println!(
-        "\ntotal {:.1} s{}",
-        started.elapsed().as_secs_f64(),
+        "\nfused vs unfused key quantization (medians; unfused traffic = what its 8 passes move):"
+    );
+    let mut speedups = Vec::new();
+    for (arm, r) in arms.iter().zip(&rows) {
+        if let Check::Unfused { fused } = arm.check {
+            let f = rows[fused].0;
+            let sp = r.0 / f;
+            let verdict = if 100.0 * (sp - 1.0).abs() <= floor {
+                " (inside the noise floor: no result)"
+            } else {
+                ""
+            };
+            println!(
+                "  T={:<6} {}b: fused {:>9.2} µs, unfused {:>9.2} µs ({} moved): fused is {:.2}x faster{verdict}",
+                arm.t.unwrap_or(0),
+                arm.bits,
+                f / 1e3,
+                r.0 / 1e3,
+                fmt_bytes(arm.traffic),
+                sp
+            );
+            speedups.push(serde_json::json!({
+                "T": arm.t, "bits": arm.bits, "fused_median_us": f / 1e3,
+                "unfused_median_us": r.0 / 1e3, "unfused_traffic_bytes": arm.traffic,
+                "speedup": sp,
+            }));
+        }
+    }
+    let total_s = started.elapsed().as_secs_f64();
+    println!(
+        "\ntotal {:.1} s{}{}",
+        total_s,
         if o.quick {
             " (quick mode: sizes too small to mean anything)"
         } else {
             ""
+        },
+        if cpu_adapter {
+            format!("; {CPU_ADAPTER_NOTE}")
+        } else {
+            String::new()
         }
     );
     println!(
-        "\n{:<52} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>7}",
-        "arm", "moved", "med µs", "min µs", "max µs", "GB/s", "spread", "% copy"
+        "\n{:<56} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>7}",
+        "arm", "moved", "med µs", "min µs", "max µs", "GB/s", "spread", "% copy~"
     );
-    for (arm, r) in arms.iter().zip(&rows) {
+    let mut out_rows = Vec::new();
+    for (i, (arm, r)) in arms.iter().zip(&rows).enumerate() {
         let gbs = arm.bytes as f64 / r.0;
-        let pct = match copy_gbs(arm.input_bytes) {
-            Some(c) if arm.plan.kernel.name != registry::COPY.name => {
-                format!("{:.0}%", 100.0 * gbs / c)
-            }
-            _ => "-".into(),
-        };
+        let roof = roofline(arm.bytes).filter(|&(c, _)| c != i);
+        let pct = roof.map(|(_, c)| 100.0 * gbs / c);
         println!(
-            "{:<52} {:>9} {:>9.2} {:>9.2} {:>9.2} {:>8.1} {:>5.1}% {:>7}",
+            "{:<56} {:>9} {:>9.2} {:>9.2} {:>9.2} {:>8.1} {:>5.1}% {:>7}",
             arm.name,
             fmt_bytes(arm.bytes),
             r.0 / 1e3,
@@ -553,13 +995,75 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             r.2 / 1e3,
             gbs,
             100.0 * (r.2 - r.1) / r.0,
-            pct
+            pct.map_or("-".into(), |p| format!("{p:.0}%"))
         );
+        out_rows.push(ArmRow {
+            name: arm.name.clone(),
+            kind: arm.kind.into(),
+            method: (arm.bits > 0).then(|| format!("{}-bit", arm.bits)),
+            t: arm.t,
+            tq: None,
+            bytes: arm.bytes,
+            median_us: r.0 / 1e3,
+            min_us: r.1 / 1e3,
+            max_us: r.2 / 1e3,
+            samples: arm.times_ns.len(),
+            roofline: roof.map(|(c, _)| arms[c].name.clone()),
+            pct_roofline: pct,
+        });
     }
-    if bad > 0 {
-        return Err(kvpack::Error::Config(format!(
-            "{bad} arm(s) failed their output check"
-        )));
+    if cpu_adapter {
+        println!("({CPU_ADAPTER_NOTE})");
+    }
+
+    let rep = Report {
+        bench: "gpu_kivi",
+        adapter,
+        device_type,
+        cpu_adapter,
+        quick: o.quick,
+        rounds: o.rounds,
+        warmup: o.warmup,
+        l2_bytes: o.l2_bytes,
+        arms: out_rows,
+        noise_floor: noise,
+        extra: serde_json::json!({ "fused_vs_unfused_keys": speedups }),
+        total_s,
+    };
+    if let Some(p) = &o.json {
+        rep.write_json(p).map_err(kvpack::Error::Config)?;
+        println!("wrote {}", p.display());
+    }
+    if let Some(p) = &o.plot {
+        // One line per KIVI kernel (name without T) against T.
+        let mut series: Vec<Series> = Vec::new();
+        for row in rep
+            .arms
+            .iter()
+            .filter(|r| r.t.is_some() && r.kind != "copy")
+        {
+            let label = row.name.replace(&format!(" T={}", row.t.unwrap_or(0)), "");
+            let pt = (row.t.unwrap_or(0) as f64, row.median_us, row.pct_roofline);
+            match series.iter_mut().find(|s| s.label == label) {
+                Some(s) => s.points.push(pt),
+                None => series.push(Series {
+                    label,
+                    points: vec![pt],
+                }),
+            }
+        }
+        report::plot(
+            p,
+            &format!(
+                "gpu_kivi: KIVI quantization, H={HEADS}, D={DIM} ({})",
+                rep.adapter
+            ),
+            "T (tokens quantized)",
+            &series,
+            cpu_adapter.then_some(CPU_ADAPTER_NOTE),
+        )
+        .map_err(kvpack::Error::Config)?;
+        println!("wrote {}", p.display());
     }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Helpers shared by the GPU benches: sizes, statistics, a seeded generator, buffers.
 #![allow(dead_code)]
 
+pub mod report;
+
 use kvpack::{Context, gpu};
 
 /// One mebibyte.

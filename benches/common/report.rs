@@ -1,0 +1,334 @@
+//! What the GPU benches share besides sizes and statistics: timestamp pairs around arbitrary
+//! recorded work, the CPU-adapter warning, and the `--json` / `--plot` outputs.
+
+use std::path::Path;
+
+use kvpack::{Context, gpu};
+
+/// Printed and stored whenever the adapter is a CPU (lavapipe, SwiftShader, llvmpipe).
+pub const CPU_ADAPTER_NOTE: &str = "times on a CPU adapter mean nothing";
+
+/// Adapter line and whether the adapter is a CPU.
+pub fn adapter(ctx: &Context) -> (String, String, bool) {
+    let desc = ctx.describe();
+    match desc.gpu.as_ref() {
+        Some(g) => (
+            format!("{} ({}, {})", g.adapter, g.backend, g.device_type),
+            g.device_type.clone(),
+            g.device_type == "Cpu",
+        ),
+        None => ("?".into(), "?".into(), false),
+    }
+}
+
+/// Timestamp queries: a (begin, end) pair per slot, written by empty compute passes around
+/// whatever is recorded between them (wgpu-core records an empty pass's timestamp writes; on
+/// Vulkan both are `vkCmdWriteTimestamp(BOTTOM_OF_PIPE)`, the end one after all earlier
+/// commands).
+pub struct Stamps {
+    pub set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    period_ns: f64,
+    pairs: u32,
+}
+
+/// An empty compute pass that writes one timestamp (at its beginning or its end).
+pub fn stamp(enc: &mut wgpu::CommandEncoder, set: &wgpu::QuerySet, index: u32, begin: bool) {
+    let _pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some("bench timestamp"),
+        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+            query_set: set,
+            beginning_of_pass_write_index: begin.then_some(index),
+            end_of_pass_write_index: (!begin).then_some(index),
+        }),
+    });
+}
+
+impl Stamps {
+    pub fn new(ctx: &Context, pairs: usize) -> kvpack::Result<Self> {
+        let period_ns = kvpack::gpu::timing::timestamp_period_ns(ctx)?;
+        let device = ctx.device().expect("checked in main");
+        let pairs = pairs.max(1) as u32;
+        let set = device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("bench timestamps"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2 * pairs,
+        });
+        let resolve = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("bench timestamps resolve"),
+            size: u64::from(2 * pairs) * u64::from(wgpu::QUERY_SIZE),
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        Ok(Self {
+            set,
+            resolve,
+            period_ns,
+            pairs,
+        })
+    }
+
+    pub fn pairs(&self) -> usize {
+        self.pairs as usize
+    }
+
+    /// Submits what `record` records, alone, between timestamps `2·slot` and `2·slot + 1`,
+    /// and waits for it.
+    pub fn time(
+        &self,
+        ctx: &Context,
+        slot: u32,
+        record: impl FnOnce(&mut wgpu::CommandEncoder) -> kvpack::Result<()>,
+    ) -> kvpack::Result<()> {
+        gpu::submit_blocking(ctx, "bench timed call", |enc| {
+            stamp(enc, &self.set, 2 * slot, true);
+            record(enc)?;
+            stamp(enc, &self.set, 2 * slot + 1, false);
+            Ok(())
+        })
+    }
+
+    /// ns of the first `n` (begin, end) pairs.
+    pub fn read(&self, ctx: &Context, n: usize) -> kvpack::Result<Vec<f64>> {
+        let queries = 2 * (n as u32).min(self.pairs);
+        if queries == 0 {
+            return Ok(Vec::new());
+        }
+        gpu::submit_blocking(ctx, "bench resolve", |enc| {
+            enc.resolve_query_set(&self.set, 0..queries, &self.resolve, 0);
+            Ok(())
+        })?;
+        let bytes = gpu::readback(
+            ctx,
+            &self.resolve,
+            u64::from(queries) * u64::from(wgpu::QUERY_SIZE),
+        )?;
+        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&bytes);
+        ticks
+            .chunks_exact(2)
+            .enumerate()
+            .map(|(i, t)| {
+                if t[1] < t[0] {
+                    return Err(kvpack::Error::Config(format!(
+                        "timestamps of slot {i} went backwards ({} then {})",
+                        t[0], t[1]
+                    )));
+                }
+                Ok((t[1] - t[0]) as f64 * self.period_ns)
+            })
+            .collect()
+    }
+}
+
+/// One arm's row in the JSON output.
+#[derive(Clone, Debug, Default)]
+pub struct ArmRow {
+    pub name: String,
+    /// "copy", "keys", "values", "bitpack", "attend", "append", ...
+    pub kind: String,
+    pub method: Option<String>,
+    /// Context length (tokens), where the arm has one.
+    pub t: Option<usize>,
+    /// Query rows (attention).
+    pub tq: Option<usize>,
+    /// Bytes the GB/s figure counts.
+    pub bytes: u64,
+    pub median_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+    pub samples: usize,
+    /// The copy arm the roofline % refers to, and the %.
+    pub roofline: Option<String>,
+    pub pct_roofline: Option<f64>,
+}
+
+impl ArmRow {
+    pub fn gbs(&self) -> f64 {
+        self.bytes as f64 / (self.median_us * 1e3)
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.name,
+            "kind": self.kind,
+            "method": self.method,
+            "T": self.t,
+            "Tq": self.tq,
+            "bytes": self.bytes,
+            "median_us": self.median_us,
+            "min_us": self.min_us,
+            "max_us": self.max_us,
+            "spread_pct": 100.0 * (self.max_us - self.min_us) / self.median_us,
+            "samples": self.samples,
+            "GB_per_s": self.gbs(),
+            "roofline_arm": self.roofline,
+            "pct_roofline": self.pct_roofline,
+        })
+    }
+}
+
+/// Everything a bench writes to `--json`.
+pub struct Report {
+    pub bench: &'static str,
+    pub adapter: String,
+    pub device_type: String,
+    pub cpu_adapter: bool,
+    pub quick: bool,
+    pub rounds: usize,
+    pub warmup: usize,
+    pub l2_bytes: u64,
+    pub arms: Vec<ArmRow>,
+    /// (copy arm, (max − min) / median in %).
+    pub noise_floor: Vec<(String, f64)>,
+    /// Bench-specific summaries (speedups, append shares).
+    pub extra: serde_json::Value,
+    pub total_s: f64,
+}
+
+impl Report {
+    pub fn write_json(&self, path: &Path) -> Result<(), String> {
+        let args: Vec<String> = std::env::args().collect();
+        let v = serde_json::json!({
+            "bench": self.bench,
+            "command": args.join(" "),
+            "adapter": self.adapter,
+            "device_type": self.device_type,
+            "note": self.cpu_adapter.then_some(CPU_ADAPTER_NOTE),
+            "mode": if self.quick { "quick" } else { "full" },
+            "rounds": self.rounds,
+            "warmup": self.warmup,
+            "assumed_l2_bytes": self.l2_bytes,
+            "unix_time": std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            "total_s": self.total_s,
+            "noise_floor_pct": self.noise_floor.iter()
+                .map(|(n, p)| serde_json::json!({"arm": n, "spread_pct": p}))
+                .collect::<Vec<_>>(),
+            "arms": self.arms.iter().map(ArmRow::json).collect::<Vec<_>>(),
+            "summary": self.extra,
+        });
+        let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+/// One line of a plot: (x, median µs, % of roofline) points.
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64, Option<f64>)>,
+}
+
+/// Two panels against `x_desc` (log scale): median time (log scale) and % of the copy
+/// roofline. `note` (the CPU-adapter warning) goes under the title.
+pub fn plot(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    series: &[Series],
+    note: Option<&str>,
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    use plotters::style::FontStyle;
+
+    let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+        .map_err(|_| err(&"the embedded font is invalid"))?;
+    let pts = || series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y0, mut y1, mut p1) = (f64::MAX, 0f64, f64::MAX, 0f64, 1f64);
+    for &(x, y, p) in pts() {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+        if let Some(p) = p {
+            p1 = p1.max(p);
+        }
+    }
+    if x1 <= 0.0 {
+        return Err(err(&"nothing to plot"));
+    }
+    let (x0, x1) = (x0 / 1.4, x1 * 1.4);
+    let (y0, y1) = (y0 / 1.5, y1 * 1.5);
+    let p1 = (p1 * 1.15).min(120.0);
+
+    let root = BitMapBackend::new(path, (1400, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let caption = match note {
+        Some(n) => format!("{title} — {n}"),
+        None => title.to_string(),
+    };
+    let root = root
+        .titled(&caption, ("sans-serif", 17))
+        .map_err(|e| err(&e))?;
+    let (left, right) = root.split_horizontally(700);
+    let colors = [
+        RGBColor(40, 90, 180),
+        RGBColor(200, 60, 60),
+        RGBColor(40, 150, 70),
+        RGBColor(150, 80, 170),
+        RGBColor(220, 140, 20),
+        RGBColor(20, 160, 170),
+        RGBColor(120, 120, 120),
+        RGBColor(0, 0, 0),
+        RGBColor(240, 120, 160),
+        RGBColor(120, 70, 20),
+        RGBColor(100, 200, 240),
+        RGBColor(180, 180, 40),
+    ];
+    let mut time = ChartBuilder::on(&left)
+        .caption("median GPU time (µs)", ("sans-serif", 18))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+        .map_err(|e| err(&e))?;
+    time.configure_mesh()
+        .x_desc(x_desc)
+        .y_desc("µs")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(&e))?;
+    let mut pct = ChartBuilder::on(&right)
+        .caption("% of the copy roofline", ("sans-serif", 18))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d((x0..x1).log_scale(), 0f64..p1)
+        .map_err(|e| err(&e))?;
+    pct.configure_mesh()
+        .x_desc(x_desc)
+        .y_desc("%")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, s) in series.iter().enumerate() {
+        let c = colors[i % colors.len()];
+        let t: Vec<(f64, f64)> = s.points.iter().map(|&(x, y, _)| (x, y)).collect();
+        time.draw_series(LineSeries::new(t.clone(), c.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+        time.draw_series(t.iter().map(|&p| Circle::new(p, 4, c.filled())))
+            .map_err(|e| err(&e))?;
+        let p: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter_map(|&(x, _, p)| p.map(|p| (x, p)))
+            .collect();
+        pct.draw_series(LineSeries::new(p.clone(), c.stroke_width(2)))
+            .map_err(|e| err(&e))?;
+        pct.draw_series(p.iter().map(|&q| Circle::new(q, 4, c.filled())))
+            .map_err(|e| err(&e))?;
+    }
+    time.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
