@@ -302,7 +302,9 @@ impl Context {
             .as_ref()
             .map_or(65_535, |g| g.limits.max_compute_workgroups_per_dimension);
         let max_storage_binding = gpu.as_ref().map_or(u64::MAX, |g| {
-            g.limits.max_storage_buffer_binding_size.min(g.limits.max_buffer_size)
+            g.limits
+                .max_storage_buffer_binding_size
+                .min(g.limits.max_buffer_size)
         });
         Self {
             inner: Arc::new(Inner {

@@ -353,7 +353,10 @@ pub fn encode(
     gpu::check_buffer(out, "attention output", bytes)?;
     let (mut partial_plans, merge, partial_bytes) =
         plans(call, regions, ctx.max_storage_binding_size())?;
-    if ctx.adapter_info().is_some_and(|i| i.subgroup_min_size >= 32) {
+    if ctx
+        .adapter_info()
+        .is_some_and(|i| i.subgroup_min_size >= 32)
+    {
         for plan in &mut partial_plans {
             for (name, v) in &mut plan.spec.0 {
                 if *name == "ATT_SG_WIDE" {

@@ -456,7 +456,10 @@ fn build(
         }
         _ => {
             let src = compose_wgsl(def, path, spec);
-            let desc = wgpu::ShaderModuleDescriptor { label: Some(def.name), source: wgpu::ShaderSource::Wgsl(Cow::Owned(src)) };
+            let desc = wgpu::ShaderModuleDescriptor {
+                label: Some(def.name),
+                source: wgpu::ShaderSource::Wgsl(Cow::Owned(src)),
+            };
             // SAFETY: see `RUNTIME_CHECKS`: buffer bounds checks stay on; the two checks turned
             // off guard against infinite loops and division by zero, which kvpack's kernels do
             // not contain (every loop is bounded by a constant or a uniform the host validated,
