@@ -8,25 +8,13 @@
 
 mod common;
 
+use common::rel_l2_rows;
+
 use common::Target;
 use kvpack::cpu::attend::{TokenSource, attend, attend_exact};
 use kvpack::kivi::view::KiviView;
 use kvpack::{AttendOptions, Error, Input, KiviConfig, KiviLayer};
 use rand::Rng;
-
-fn rel_l2_rows(a: &[f32], b: &[f32], d: usize) -> f64 {
-    let mut worst = 0f64;
-    for (ra, rb) in a.chunks(d).zip(b.chunks(d)) {
-        let num: f64 = ra
-            .iter()
-            .zip(rb)
-            .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
-            .sum();
-        let den: f64 = rb.iter().map(|y| f64::from(*y).powi(2)).sum();
-        worst = worst.max((num / den.max(1e-30)).sqrt());
-    }
-    worst
-}
 
 struct Case {
     t: usize,
@@ -39,19 +27,7 @@ struct Case {
 }
 
 fn qkv(rng: &mut impl Rng, c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let offs: Vec<f32> = (0..c.hkv * c.d)
-        .map(|_| rng.random_range(-2.0..2.0))
-        .collect();
-    let k = (0..c.t * c.hkv * c.d)
-        .map(|i| offs[i % (c.hkv * c.d)] + rng.random_range(-1.0f32..1.0))
-        .collect();
-    let v = (0..c.t * c.hkv * c.d)
-        .map(|_| rng.random_range(-1.0f32..1.0))
-        .collect();
-    let q = (0..c.tq * c.hq * c.d)
-        .map(|_| rng.random_range(-1.5f32..1.5))
-        .collect();
-    (q, k, v)
+    common::random_qkv(rng, c.t, c.tq, c.hq, c.hkv, c.d)
 }
 
 /// Checks `layer.attend` on `t` against the reference; returns the error against exact

@@ -11,6 +11,8 @@
 
 mod common;
 
+use common::rel_l2_rows;
+
 use common::{POISON, Target, run_plan};
 use kvpack::attention::gpu::{Call, RegionDesc, SourceKind, plans_for};
 use kvpack::cpu::attend::{attend, attend_exact};
@@ -19,26 +21,6 @@ use kvpack::kivi::view::KiviView;
 use kvpack::kivi::{Layout, RawKivi};
 use kvpack::{AttendOptions, Context, Input, KiviConfig, KiviLayer, ParamStorage, PathChoice};
 use rand::Rng;
-
-fn rel_l2_rows(a: &[f32], b: &[f32], d: usize) -> f64 {
-    let mut worst = 0f64;
-    for (ra, rb) in a.chunks(d).zip(b.chunks(d)) {
-        let num: f64 = ra
-            .iter()
-            .zip(rb)
-            .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
-            .sum();
-        let den: f64 = rb.iter().map(|y| f64::from(*y).powi(2)).sum();
-        let e = (num / den.max(1e-30)).sqrt();
-        // NaN (an unwritten output or partial) is the worst error.
-        worst = if e.is_nan() {
-            f64::INFINITY
-        } else {
-            worst.max(e)
-        };
-    }
-    worst
-}
 
 struct Case {
     what: &'static str,
@@ -167,19 +149,7 @@ fn cases() -> Vec<Case> {
 }
 
 fn qkv(rng: &mut impl Rng, c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let offs: Vec<f32> = (0..c.hkv * c.d)
-        .map(|_| rng.random_range(-2.0..2.0))
-        .collect();
-    let k = (0..c.t * c.hkv * c.d)
-        .map(|i| offs[i % (c.hkv * c.d)] + rng.random_range(-1.0f32..1.0))
-        .collect();
-    let v = (0..c.t * c.hkv * c.d)
-        .map(|_| rng.random_range(-1.0f32..1.0))
-        .collect();
-    let q = (0..c.tq * c.hq * c.d)
-        .map(|_| rng.random_range(-1.5f32..1.5))
-        .collect();
-    (q, k, v)
+    common::random_qkv(rng, c.t, c.tq, c.hq, c.hkv, c.d)
 }
 
 fn as_bytes(w: &[u32]) -> Vec<u8> {

@@ -298,3 +298,47 @@ fn compiled(name: &str, src: &str) -> std::sync::Arc<kvpack_msl_emu::MslKernel> 
         .insert(src.to_string(), k.clone());
     k
 }
+
+/// Worst per-row relative L2 error of `a` against `b` (rows of `d`); a NaN row (an unwritten
+/// output) counts as infinitely wrong.
+pub fn rel_l2_rows(a: &[f32], b: &[f32], d: usize) -> f64 {
+    let mut worst = 0f64;
+    for (ra, rb) in a.chunks(d).zip(b.chunks(d)) {
+        let num: f64 = ra
+            .iter()
+            .zip(rb)
+            .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+            .sum();
+        let den: f64 = rb.iter().map(|y| f64::from(*y).powi(2)).sum();
+        let e = (num / den.max(1e-30)).sqrt();
+        worst = if e.is_nan() {
+            f64::INFINITY
+        } else {
+            worst.max(e)
+        };
+    }
+    worst
+}
+
+/// Random attention inputs with per-channel key offsets (as real keys have):
+/// q `[tq, hq, d]`, k and v `[t, hkv, d]`.
+pub fn random_qkv(
+    rng: &mut impl Rng,
+    t: usize,
+    tq: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let offs: Vec<f32> = (0..hkv * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+    let k = (0..t * hkv * d)
+        .map(|i| offs[i % (hkv * d)] + rng.random_range(-1.0f32..1.0))
+        .collect();
+    let v = (0..t * hkv * d)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let q = (0..tq * hq * d)
+        .map(|_| rng.random_range(-1.5f32..1.5))
+        .collect();
+    (q, k, v)
+}
