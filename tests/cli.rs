@@ -1,21 +1,17 @@
 //! The `kvpack` binary end to end: safetensors in, safetensors and a JSON summary out.
 #![cfg(feature = "cli")]
 
+mod cli_support;
 mod common;
+
+use cli_support::{failing, kvpack};
 
 use common::st::{Named, f16_bytes, f32_bytes, random, scratch, write};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use safetensors::tensor::{Dtype, SafeTensors};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_kvpack");
-
-fn kvpack(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run kvpack")
-}
 
 /// Runs a roundtrip that must succeed; returns the JSON summary.
 fn roundtrip(input: &Path, output: &Path, extra: &[&str]) -> Value {
@@ -30,26 +26,6 @@ fn roundtrip(input: &Path, output: &Path, extra: &[&str]) -> Value {
     assert!(out.status.success(), "kvpack {args:?} failed: {stderr}");
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stderr}"))
-}
-
-/// Runs a roundtrip that must fail; returns stderr.
-fn failing(args: &[&str]) -> String {
-    let out = kvpack(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !out.status.success(),
-        "kvpack {args:?} should fail; stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(
-        !stderr.trim().is_empty(),
-        "kvpack {args:?} failed without a message on stderr"
-    );
-    assert!(
-        !stderr.contains("panicked"),
-        "kvpack {args:?} panicked: {stderr}"
-    );
-    stderr
 }
 
 /// (shape, f32 bytes) of `k_hat` and `v_hat` in an output file.

@@ -1,12 +1,14 @@
 //! `kvpack attend` end to end: q/k/v in, `out` and a JSON summary out.
 #![cfg(feature = "cli")]
 
+mod cli_support;
 mod common;
+
+use cli_support::{failing, kvpack};
 
 use common::st::{Named, f16_bytes, f32_bytes, random, scratch, write};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use half::f16;
 use kvpack::AttendOptions;
@@ -14,8 +16,6 @@ use kvpack::cpu::attend::attend_exact;
 
 use safetensors::tensor::{Dtype, SafeTensors};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_kvpack");
 
 /// A random input: q `[.., T, hq, d]`, k/v `[.., T, hkv, d]`, values as stored (f16-rounded
 /// for f16), with `layers = None` for the rank-3 form.
@@ -109,10 +109,6 @@ impl Input {
     }
 }
 
-fn kvpack(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run kvpack")
-}
-
 /// Runs `kvpack attend` that must succeed; returns the summary and `out` (shape, values).
 fn attend(input: &Path, output: &Path, extra: &[&str]) -> (Value, Vec<usize>, Vec<f32>) {
     let (i, o) = (
@@ -133,26 +129,6 @@ fn attend(input: &Path, output: &Path, extra: &[&str]) -> (Value, Vec<usize>, Ve
     assert_eq!(t.dtype(), Dtype::F32);
     let shape = t.shape().to_vec();
     (s, shape, bytemuck::pod_collect_to_vec(t.data()))
-}
-
-/// Runs `kvpack attend` that must fail; returns stderr.
-fn failing(args: &[&str]) -> String {
-    let out = kvpack(args);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !out.status.success(),
-        "kvpack {args:?} should fail; stdout: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(
-        !stderr.trim().is_empty(),
-        "kvpack {args:?} failed without a message on stderr"
-    );
-    assert!(
-        !stderr.contains("panicked"),
-        "kvpack {args:?} panicked: {stderr}"
-    );
-    stderr
 }
 
 /// ||a−b||/||b|| in f64.

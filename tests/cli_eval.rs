@@ -3,15 +3,16 @@
 //! Paris fixture's ids when the GGUF has been fetched.
 #![cfg(feature = "cli")]
 
+mod cli_support;
 mod common;
+
+use cli_support::{BIN, kvpack};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::st::scratch;
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_kvpack");
 
 /// Reference perplexity of stories260K on story_heldout.txt (f32 forward following run.c).
 const HELDOUT_PPL: f64 = 3.388;
@@ -55,13 +56,6 @@ fn smollm2(test: &str) -> Option<PathBuf> {
     }
     eprintln!("{msg}");
     None
-}
-
-fn kvpack(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .output()
-        .expect("run the kvpack binary")
 }
 
 fn s(p: &Path) -> &str {
