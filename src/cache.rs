@@ -97,6 +97,14 @@ impl KiviCache {
 pub trait KvLayer: Send + Sync + std::fmt::Debug {
     /// Appends `[n, H, D]` K and V.
     fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()>;
+    /// [`KvLayer::append`] recorded into the caller's encoder (GPU layers; the caller
+    /// submits it before the next call that reads or appends).
+    fn encode_append(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        k: Input<'_>,
+        v: Input<'_>,
+    ) -> Result<()>;
     /// Attention of host queries `[Tq, Hq, D]`.
     fn attend(&self, q: &[f32], hq: usize, opts: &crate::AttendOptions) -> Result<Vec<f32>>;
     /// Attention recorded into the caller's encoder (GPU paths).
@@ -126,6 +134,14 @@ impl KvLayer for KiviLayer {
     fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
         KiviLayer::append(self, k, v)
     }
+    fn encode_append(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        k: Input<'_>,
+        v: Input<'_>,
+    ) -> Result<()> {
+        KiviLayer::encode_append(self, encoder, k, v)
+    }
     fn attend(&self, q: &[f32], hq: usize, opts: &crate::AttendOptions) -> Result<Vec<f32>> {
         KiviLayer::attend(self, q, hq, opts)
     }
@@ -154,6 +170,14 @@ impl KvLayer for KiviLayer {
 impl KvLayer for crate::F16Layer {
     fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
         crate::F16Layer::append(self, k, v)
+    }
+    fn encode_append(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        k: Input<'_>,
+        v: Input<'_>,
+    ) -> Result<()> {
+        crate::F16Layer::encode_append(self, encoder, k, v)
     }
     fn attend(&self, q: &[f32], hq: usize, opts: &crate::AttendOptions) -> Result<Vec<f32>> {
         crate::F16Layer::attend(self, q, hq, opts)

@@ -469,6 +469,75 @@ fn attend_f16_cache(t: &Target) {
 }
 parity_tests!(attend_f16_cache);
 
+/// Appends recorded into the application's encoder (f16 and KIVI layers, through `KvLayer`),
+/// across segment growth under a small binding limit, attend exactly like blocking appends;
+/// a CPU layer refuses them and stays empty.
+fn encode_append_into_app_encoder(t: &Target) {
+    use kvpack::{KvLayer, Method};
+    let mut rng = common::rng("encode_append_app");
+    let c = Case {
+        t: 700,
+        tq: 3,
+        hq: 8,
+        hkv: 4,
+        d: 64,
+        opts: AttendOptions::default(),
+        cfg: KiviConfig::uniform(4, 32, 32),
+    };
+    let (q, k, v) = qkv(&mut rng, &c);
+    let Target::Wgsl(big, path) = t else {
+        let dev = common::gpu_context().ok();
+        for method in [Method::F16, Method::Kivi(c.cfg)] {
+            let mut layer = method.layer(t.ctx(), c.hkv, c.d, t.path()).expect("layer");
+            if let Some(dev) = dev.as_ref().and_then(|g| g.device()) {
+                let mut enc = dev.create_command_encoder(&Default::default());
+                let r = layer.encode_append(&mut enc, Input::F32(&k), Input::F32(&v));
+                assert!(matches!(r, Err(Error::PathUnavailable { .. })), "{r:?}");
+            }
+            assert_eq!(layer.len(), 0);
+        }
+        return;
+    };
+    // 64 KiB segments: 128 rows of 512 B (f16), several segments and grown last segments.
+    let ctx = big.with_max_storage_binding_size(64 * 1024).expect("limit");
+    let row = c.hkv * c.d;
+    for method in [Method::F16, Method::Kivi(c.cfg)] {
+        let mut recorded: Box<dyn KvLayer> = method.layer(&ctx, c.hkv, c.d, *path).expect("layer");
+        let mut blocking: Box<dyn KvLayer> = method.layer(&ctx, c.hkv, c.d, *path).expect("layer");
+        for (a, b) in [(0, 100), (100, 101), (101, 330), (330, 700)] {
+            let (ks, vs) = (&k[a * row..b * row], &v[a * row..b * row]);
+            let device = ctx.device().expect("device");
+            let mut enc = device.create_command_encoder(&Default::default());
+            recorded
+                .encode_append(&mut enc, Input::F32(ks), Input::F32(vs))
+                .expect("encode_append");
+            ctx.queue().expect("queue").submit([enc.finish()]);
+            blocking
+                .append(Input::F32(ks), Input::F32(vs))
+                .expect("append");
+        }
+        assert_eq!(recorded.len(), c.t);
+        // Bad input is refused before anything is recorded or counted.
+        let device = ctx.device().expect("device");
+        let mut enc = device.create_command_encoder(&Default::default());
+        let mut bad = k[..row].to_vec();
+        bad[5] = f32::NAN;
+        assert!(
+            recorded
+                .encode_append(&mut enc, Input::F32(&bad), Input::F32(&v[..row]))
+                .is_err()
+        );
+        assert_eq!(recorded.len(), c.t);
+        let (x, y) = (
+            recorded.attend(&q, c.hq, &c.opts).expect("attend"),
+            blocking.attend(&q, c.hq, &c.opts).expect("attend"),
+        );
+        assert_eq!(x, y, "{method:?}: recorded appends attend differently");
+        assert_eq!(recorded.memory().payload, blocking.memory().payload);
+    }
+}
+parity_tests!(encode_append_into_app_encoder);
+
 /// Attention recorded into the application's encoder with q and out on the device equals the
 /// blocking call, for KIVI and f16 caches.
 fn attend_encode_into_app_encoder(t: &Target) {

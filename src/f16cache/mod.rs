@@ -141,6 +141,29 @@ impl F16Layer {
     /// Appends `[n, H, D]` K and V (rounded to f16; NaN/Inf rejected). On error nothing
     /// changes.
     pub fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
+        let (k16, v16) = self.validate(k, v)?;
+        let n = k16.len() / (self.heads * self.dim);
+        if n == 0 {
+            return Ok(());
+        }
+        match &mut self.store {
+            Store::Cpu { k, v } => {
+                crate::cache::extend_tight(k, &k16);
+                crate::cache::extend_tight(v, &v16);
+            }
+            Store::Gpu(g) => {
+                let ctx = g.ctx.clone();
+                gpu::submit_blocking(&ctx, "f16 cache append", |enc| {
+                    g.encode_append(enc, self.tokens, self.heads, self.dim, &k16, &v16)
+                })?
+            }
+        }
+        self.tokens += n;
+        Ok(())
+    }
+
+    /// Checks shapes, values and the token limit, and rounds to f16 (nothing is stored).
+    fn validate(&self, k: Input<'_>, v: Input<'_>) -> Result<(Vec<f16>, Vec<f16>)> {
         let row = self.heads * self.dim;
         if k.len() % row != 0 || v.len() != k.len() {
             return Err(Error::Shape {
@@ -154,19 +177,43 @@ impl F16Layer {
                 ),
             });
         }
-        let (k16, v16) = (k.to_f16("k")?, v.to_f16("v")?);
-        let n = k16.len() / row;
-        if n == 0 {
+        let n = k.len() / row;
+        let limit = u32::MAX as usize / 2;
+        if self.tokens.checked_add(n).is_none_or(|t| t >= limit) {
+            return Err(Error::Limit {
+                what: "tokens in one layer",
+                needed: (self.tokens + n) as u64,
+                limit: limit as u64,
+            });
+        }
+        Ok((k.to_f16("k")?, v.to_f16("v")?))
+    }
+
+    /// [`Self::append`] recorded into the caller's encoder (GPU layers): the rows are
+    /// uploaded to staging buffers now and copied into the cache by commands in `encoder`;
+    /// a grown segment's history is copied on the device by the same commands. The layer
+    /// counts the tokens at once, so the caller must submit `encoder` before the next call
+    /// that reads or appends (the same contract as [`crate::KiviLayer::encode_append`]).
+    /// Input errors change nothing; a CPU layer is `Error::PathUnavailable`.
+    pub fn encode_append(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        k: Input<'_>,
+        v: Input<'_>,
+    ) -> Result<()> {
+        let (k16, v16) = self.validate(k, v)?;
+        let Store::Gpu(g) = &mut self.store else {
+            return Err(Error::PathUnavailable {
+                kernel: registry::ATTEND_F16.name,
+                requested: PathChoice::Cpu.to_string(),
+                reason: "encode_append() records GPU work; this layer runs on the CPU".into(),
+            });
+        };
+        if k16.is_empty() {
             return Ok(());
         }
-        match &mut self.store {
-            Store::Cpu { k, v } => {
-                crate::cache::extend_tight(k, &k16);
-                crate::cache::extend_tight(v, &v16);
-            }
-            Store::Gpu(g) => g.append(self.tokens, self.heads, self.dim, &k16, &v16)?,
-        }
-        self.tokens += n;
+        g.encode_append(encoder, self.tokens, self.heads, self.dim, &k16, &v16)?;
+        self.tokens += k16.len() / (self.heads * self.dim);
         Ok(())
     }
 
@@ -291,8 +338,10 @@ impl GpuRows {
             .collect()
     }
 
-    fn append(
+    /// Records the copies that append `k`/`v` (whole f16 rows) after `t_old` tokens.
+    fn encode_append(
         &mut self,
+        enc: &mut wgpu::CommandEncoder,
         t_old: usize,
         heads: usize,
         dim: usize,
@@ -321,7 +370,7 @@ impl GpuRows {
             a = b;
         }
         let bytes = |tokens: usize| (tokens * rw * 4) as u64;
-        gpu::submit_blocking(&ctx, "f16 cache append", |enc| {
+        {
             // Room: new segments, or the last one grown with its rows copied on the device.
             for s in 0..t_new.div_ceil(st) {
                 let need = (t_new - s * st).min(st);
@@ -353,6 +402,6 @@ impl GpuRows {
                 enc.copy_buffer_to_buffer(vb, 0, &seg.v, off, bytes(b - a));
             }
             Ok(())
-        })
+        }
     }
 }
