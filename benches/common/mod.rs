@@ -77,3 +77,29 @@ pub fn stats(v: &[f64]) -> (f64, f64, f64) {
     };
     (med, s[0], s[n - 1])
 }
+
+/// Noise of an A-vs-A pair (the same case timed as two arms): the observed difference of the
+/// two medians in %, and the 95th percentile of that difference over 2000 bootstrap resamples
+/// of both arms' samples (how far apart two medians of identical work can land by chance).
+pub fn aa_noise(a: &[f64], b: &[f64]) -> (f64, f64) {
+    let diff = |x: f64, y: f64| 100.0 * (x - y).abs() / x.min(y);
+    let observed = diff(stats(a).0, stats(b).0);
+    if a.is_empty() || b.is_empty() {
+        return (observed, observed);
+    }
+    let mut rng = Rng(0x5eed_0f_a_b_a);
+    let mut resample = |v: &[f64]| -> f64 {
+        let s: Vec<f64> = (0..v.len())
+            .map(|_| v[rng.next_u32() as usize % v.len()])
+            .collect();
+        stats(&s).0
+    };
+    let mut d: Vec<f64> = (0..2000)
+        .map(|_| {
+            let (x, y) = (resample(a), resample(b));
+            diff(x, y)
+        })
+        .collect();
+    d.sort_by(f64::total_cmp);
+    (observed, d[d.len() * 95 / 100])
+}

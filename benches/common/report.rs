@@ -127,6 +127,12 @@ pub struct ArmRow {
     /// "copy", "keys", "values", "bitpack", "attend", "append", ...
     pub kind: String,
     pub method: Option<String>,
+    /// The kernel path (`wgsl-subgroup`, ...), where the arm has one.
+    pub path: Option<String>,
+    /// Free-form variant (`fused`, `unfused 8 passes`, `G=128`, ...).
+    pub variant: Option<String>,
+    /// An A-vs-A twin: the same case as the arm named without the ` (A')` suffix.
+    pub twin: bool,
     /// Context length (tokens), where the arm has one.
     pub t: Option<usize>,
     /// Query rows (attention).
@@ -151,6 +157,9 @@ impl ArmRow {
             "name": self.name,
             "kind": self.kind,
             "method": self.method,
+            "path": self.path,
+            "variant": self.variant,
+            "twin": self.twin,
             "T": self.t,
             "Tq": self.tq,
             "bytes": self.bytes,
