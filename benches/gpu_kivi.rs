@@ -45,13 +45,15 @@ use common::{MIB, Rng, fill_from, fmt_bytes, rotation, stats, storage};
 const HEADS: usize = 8;
 const DIM: usize = 128;
 const GROUP: usize = 32;
+/// Name suffix of an A-vs-A twin arm.
+const AA_SUFFIX: &str = " (A')";
 
 /// The unfused baseline's elementwise/reduction passes (a measuring tool, not in `KERNELS`).
-static KIVI_UNFUSED_KEYS: KernelDef = KernelDef {
-    name: "kivi_unfused_keys",
+static KIVI_UNFUSED: KernelDef = KernelDef {
+    name: "kivi_unfused",
     wgsl_common: &[include_str!("../wgsl/common/dispatch.wgsl")],
     wgsl_subgroup: None,
-    wgsl: include_str!("../wgsl/kivi_unfused_keys.wgsl"),
+    wgsl: include_str!("../wgsl/kivi_unfused.wgsl"),
     msl_common: &[],
     msl: None,
     bindings: &[
@@ -176,6 +178,18 @@ struct Arm {
     cursor: Cursor,
     check: Check,
     times_ns: Vec<f64>,
+}
+
+impl Arm {
+    /// What distinguishes arms of one kind: the kernel variant.
+    fn variant(&self) -> &'static str {
+        match (self.kind, self.passes.len()) {
+            (_, 8) => "unfused 8 passes",
+            ("values", _) if self.name.contains("G=128") => "G=128",
+            ("keys" | "values", _) => "fused",
+            _ => "",
+        }
+    }
 }
 
 /// How an arm picks its rotation instance: its own round counter, or a counter shared by every
@@ -325,7 +339,7 @@ fn kivi_arm(
 }
 
 /// Uniform of one unfused pass (keep in sync with `UnfusedParams` in the WGSL).
-fn unfused_plan(mode: u32, n: usize, bits: u32) -> DispatchPlan {
+fn unfused_plan(mode: u32, n: usize, bits: u32, which: Which) -> DispatchPlan {
     let levels = (1u32 << bits) - 1;
     let words: [u32; 8] = [
         mode,
@@ -334,23 +348,24 @@ fn unfused_plan(mode: u32, n: usize, bits: u32) -> DispatchPlan {
         GROUP as u32,
         levels,
         (1.0f32 / levels as f32).to_bits(),
-        0,
+        u32::from(which == Which::Values),
         0,
     ];
     DispatchPlan {
-        kernel: &KIVI_UNFUSED_KEYS,
+        kernel: &KIVI_UNFUSED,
         spec: registry::Specialization::default(),
         uniform: bytemuck::cast_slice(&words).to_vec(),
-        workgroups: (n as u64).div_ceil(u64::from(KIVI_UNFUSED_KEYS.workgroup_size)),
+        workgroups: (n as u64).div_ceil(u64::from(KIVI_UNFUSED.workgroup_size)),
     }
 }
 
-/// The unfused baseline of key quantization at `bits` over pool `pool_id` (8 passes).
+/// The unfused baseline of key or value quantization at `bits` over pool `pool_id` (8 passes).
 /// Intermediates are one set per arm (an array library's caching allocator reuses its blocks);
 /// inputs rotate with the pool, outputs with the instance.
 #[allow(clippy::too_many_arguments)]
 fn unfused_arm(
     ctx: &Context,
+    which: Which,
     bits: u32,
     t: usize,
     path: KernelPath,
@@ -361,11 +376,22 @@ fn unfused_arm(
 ) -> kvpack::Result<Arm> {
     let l = layout(bits, GROUP)?;
     let hd = HEADS * DIM;
-    let blocks = t / GROUP;
-    let groups = blocks * hd;
     let elems = t * hd;
-    let codes_bytes = (blocks * l.key_block_words() * 4) as u64;
-    let params_bytes = (blocks * l.key_block_param_words() * 4) as u64;
+    let (groups, codes_bytes, params_bytes) = match which {
+        Which::Keys => {
+            let blocks = t / GROUP;
+            (
+                blocks * hd,
+                (blocks * l.key_block_words() * 4) as u64,
+                (blocks * l.key_block_param_words() * 4) as u64,
+            )
+        }
+        Which::Values => (
+            t * hd / GROUP,
+            (t * l.value_token_words() * 4) as u64,
+            (t * l.value_token_param_words() * 4) as u64,
+        ),
+    };
     let g4 = (groups * 4) as u64;
     let e4 = (elems * 4) as u64;
     // Buffers: 0 input, 1 lo, 2 hi, 3 scale, 4 y, 5 z, 6 u8 codes, 7 words, 8 params, 9 dummy.
@@ -394,7 +420,7 @@ fn unfused_arm(
     let pack_path = ctx.resolve(&registry::BITPACK, PathChoice::Wgsl)?;
     let p = |mode, n, binds: [usize; 3]| Pass {
         path,
-        plan: unfused_plan(mode, n, bits),
+        plan: unfused_plan(mode, n, bits, which),
         binds: binds.to_vec(),
     };
     let passes = vec![
@@ -420,9 +446,17 @@ fn unfused_arm(
         + (e4 + elems as u64)
         + (elems as u64 + codes_bytes)
         + (2 * g4 + params_bytes);
+    let kind = match which {
+        Which::Keys => "keys",
+        Which::Values => "values",
+    };
     Ok(Arm {
-        name: format!("keys G={GROUP} {bits}b T={t} unfused 8 passes"),
-        kind: "keys_unfused",
+        name: format!("{kind} G={GROUP} {bits}b T={t} unfused 8 passes"),
+        kind: if which == Which::Keys {
+            "keys_unfused"
+        } else {
+            "values_unfused"
+        },
         bits,
         t: Some(t),
         passes,
@@ -731,7 +765,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     // KIVI arms: one input pool per T, shared by keys and values at 2 and 4 bits.
     let keys_path = ctx.resolve(&registry::KIVI_QUANT_KEYS, PathChoice::Wgsl)?;
     let values_thread_path = ctx.resolve(&registry::KIVI_QUANT_VALUES_THREAD, PathChoice::Wgsl)?;
-    let unfused_path = ctx.resolve(&KIVI_UNFUSED_KEYS, PathChoice::Wgsl)?;
+    let unfused_path = ctx.resolve(&KIVI_UNFUSED, PathChoice::Wgsl)?;
     let mut value_paths = Vec::new();
     for choice in [PathChoice::WgslSubgroup, PathChoice::WgslWorkgroup] {
         match ctx.resolve(&registry::KIVI_QUANT_VALUES, choice) {
@@ -781,6 +815,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             let fused_bytes = arms[fused].bytes;
             arms.push(unfused_arm(
                 ctx,
+                Which::Keys,
                 bits,
                 t,
                 unfused_path,
@@ -789,6 +824,13 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 fused,
                 fused_bytes,
             )?);
+            // A-vs-A: the 2-bit key arm at the largest T timed twice (own outputs, same pool).
+            if bits == 2 && Some(&t) == tokens.iter().max() {
+                let mut twin = kivi_arm(ctx, Which::Keys, bits, GROUP, t, keys_path, pool_id, &pool)?;
+                twin.name += AA_SUFFIX;
+                arms.push(twin);
+            }
+            let fused = arms.len();
             arms.push(kivi_arm(
                 ctx,
                 Which::Values,
@@ -798,6 +840,18 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 values_thread_path,
                 pool_id,
                 &pool,
+            )?);
+            let fused_bytes = arms[fused].bytes;
+            arms.push(unfused_arm(
+                ctx,
+                Which::Values,
+                bits,
+                t,
+                unfused_path,
+                pool_id,
+                &pool,
+                fused,
+                fused_bytes,
             )?);
             for &p in &value_paths {
                 arms.push(kivi_arm(
@@ -921,21 +975,39 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             })
             .map(|(i, (a, r))| (i, a.bytes as f64 / r.0))
     };
-    println!("\nnoise floor (copy arms, (max - min) / median):");
-    let mut noise = Vec::new();
+    println!(
+        "\nnoise floor (A-vs-A pairs: the medians' difference, and its bootstrap 95th percentile):"
+    );
+    let (mut noise, mut aa) = (Vec::new(), Vec::new());
     for (arm, r) in arms.iter().zip(&rows) {
-        if arm.check == Check::Copy {
-            let p = 100.0 * (r.2 - r.1) / r.0;
-            println!("  {:<44} {:>6.1} %", arm.name, p);
-            noise.push((arm.name.clone(), p));
+        let Some(base) = arm.name.strip_suffix(AA_SUFFIX) else {
+            continue;
+        };
+        if let Some((b, rb)) = arms.iter().zip(&rows).find(|(b, _)| b.name == base) {
+            let (seen, p95) = common::aa_noise(&b.times_ns, &arm.times_ns);
+            println!(
+                "  A-vs-A {base}: medians {:.2} vs {:.2} µs, differ by {seen:.1} % (bootstrap 95 %: {p95:.1} %)",
+                rb.0 / 1e3,
+                r.0 / 1e3
+            );
+            noise.push((format!("A-vs-A {base}"), seen.max(p95)));
+            aa.push(serde_json::json!({
+                "arm": base, "median_a_us": rb.0 / 1e3, "median_a2_us": r.0 / 1e3,
+                "observed_pct": seen, "bootstrap_p95_pct": p95,
+            }));
         }
     }
     let floor = noise.iter().map(|n| n.1).fold(0f64, f64::max);
+    println!("  => differences under {floor:.1} % are called noise below");
+    println!("  (for scale, the spread (max - min) / median of the copy arms:)");
+    for (arm, r) in arms.iter().zip(&rows) {
+        if arm.check == Check::Copy {
+            println!("  {:<44} {:>6.1} %", arm.name, 100.0 * (r.2 - r.1) / r.0);
+        }
+    }
 
     // Fused vs unfused.
-    println!(
-        "\nfused vs unfused key quantization (medians; unfused traffic = what its 8 passes move):"
-    );
+    println!("\nfused vs unfused quantization (medians; unfused traffic = what its 8 passes move):");
     let mut speedups = Vec::new();
     for (arm, r) in arms.iter().zip(&rows) {
         if let Check::Unfused { fused } = arm.check {
@@ -946,8 +1018,9 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             } else {
                 ""
             };
+            let what = arm.kind.trim_end_matches("_unfused");
             println!(
-                "  T={:<6} {}b: fused {:>9.2} µs, unfused {:>9.2} µs ({} moved): fused is {:.2}x faster{verdict}",
+                "  {what:<6} T={:<6} {}b: fused {:>9.2} µs, unfused {:>9.2} µs ({} moved): fused is {:.2}x faster{verdict}",
                 arm.t.unwrap_or(0),
                 arm.bits,
                 f / 1e3,
@@ -956,9 +1029,9 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 sp
             );
             speedups.push(serde_json::json!({
-                "T": arm.t, "bits": arm.bits, "fused_median_us": f / 1e3,
+                "what": what, "T": arm.t, "bits": arm.bits, "fused_median_us": f / 1e3,
                 "unfused_median_us": r.0 / 1e3, "unfused_traffic_bytes": arm.traffic,
-                "speedup": sp,
+                "speedup": sp, "noise": 100.0 * (sp - 1.0).abs() <= floor,
             }));
         }
     }
@@ -1001,6 +1074,9 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             name: arm.name.clone(),
             kind: arm.kind.into(),
             method: (arm.bits > 0).then(|| format!("{}-bit", arm.bits)),
+            path: arm.passes.first().map(|p| p.path.to_string()),
+            variant: Some(arm.variant().to_string()).filter(|v| !v.is_empty()),
+            twin: arm.name.ends_with(AA_SUFFIX),
             t: arm.t,
             tq: None,
             bytes: arm.bytes,
@@ -1027,7 +1103,11 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         l2_bytes: o.l2_bytes,
         arms: out_rows,
         noise_floor: noise,
-        extra: serde_json::json!({ "fused_vs_unfused_keys": speedups }),
+        extra: serde_json::json!({
+            "fused_vs_unfused": speedups,
+            "noise_floor_pct": floor,
+            "aa_pairs": aa,
+        }),
         total_s,
     };
     if let Some(p) = &o.json {
