@@ -3,6 +3,11 @@
 
 - Decode attention: torch.nn.functional.scaled_dot_product_attention in fp16 with
   enable_gqa=True, q [1, 32, 1, 128], k/v [1, 8, T, 128], T in {1k, 4k, 32k, 128k}.
+- Prefill chunk: the same with q [1, 32, 64, 128], the 64 query rows at positions T-64..T-1,
+  causal (row i sees keys 0..=T-64+i: kvpack's rule), as a user writes it: an explicit
+  boolean mask [64, T] ("sdpa fp16 prefill64"), and, where this PyTorch has it,
+  torch.nn.attention.bias.causal_lower_right ("sdpa fp16 prefill64 lower-right"), which can
+  reach the fused kernels.
 - KIVI quantization in eager PyTorch (the reference library's style: min/max, scale, round,
   clamp, then pack to bytes), keys per channel (groups of 32 tokens) and values per token
   (groups of 32 channels), 2 and 4 bits, H = 8, D = 128, T in {4k, 32k}.
@@ -80,6 +85,50 @@ def arms():
                 lambda s: torch.nn.functional.scaled_dot_product_attention(s[0], s[1], s[2], enable_gqa=True),
             )
         )
+    for t in [1024, 4096, 32768, 131072]:
+        tq = 64
+        sets = [
+            (
+                torch.randn(1, HQ, tq, D, dtype=torch.float16, device=dev),
+                torch.randn(1, HKV, t, D, dtype=torch.float16, device=dev),
+                torch.randn(1, HKV, t, D, dtype=torch.float16, device=dev),
+            )
+            for _ in range(4)
+        ]
+        rows = torch.arange(tq, device=dev).view(tq, 1) + (t - tq)
+        mask = torch.arange(t, device=dev).view(1, t) <= rows
+        out.append(
+            (
+                f"sdpa fp16 prefill64 T={t}",
+                sets,
+                lambda s, m=mask: torch.nn.functional.scaled_dot_product_attention(
+                    s[0], s[1], s[2], attn_mask=m, enable_gqa=True
+                ),
+            )
+        )
+        try:
+            from torch.nn.attention.bias import causal_lower_right
+
+            bias = causal_lower_right(tq, t)
+            s0 = sets[0]
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+            got = sdpa(s0[0], s0[1], s0[2], attn_mask=bias, enable_gqa=True)
+            ref = sdpa(s0[0], s0[1], s0[2], attn_mask=mask, enable_gqa=True)
+            diff = (got.float() - ref.float()).abs().max().item()
+            print(f"T={t}: lower-right bias vs boolean mask, max |diff| {diff:.2e}")
+            if not diff < 1e-2:
+                raise RuntimeError(f"the two causal prefill variants disagree ({diff})")
+            out.append(
+                (
+                    f"sdpa fp16 prefill64 lower-right T={t}",
+                    sets,
+                    lambda s, b=bias: torch.nn.functional.scaled_dot_product_attention(
+                        s[0], s[1], s[2], attn_mask=b, enable_gqa=True
+                    ),
+                )
+            )
+        except Exception as e:  # noqa: BLE001 - report and go on with the mask variant
+            print(f"causal_lower_right with enable_gqa unavailable at T={t}: {e}")
     for t in [4096, 32768]:
         for bits in [2, 4]:
             sets = [torch.randn(HKV, t, D, dtype=torch.float16, device=dev) for _ in range(4)]
