@@ -20,6 +20,7 @@ to the path given as the first argument (default torch_baseline.json).
 Run on a machine with PyTorch and CUDA: python3 benches/torch_baseline.py out.json
 """
 import json
+import random
 import statistics
 import sys
 
@@ -28,6 +29,7 @@ import torch
 dev = "cuda"
 torch.manual_seed(0)
 HQ, HKV, D, G = 32, 8, 128, 32
+AA_SUFFIX = " (A')"
 flush_buf = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device=dev)
 
 
@@ -78,13 +80,15 @@ def arms():
             )
             for _ in range(4)
         ]
-        out.append(
-            (
-                f"sdpa fp16 decode T={t}",
-                sets,
-                lambda s: torch.nn.functional.scaled_dot_product_attention(s[0], s[1], s[2], enable_gqa=True),
-            )
+        decode = (
+            f"sdpa fp16 decode T={t}",
+            sets,
+            lambda s: torch.nn.functional.scaled_dot_product_attention(s[0], s[1], s[2], enable_gqa=True),
         )
+        out.append(decode)
+        if t == 32768:
+            # A-vs-A: the same arm timed twice; the medians' difference is the noise floor.
+            out.append((decode[0] + AA_SUFFIX, decode[1], decode[2]))
     for t in [1024, 4096, 32768, 131072]:
         tq = 64
         sets = [
@@ -162,8 +166,41 @@ def main():
         row = {"arm": name, "median_us": statistics.median(v), "min_us": min(v), "max_us": max(v)}
         rows.append(row)
         print(f"| {name} | {row['median_us']:.1f} | {row['min_us']:.1f} | {row['max_us']:.1f} |")
+    # Noise floor: per A-vs-A pair, the medians' difference and its bootstrap 95th percentile.
+    rng = random.Random(5)
+    pairs = []
+    for name, _, _ in all_arms:
+        if not name.endswith(AA_SUFFIX):
+            continue
+        a, b = times[name[: -len(AA_SUFFIX)]], times[name]
+        diff = lambda x, y: 100.0 * abs(x - y) / min(x, y)  # noqa: E731
+        boot = sorted(
+            diff(statistics.median(rng.choices(a, k=len(a))), statistics.median(rng.choices(b, k=len(b))))
+            for _ in range(2000)
+        )
+        pair = {
+            "arm": name[: -len(AA_SUFFIX)],
+            "observed_pct": diff(statistics.median(a), statistics.median(b)),
+            "bootstrap_p95_pct": boot[len(boot) * 95 // 100],
+        }
+        pairs.append(pair)
+        print(f"A-vs-A {pair['arm']}: {pair['observed_pct']:.1f} % (bootstrap 95 %: {pair['bootstrap_p95_pct']:.1f} %)")
+    floor = max([max(p["observed_pct"], p["bootstrap_p95_pct"]) for p in pairs], default=0.0)
     with open(path, "w") as f:
-        json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+        json.dump(
+            {
+                "torch": torch.__version__,
+                "device": torch.cuda.get_device_name(),
+                "command": " ".join(sys.argv),
+                "rounds": rounds,
+                "warmup": warmup,
+                "aa_pairs": pairs,
+                "noise_floor_pct": floor,
+                "rows": rows,
+            },
+            f,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":
