@@ -163,6 +163,8 @@ struct Inner {
     max_workgroups_per_dim: u32,
     /// Largest storage binding kvpack creates: the device's limit, or lower on request.
     max_storage_binding: u64,
+    /// Workgroup storage kvpack's kernels may use: the device's limit, or lower on request.
+    max_workgroup_storage: u32,
 }
 
 /// The handle every kvpack operation takes. Cheap to clone (shared state).
@@ -306,6 +308,9 @@ impl Context {
                 .max_storage_buffer_binding_size
                 .min(g.limits.max_buffer_size)
         });
+        let max_workgroup_storage = gpu
+            .as_ref()
+            .map_or(16_384, |g| g.limits.max_compute_workgroup_storage_size);
         Self {
             inner: Arc::new(Inner {
                 origin,
@@ -313,6 +318,7 @@ impl Context {
                 path,
                 max_workgroups_per_dim,
                 max_storage_binding,
+                max_workgroup_storage,
             }),
         }
     }
@@ -366,6 +372,28 @@ impl Context {
         self.inner.max_storage_binding
     }
 
+    /// Lowers the workgroup storage kvpack's kernels may use (it can only lower the device's
+    /// own limit): kernels that size their workgroups by it (attention's rows per workgroup)
+    /// then plan as on a smaller device (WebGPU's default is 16 KiB). For tests and apps.
+    pub fn with_max_workgroup_storage_size(&self, bytes: u32) -> Result<Self> {
+        if bytes < 4096 {
+            return Err(Error::Config(
+                "max workgroup storage size must be at least 4096 bytes".into(),
+            ));
+        }
+        let mut inner = self.clone_inner();
+        inner.max_workgroup_storage = bytes.min(self.inner.max_workgroup_storage);
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The workgroup storage (bytes) kvpack's kernels may use on this context (WebGPU's
+    /// default, 16 KiB, on a CPU context).
+    pub fn max_workgroup_storage_size(&self) -> u32 {
+        self.inner.max_workgroup_storage
+    }
+
     fn clone_inner(&self) -> Inner {
         // Device, queue and pipeline cache are shared handles.
         Inner {
@@ -374,6 +402,7 @@ impl Context {
             path: self.inner.path,
             max_workgroups_per_dim: self.inner.max_workgroups_per_dim,
             max_storage_binding: self.inner.max_storage_binding,
+            max_workgroup_storage: self.inner.max_workgroup_storage,
         }
     }
 

@@ -583,3 +583,71 @@ fn attend_encode_into_app_encoder(t: &Target) {
     }
 }
 parity_tests!(attend_encode_into_app_encoder);
+
+/// Query rows per workgroup follow the device's workgroup storage: a prefill chunk on a
+/// context lowered to 8 KiB gives the same output as on the full device; a shape whose single
+/// row does not fit the lowered limit is a typed `Error::Limit`, not a failed pipeline.
+fn attend_rows_follow_workgroup_storage(t: &Target) {
+    use kvpack::attention::gpu::Call;
+    let Target::Wgsl(ctx, path) = t else { return };
+    let mut rng = common::rng("attend_rows_storage");
+    let c = Case {
+        t: 300,
+        tq: 24,
+        hq: 16,
+        hkv: 8,
+        d: 128,
+        opts: AttendOptions::default(),
+        cfg: KiviConfig::uniform(4, 32, 32),
+    };
+    let (q, k, v) = qkv(&mut rng, &c);
+    let small = ctx
+        .with_max_workgroup_storage_size(8 * 1024)
+        .expect("limit");
+    let call = Call {
+        tq: c.tq,
+        hq: c.hq,
+        hkv: c.hkv,
+        dim: c.d,
+        tokens: c.t,
+        opts: c.opts,
+    };
+    let (r_full, r_small) = (
+        call.rows_per_workgroup(ctx.max_workgroup_storage_size()),
+        call.rows_per_workgroup(small.max_workgroup_storage_size()),
+    );
+    assert!(
+        r_small < r_full,
+        "rows {r_small} vs {r_full}: the limit changed nothing"
+    );
+    let mut outs = Vec::new();
+    for cx in [ctx, &small] {
+        let mut layer = KiviLayer::with_path(cx, c.hkv, c.d, &c.cfg, *path).expect("layer");
+        layer
+            .append(Input::F32(&k), Input::F32(&v))
+            .expect("append");
+        outs.push(layer.attend(&q, c.hq, &c.opts).expect("attend"));
+    }
+    let err = rel_l2_rows(&outs[1], &outs[0], c.d);
+    assert!(err <= 1e-6, "rows {r_small} vs {r_full}: rel L2 {err:e}");
+    // D = 256 with 8 query heads per KV head needs ~14 KiB for one row: refused at 4 KiB.
+    let tiny = ctx.with_max_workgroup_storage_size(4096).expect("limit");
+    let mut layer =
+        KiviLayer::with_path(&tiny, 1, 256, &KiviConfig::uniform(4, 32, 32), *path).expect("layer");
+    let kv: Vec<f32> = (0..40 * 256)
+        .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
+        .collect();
+    layer
+        .append(Input::F32(&kv), Input::F32(&kv))
+        .expect("append");
+    let q8: Vec<f32> = (0..8 * 256)
+        .map(|i| ((i % 13) as f32 - 6.0) / 7.0)
+        .collect();
+    let r = layer.attend(&q8, 8, &AttendOptions::default());
+    assert!(matches!(r, Err(Error::Limit { .. })), "{r:?}");
+    assert!(matches!(
+        ctx.with_max_workgroup_storage_size(1024),
+        Err(Error::Config(_))
+    ));
+}
+parity_tests!(attend_rows_follow_workgroup_storage);

@@ -14,7 +14,7 @@ mod common;
 use common::rel_l2_rows;
 
 use common::{POISON, Target, run_plan};
-use kvpack::attention::gpu::{Call, RegionDesc, SourceKind, plans_for};
+use kvpack::attention::gpu::{Call, PlanLimits, RegionDesc, SourceKind, plans_for};
 use kvpack::cpu::attend::{attend, attend_exact};
 use kvpack::kivi::gpu_store::rows_to_words;
 use kvpack::kivi::view::KiviView;
@@ -135,6 +135,26 @@ fn cases() -> Vec<Case> {
             ..base
         },
         Case {
+            what: "T=300 Tq=37 8/8 D=64 window 50 sinks 2 (prefill blocks, the last partial)",
+            t: 300,
+            tq: 37,
+            hq: 8,
+            hkv: 8,
+            cfg: KiviConfig::uniform(4, 32, 64),
+            opts: w(50, 2),
+            ..base
+        },
+        Case {
+            what: "T=90 Tq=9 8/4 D=128 (8 rows of 2 heads, then 1)",
+            t: 90,
+            tq: 9,
+            hq: 8,
+            hkv: 4,
+            d: 128,
+            cfg: KiviConfig::uniform(2, 32, 32),
+            ..base
+        },
+        Case {
             what: "T=130 Tq=2 16/4 D=256 b3 f32 params, two segments (seg_offset 18)",
             t: 130,
             tq: 2,
@@ -203,6 +223,7 @@ fn on_target(
     layer: &KiviLayer,
     raw: &RawKivi,
     q: &[f32],
+    wg_storage: u32,
 ) -> (Vec<f32>, usize) {
     let l = layer.layout();
     let qn = layer.quantized_len();
@@ -275,7 +296,11 @@ fn on_target(
         opts: c.opts,
     };
     let descs: Vec<RegionDesc<'_>> = regions.iter().map(|r| r.0).collect();
-    let (partial_plans, merge, partial_bytes) = plans_for(&call, &descs, 1 << 30).expect("plans");
+    let limits = PlanLimits {
+        max_binding: 1 << 30,
+        max_workgroup_storage: wg_storage,
+    };
+    let (partial_plans, merge, partial_bytes) = plans_for(&call, &descs, limits).expect("plans");
     assert_eq!(partial_plans.len(), regions.len());
     let nan_words = (partial_bytes / 4) as usize;
     let mut partials = as_bytes(&vec![0x7fc0_0000u32; nan_words]);
@@ -309,28 +334,52 @@ fn attend_kernels_match_reference(t: &Target) {
         let raw = layer.raw().expect("raw");
         let view = KiviView::of_raw(layer.layout(), layer.len(), &raw);
         let reference = attend(&view, &q, c.hq, &c.opts);
-        let (err, chunks) = if let Target::Cpu(_) = t {
+        if let Target::Cpu(_) = t {
             // Independent: exact f64 attention over the cache's own reconstruction.
             let (kh, vh) = layer.reconstruct().expect("reconstruct");
             let exact = attend_exact(&kh, &vh, c.hkv, &q, c.hq, c.d, &c.opts);
-            (rel_l2_rows(&reference, &exact, c.d), 0)
-        } else {
-            let (out, chunks) = on_target(t, &c, &layer, &raw, &q);
-            assert_eq!(out.len(), reference.len());
-            (rel_l2_rows(&out, &reference, c.d), chunks)
+            let err = rel_l2_rows(&reference, &exact, c.d);
+            eprintln!("attend_kernels[cpu] {}: worst row rel L2 {err:e}", c.what);
+            assert!(err <= 1e-4, "cpu {}: worst row rel L2 {err:e}", c.what);
+            continue;
+        }
+        // The device's workgroup storage (Apple's 32 KiB for the emulated MSL) and, for
+        // prefill rows, 8 KiB: fewer query rows per workgroup.
+        let device = match t {
+            Target::Wgsl(ctx, _) => ctx.max_workgroup_storage_size(),
+            _ => 32 * 1024,
         };
-        eprintln!(
-            "attend_kernels[{}] {}: Q={} chunks={chunks} worst row rel L2 {err:e}",
-            t.name(),
-            c.what,
-            layer.quantized_len()
-        );
-        assert!(
-            err <= 1e-4,
-            "{} {}: worst row rel L2 {err:e} against the reference",
-            t.name(),
-            c.what
-        );
+        let limits: &[u32] = if c.tq > 1 {
+            &[device, 8 * 1024]
+        } else {
+            &[device]
+        };
+        for &wg in limits {
+            let call = Call {
+                tq: c.tq,
+                hq: c.hq,
+                hkv: c.hkv,
+                dim: c.d,
+                tokens: c.t,
+                opts: c.opts,
+            };
+            let rows = call.rows_per_workgroup(wg);
+            let (out, chunks) = on_target(t, &c, &layer, &raw, &q, wg);
+            assert_eq!(out.len(), reference.len());
+            let err = rel_l2_rows(&out, &reference, c.d);
+            eprintln!(
+                "attend_kernels[{}] {} (rows/workgroup {rows}): Q={} chunks={chunks} worst row rel L2 {err:e}",
+                t.name(),
+                c.what,
+                layer.quantized_len()
+            );
+            assert!(
+                err <= 1e-4,
+                "{} {} (rows/workgroup {rows}): worst row rel L2 {err:e} against the reference",
+                t.name(),
+                c.what
+            );
+        }
     }
 }
 parity_tests!(attend_kernels_match_reference, msl);

@@ -16,11 +16,14 @@
 // [[buffer(3..)]]         the codec's buffers
 //
 // Dispatch: one threadgroup of 128 threads (4 SIMD groups of 32 = the WGSL core's 4 slices)
-// per (query row i, KV head h, chunk c), linear index (i * Hkv + h) * n_chunks + c. A chunk is
-// `chunk_tokens` consecutive positions of this dispatch's region [region_start, region_end);
-// tiles of 32 tokens: scores (4 SIMD groups split D), online softmax per query head (SIMD
-// group = query head, reductions by simd_shuffle_xor butterflies), value accumulation (one
-// thread per channel). The group's Hq/Hkv query heads share every loaded key and value.
+// per (block of ATT_ROWS query rows b, KV head h, chunk c), linear index (b * Hkv + h) *
+// n_chunks + c; the block's query vectors (its rows × the Hq/Hkv query heads of h, vector
+// v = row v / qg, head v % qg; at most ATTEND_QV_MAX) share every loaded key and value. A
+// chunk is `chunk_tokens` consecutive positions of this dispatch's region [region_start,
+// region_end); tiles of 32 tokens: scores (4 SIMD groups split D), online softmax per query
+// vector (SIMD group = vector, four at a time; reductions by simd_shuffle_xor butterflies),
+// value accumulation (one thread per channel). ATT_ROWS is a specialization (#define
+// prepended by src/gpu/registry.rs), chosen per call by src/attention/gpu.rs.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -57,22 +60,34 @@ struct AttendParams {
 };
 
 #define ATTEND_TILE 32u
-#define ATTEND_QG_MAX 8u
+#define ATTEND_QV_MAX 16u
 #define ATTEND_D_MAX 256u
+// Specialization (src/attention/gpu.rs): ATT_DIM = D, ATT_QG = Hq / Hkv, ATT_ROWS = query rows
+// per threadgroup; they size the threadgroup memory. attend_merge includes this file for
+// AttendParams only and defines none of them.
+#ifdef ATT_ROWS
+#define ATTEND_QV (ATT_QG * ATT_ROWS)
+#define ATTEND_DIM ATT_DIM
+#else
+#define ATTEND_QV 1u
+#define ATTEND_DIM 1u
+#define ATT_ROWS 1u
+#endif
 #define ATTEND_THREADS 128u
 // Finite "minus infinity", as in the WGSL. Every exp whose argument may involve it is
 // precise::exp: under fast math exp(x) may be computed as exp2(x * log2(e)), and
 // -3e38 * log2(e) overflows to -inf, where fast exp2 is not guaranteed to give 0.
 #define ATTEND_NEG (-3.0e38f)
 
-// Threadgroup memory of one threadgroup (13.2 KiB), declared once in the kernel.
+// Threadgroup memory of one threadgroup (the host keeps it within the device's limit when it
+// picks ATT_ROWS), declared once in the kernel.
 struct AttendShared {
-    float qsh[ATTEND_QG_MAX * ATTEND_D_MAX];          // [QG_MAX][D_MAX] scaled queries
-    float red[ATTEND_QG_MAX * 4u * ATTEND_TILE];      // [QG_MAX][4][TILE] partial dots
-    float psh[ATTEND_QG_MAX * ATTEND_TILE];           // [QG_MAX][TILE] softmax weights
-    float m_run[ATTEND_QG_MAX];
-    float l_run[ATTEND_QG_MAX];
-    float corr_sh[ATTEND_QG_MAX];
+    float qsh[ATTEND_QV * ATTEND_DIM];          // [QV][D] scaled queries
+    float red[ATTEND_QV * 4u * ATTEND_TILE];    // [QV][4][TILE] partial dots
+    float psh[ATTEND_QV * ATTEND_TILE];         // [QV][TILE] softmax weights
+    float m_run[ATTEND_QV];
+    float l_run[ATTEND_QV];
+    float corr_sh[ATTEND_QV];
 };
 
 // f16 bits (low half of h) -> f32.
@@ -123,29 +138,36 @@ static void attend_main(constant AttendParams& A,
                         uint slice,
                         uint lane,
                         uint wid) {
-    const uint per_row = A.hkv * A.n_chunks;
-    if (wid >= A.tq * per_row) {
+    static_assert(ATTEND_QV >= 1u && ATTEND_QV <= ATTEND_QV_MAX, "ATT_QG * ATT_ROWS out of range");
+    const uint per_block = A.hkv * A.n_chunks;
+    if (wid >= ((A.tq + ATT_ROWS - 1u) / ATT_ROWS) * per_block) {
         return; // uniform: depends on the threadgroup only
     }
     const uint c = wid % A.n_chunks;
     const uint h = (wid / A.n_chunks) % A.hkv;
-    const uint i = wid / per_row;
-    const uint p = A.q_pos0 + i;
+    const uint i0 = (wid / per_block) * ATT_ROWS;
+    const uint rows = min(ATT_ROWS, A.tq - i0);
+    const uint p_first = A.q_pos0 + i0; // position of the block's first query row
+    const uint p_last = p_first + rows - 1u;
     const uint d_n = A.dim;
     const uint qg = A.qgroup;
+    const uint qv = ATTEND_QV; // == qg * ATT_ROWS (A.qgroup == ATT_QG)
 
-    // Queries of the group, scaled once.
-    for (uint x = lid; x < qg * d_n; x += ATTEND_THREADS) {
-        const uint g = x / d_n;
+    // Query vectors of the block, scaled once (rows past Tq: zeros, never output).
+    for (uint x = lid; x < qv * d_n; x += ATTEND_THREADS) {
+        const uint v = x / d_n;
         const uint dd = x % d_n;
-        S.qsh[g * ATTEND_D_MAX + dd] = q[(i * A.hq + h * qg + g) * d_n + dd] * A.scale;
+        const uint r = v / qg;
+        S.qsh[v * ATTEND_DIM + dd] =
+            r < rows ? q[((i0 + r) * A.hq + h * qg + v % qg) * d_n + dd] * A.scale : 0.0f;
     }
-    if (lid < ATTEND_QG_MAX) {
+    if (lid < ATTEND_QV) {
         S.m_run[lid] = ATTEND_NEG;
         S.l_run[lid] = 0.0f;
+        S.corr_sh[lid] = 1.0f;
     }
-    float acc[16]; // [QG_MAX][D_MAX / 128]
-    for (uint x = 0u; x < 16u; ++x) {
+    float acc[2u * ATTEND_QV]; // [QV][D_MAX / 128]
+    for (uint x = 0u; x < 2u * ATTEND_QV; ++x) {
         acc[x] = 0.0f;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -154,40 +176,43 @@ static void attend_main(constant AttendParams& A,
     const uint c_end = min(c_start + A.chunk_tokens, A.region_end);
     const uint part_len = (d_n + 3u) / 4u;
     for (uint t0 = c_start; t0 < c_end; t0 += ATTEND_TILE) {
-        // Skip tiles no query position can see (uniform per threadgroup).
+        // Skip tiles no query row of the block can see (uniform per threadgroup).
         const uint t_last = min(t0 + ATTEND_TILE, c_end) - 1u;
-        bool seen = t0 <= p;
+        bool seen = t0 <= p_last;
         if (A.window != 0u) {
-            seen = seen && (t_last + A.window > p || t0 < A.sinks);
+            seen = seen && (t_last + A.window > p_first || t0 < A.sinks);
         }
         if (!seen) {
             continue;
         }
         // 1. Scores: thread (slice, lane) = (part of D, token t0 + lane).
         const uint pos = t0 + lane;
-        const bool vis = attend_is_visible(A, pos, p, c_end);
+        // A token of the chunk some row may see (each vector's own visibility, window
+        // included, is applied in the softmax below).
+        const bool readable = pos < c_end && pos < A.region_end && pos <= p_last;
         const uint d0 = slice * part_len;
         const uint d1 = min(d0 + part_len, d_n);
-        float dots[ATTEND_QG_MAX];
-        for (uint g = 0u; g < ATTEND_QG_MAX; ++g) {
+        float dots[ATTEND_QV];
+        for (uint g = 0u; g < ATTEND_QV; ++g) {
             dots[g] = 0.0f;
         }
-        if (vis) {
+        if (readable) {
             for (uint dd = d0; dd < d1; ++dd) {
                 const float k = codec_key(codec, A, pos, h, dd);
-                for (uint g = 0u; g < qg; ++g) {
-                    dots[g] += S.qsh[g * ATTEND_D_MAX + dd] * k;
+                for (uint g = 0u; g < qv; ++g) {
+                    dots[g] += S.qsh[g * ATTEND_DIM + dd] * k;
                 }
             }
         }
-        for (uint g = 0u; g < qg; ++g) {
+        for (uint g = 0u; g < qv; ++g) {
             S.red[(g * 4u + slice) * ATTEND_TILE + lane] = dots[g];
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        // 2. Online softmax: SIMD group = query head (four at a time), lane = token.
-        for (uint g0 = 0u; g0 < qg; g0 += 4u) {
+        // 2. Online softmax: SIMD group = query vector (four at a time), lane = token.
+        for (uint g0 = 0u; g0 < qv; g0 += 4u) {
             const uint g = g0 + slice;
-            const bool live = g < qg;
+            const bool live = g < qv && g / qg < rows;
+            const bool vis = live && attend_is_visible(A, pos, p_first + g / qg, c_end);
             float s = ATTEND_NEG;
             if (live && vis) {
                 const uint b = g * 4u * ATTEND_TILE + lane;
@@ -218,18 +243,18 @@ static void attend_main(constant AttendParams& A,
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        // 3. Values: thread = channel(s); every token of the tile, every query head.
+        // 3. Values: thread = channel(s); every token of the tile, every query vector.
         const uint n_tile = min(ATTEND_TILE, c_end - t0);
         for (uint k = 0u; k * ATTEND_THREADS < d_n; ++k) {
             const uint dd = lid + ATTEND_THREADS * k;
             if (dd < d_n) {
-                for (uint g = 0u; g < qg; ++g) {
+                for (uint g = 0u; g < qv; ++g) {
                     acc[g * 2u + k] *= S.corr_sh[g];
                 }
                 for (uint j = 0u; j < n_tile; ++j) {
-                    if (S.psh[j] != 0.0f || qg > 1u) {
+                    if (S.psh[j] != 0.0f || qv > 1u) {
                         const float v = codec_value(codec, A, t0 + j, h, dd);
-                        for (uint g = 0u; g < qg; ++g) {
+                        for (uint g = 0u; g < qv; ++g) {
                             acc[g * 2u + k] += S.psh[g * ATTEND_TILE + j] * v;
                         }
                     }
@@ -238,10 +263,11 @@ static void attend_main(constant AttendParams& A,
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
     }
-    // 4. This chunk's (m, l, acc) per query head.
+    // 4. This chunk's (m, l, acc) per query vector of the block's rows.
     const uint stride = d_n + 2u;
-    for (uint g = 0u; g < qg; ++g) {
-        const uint pi = ((i * A.hq + h * qg + g) * A.nc_total + A.chunk_base + c) * stride;
+    for (uint g = 0u; g < rows * qg; ++g) {
+        const uint pi =
+            (((i0 + g / qg) * A.hq + h * qg + g % qg) * A.nc_total + A.chunk_base + c) * stride;
         if (lid == 0u) {
             partials[pi] = S.m_run[g];
             partials[pi + 1u] = S.l_run[g];

@@ -50,6 +50,9 @@ pub struct AttendParams {
 pub const D_MAX: usize = 256;
 /// Largest Hq / Hkv.
 pub const QGROUP_MAX: usize = 8;
+/// Most query vectors (query rows × Hq/Hkv heads) one workgroup scores against each loaded
+/// key and value (the MSL core's bound too).
+pub const QVECTORS_MAX: usize = 16;
 
 /// Where a region's tokens are stored.
 #[derive(Clone, Copy, Debug)]
@@ -137,12 +140,39 @@ impl Call {
     }
 }
 
+impl Call {
+    /// Workgroup storage (bytes) of a partial-attention workgroup holding `vectors` query
+    /// vectors (wgsl/common/attend.wgsl: qsh, red, psh, m/l/corr, scratch).
+    pub fn workgroup_bytes(&self, vectors: usize) -> usize {
+        4 * (vectors * self.dim + vectors * 4 * 32 + vectors * 32 + 3 * vectors + 128)
+    }
+
+    /// Query rows each partial-attention workgroup takes (its K/V loads serve all of them):
+    /// 1 for decode; for Tq > 1 the largest power of two ≤ Tq whose query vectors (rows ×
+    /// Hq/Hkv) stay within [`QVECTORS_MAX`] and whose workgroup storage fits
+    /// `max_workgroup_storage` bytes. A pipeline specialization from the set {1, 2, 4, 8, 16},
+    /// chosen by the call's Tq, never by the sequence length.
+    pub fn rows_per_workgroup(&self, max_workgroup_storage: u32) -> usize {
+        let qg = self.hq / self.hkv;
+        let mut rows = 1;
+        while rows * 2 <= self.tq
+            && rows * 2 * qg <= QVECTORS_MAX
+            && self.workgroup_bytes(rows * 2 * qg) <= max_workgroup_storage as usize
+        {
+            rows *= 2;
+        }
+        rows
+    }
+}
+
 /// The specialization every attention partial kernel shares: head width and query-group size,
-/// fixed for a cache's (and model's) life; never the sequence length.
-fn shape_spec(call: &Call) -> registry::Specialization {
+/// fixed for a cache's (and model's) life, and query rows per workgroup (a small set, from
+/// Tq); never the sequence length.
+fn shape_spec(call: &Call, rows: usize) -> registry::Specialization {
     registry::Specialization(vec![
         ("ATT_DIM", call.dim as u32),
         ("ATT_QG", (call.hq / call.hkv) as u32),
+        ("ATT_ROWS", rows as u32),
         // 1 when every subgroup of the device is at least 32 wide: the subgroup variant's
         // slice reductions then need no workgroup memory or barrier (set by `encode`).
         ("ATT_SG_WIDE", 0),
@@ -237,16 +267,35 @@ impl<'a> Region<'a> {
     }
 }
 
+/// The device limits a call's plans depend on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanLimits {
+    /// Largest storage binding (bytes): the partials must fit.
+    pub max_binding: u64,
+    /// Workgroup storage (bytes): bounds the query rows per workgroup.
+    pub max_workgroup_storage: u32,
+}
+
+impl PlanLimits {
+    /// The limits of `ctx`'s device (WebGPU's defaults for a CPU context).
+    pub fn of(ctx: &Context) -> Self {
+        Self {
+            max_binding: ctx.max_storage_binding_size(),
+            max_workgroup_storage: ctx.max_workgroup_storage_size(),
+        }
+    }
+}
+
 /// The plans of one call: partials per region, then the merge; and the partials' size.
-/// Chunks grow until the partials fit in `max_binding` bytes (an error when even one chunk
-/// per region does not fit).
+/// Chunks grow until the partials fit in `limits.max_binding` bytes (an error when even one
+/// chunk per region does not fit).
 pub fn plans(
     call: &Call,
     regions: &[Region<'_>],
-    max_binding: u64,
+    limits: PlanLimits,
 ) -> Result<(Vec<DispatchPlan>, DispatchPlan, u64)> {
     let descs: Vec<RegionDesc<'_>> = regions.iter().map(Region::desc).collect();
-    plans_for(call, &descs, max_binding)
+    plans_for(call, &descs, limits)
 }
 
 /// [`plans`] from region descriptions: one partials plan per non-empty region, in order
@@ -254,9 +303,18 @@ pub fn plans(
 pub fn plans_for(
     call: &Call,
     regions: &[RegionDesc<'_>],
-    max_binding: u64,
+    limits: PlanLimits,
 ) -> Result<(Vec<DispatchPlan>, DispatchPlan, u64)> {
     call.check()?;
+    let max_binding = limits.max_binding;
+    let rows = call.rows_per_workgroup(limits.max_workgroup_storage);
+    if call.workgroup_bytes(rows * (call.hq / call.hkv)) > limits.max_workgroup_storage as usize {
+        return Err(Error::Limit {
+            what: "attention workgroup storage",
+            needed: call.workgroup_bytes(rows * (call.hq / call.hkv)) as u64,
+            limit: u64::from(limits.max_workgroup_storage),
+        });
+    }
     let per_chunk = (call.tq * call.hq * (call.dim + 2) * 4) as u64;
     let count = |chunk: usize| -> usize {
         regions
@@ -300,7 +358,7 @@ pub fn plans_for(
                 p.vrow_words = l.value_row_words() as u32;
                 p.vn_groups = l.value_groups() as u32;
                 let f16 = u32::from(l.params == ParamStorage::F16);
-                let mut spec = shape_spec(call);
+                let mut spec = shape_spec(call, rows);
                 spec.0.extend([
                     ("PARAMS_F16", f16),
                     ("ATT_KBITS", l.key_bits),
@@ -316,14 +374,14 @@ pub fn plans_for(
             } => {
                 p.row_words = row_words as u32;
                 p.ring_tokens = ring_tokens as u32;
-                (&registry::ATTEND_F16, shape_spec(call))
+                (&registry::ATTEND_F16, shape_spec(call, rows))
             }
         };
         out.push(DispatchPlan {
             kernel: def,
             spec,
             uniform: bytemuck::bytes_of(&p).to_vec(),
-            workgroups: (call.tq * call.hkv * n_chunks) as u64,
+            workgroups: (call.tq.div_ceil(rows) * call.hkv * n_chunks) as u64,
         });
         base += n_chunks;
     }
@@ -351,8 +409,7 @@ pub fn encode(
     let bytes = (call.tq * call.hq * call.dim * 4) as u64;
     gpu::check_buffer(q, "attention queries", bytes)?;
     gpu::check_buffer(out, "attention output", bytes)?;
-    let (mut partial_plans, merge, partial_bytes) =
-        plans(call, regions, ctx.max_storage_binding_size())?;
+    let (mut partial_plans, merge, partial_bytes) = plans(call, regions, PlanLimits::of(ctx))?;
     if ctx
         .adapter_info()
         .is_some_and(|i| i.subgroup_min_size >= 32)

@@ -10,11 +10,15 @@
 // @binding(1) q:        array<f32> [Tq][Hq][D]
 // @binding(2) partials: array<f32> [Tq][Hq][nc_total][D + 2]   (m, l, acc[D]) per chunk
 //
-// Dispatch: one workgroup of 128 (4 slices of 32) per (query row i, KV head h, chunk c),
-// linear index (i * Hkv + h) * n_chunks + c. A chunk is `chunk_tokens` consecutive positions
-// of this dispatch's region [region_start, region_end); tiles of 32 tokens: scores (4 slices
-// split D), online softmax per query head (slice = query head), value accumulation (one
-// invocation per channel). The group's Hq/Hkv query heads share every loaded key and value.
+// Dispatch: one workgroup of 128 (4 slices of 32) per (block of ATT_ROWS query rows b, KV
+// head h, chunk c), linear index (b * Hkv + h) * n_chunks + c; the block's query vectors are
+// its rows × the Hq/Hkv query heads of h (QV = ATT_ROWS · ATT_QG of them, vector v = row
+// v / QG, head v % QG), and all of them share every key and value the workgroup loads
+// (decode: one row; a prefill chunk: several rows, so the cache is read Tq / ATT_ROWS times,
+// not Tq times). A chunk is `chunk_tokens` consecutive positions of this dispatch's region
+// [region_start, region_end); tiles of 32 tokens: scores (4 slices split D), online softmax
+// per query vector (slice = vector, four at a time), value accumulation (one invocation per
+// channel).
 
 
 @group(0) @binding(0) var<uniform> A: AttendParams;
@@ -22,19 +26,19 @@
 @group(0) @binding(2) var<storage, read_write> partials: array<f32>;
 
 const TILE: u32 = 32u;
-const QG_MAX: u32 = 8u;
-const D_MAX: u32 = 256u;
 // Finite "minus infinity": exp(NEG - m) is 0, and NEG * log2(e) stays finite, so an exp
 // computed as exp2(x * log2 e) under fast math cannot overflow to -inf.
 const NEG: f32 = -1.0e30;
 
-var<workgroup> qsh: array<f32, 2048>;      // [QG_MAX][D_MAX]
-var<workgroup> red: array<f32, 1024>;      // [QG_MAX][4][TILE] partial dots
-var<workgroup> psh: array<f32, 256>;       // [QG_MAX][TILE] softmax weights of the tile
-var<workgroup> m_run: array<f32, QG_MAX>;
-var<workgroup> l_run: array<f32, QG_MAX>;
-var<workgroup> corr_sh: array<f32, QG_MAX>;
-var<workgroup> scratch: array<f32, 128>;   // slice reductions
+// Sized by the specialization (src/attention/gpu.rs keeps the total within the device's
+// workgroup storage limit when it picks ATT_ROWS).
+var<workgroup> qsh: array<f32, QV * DIM>;      // [QV][D] scaled queries
+var<workgroup> red: array<f32, QV * 4u * TILE>; // [QV][4][TILE] partial dots
+var<workgroup> psh: array<f32, QV * TILE>;     // [QV][TILE] softmax weights of the tile
+var<workgroup> m_run: array<f32, QV>;
+var<workgroup> l_run: array<f32, QV>;
+var<workgroup> corr_sh: array<f32, QV>;
+var<workgroup> scratch: array<f32, 128>;       // slice reductions
 
 fn is_visible(pos: u32, p: u32) -> bool {
     if (pos > p || pos >= A.region_end) {
@@ -46,38 +50,50 @@ fn is_visible(pos: u32, p: u32) -> bool {
     return pos + A.window > p || pos < A.sinks;
 }
 
-// Specialized per cache (fixed for its life, never on T): ATT_DIM = D, ATT_QG = Hq / Hkv.
-// Constant trip counts let the compiler unroll the loops below, keep `dots`/`acc` in registers
-// and issue a tile's loads together instead of one dependent load at a time.
+// Specialized per cache (fixed for its life, never on T): ATT_DIM = D, ATT_QG = Hq / Hkv;
+// per call shape: ATT_ROWS, query rows per workgroup (1 for decode; a power of two <= Tq,
+// from a small fixed set, for prefill chunks). Constant trip counts let the compiler unroll
+// the loops below, keep `dots`/`acc` in registers and issue a tile's loads together instead
+// of one dependent load at a time.
 const DIM: u32 = ATT_DIM;
 const QG: u32 = ATT_QG;
+const ROWS: u32 = ATT_ROWS;
+const QV: u32 = ATT_QG * ATT_ROWS;
 const PART: u32 = (DIM + 3u) / 4u;      // channels per slice in the score phase
 const DK: u32 = (DIM + 127u) / 128u;    // channels per invocation in the value phase
 
 fn attend_main(lid: u32, wid: u32) {
-    let per_row = A.hkv * A.n_chunks;
-    if (wid >= A.tq * per_row) {
+    let per_block = A.hkv * A.n_chunks;
+    if (wid >= ((A.tq + ROWS - 1u) / ROWS) * per_block) {
         return; // uniform: depends on the workgroup only
     }
     let c = wid % A.n_chunks;
     let h = (wid / A.n_chunks) % A.hkv;
-    let i = wid / per_row;
-    let p = A.q_pos0 + i;
+    let i0 = (wid / per_block) * ROWS;
+    let rows = min(ROWS, A.tq - i0);
+    // Positions of the block's first and last query rows.
+    let p_first = A.q_pos0 + i0;
+    let p_last = p_first + rows - 1u;
     let slice = lid / 32u;
     let lane = lid % 32u;
 
-    // Queries of the group, scaled once.
-    for (var x = lid; x < QG * DIM; x += 128u) {
-        let g = x / DIM;
+    // Query vectors of the block, scaled once (vectors of rows past Tq: zeros, never output).
+    for (var x = lid; x < QV * DIM; x += 128u) {
+        let v = x / DIM;
         let dd = x % DIM;
-        qsh[g * D_MAX + dd] = q[(i * A.hq + h * QG + g) * DIM + dd] * A.scale;
+        let r = v / QG;
+        var qv = 0.0;
+        if (r < rows) {
+            qv = q[((i0 + r) * A.hq + h * QG + v % QG) * DIM + dd] * A.scale;
+        }
+        qsh[v * DIM + dd] = qv;
     }
-    if (lid < QG_MAX) {
-        m_run[lid] = NEG;
-        l_run[lid] = 0.0;
+    for (var x = lid; x < QV; x += 128u) {
+        m_run[x] = NEG;
+        l_run[x] = 0.0;
     }
-    var acc: array<f32, QG * DK>;
-    for (var x = 0u; x < QG * DK; x++) {
+    var acc: array<f32, QV * DK>;
+    for (var x = 0u; x < QV * DK; x++) {
         acc[x] = 0.0;
     }
     workgroupBarrier();
@@ -85,11 +101,11 @@ fn attend_main(lid: u32, wid: u32) {
     let c_start = A.region_start + c * A.chunk_tokens;
     let c_end = min(c_start + A.chunk_tokens, A.region_end);
     for (var t0 = c_start; t0 < c_end; t0 += TILE) {
-        // Skip tiles no query position can see (uniform per workgroup).
+        // Skip tiles no query row of the block can see (uniform per workgroup).
         let t_last = min(t0 + TILE, c_end) - 1u;
-        var seen = t0 <= p;
+        var seen = t0 <= p_last;
         if (A.window != 0u) {
-            seen = seen && (t_last + A.window > p || t0 < A.sinks);
+            seen = seen && (t_last + A.window > p_first || t0 < A.sinks);
         }
         if (!seen) {
             continue;
@@ -99,31 +115,31 @@ fn attend_main(lid: u32, wid: u32) {
         // tokens masked afterwards), so they are in flight together: a branch around each load
         // would serialize them on the memory latency.
         let pos = t0 + lane;
-        let vis = pos < c_end && is_visible(pos, p);
         let pos_c = min(pos, c_end - 1u);
         let d0 = slice * PART;
         var ks: array<f32, PART>;
         for (var x = 0u; x < PART; x++) {
             ks[x] = codec_key(pos_c, h, min(d0 + x, DIM - 1u));
         }
-        var dots: array<f32, QG>;
-        for (var g = 0u; g < QG; g++) {
+        var dots: array<f32, QV>;
+        for (var g = 0u; g < QV; g++) {
             var acc_g = 0.0;
             for (var x = 0u; x < PART; x++) {
                 if (d0 + x < DIM) {
-                    acc_g += qsh[g * D_MAX + d0 + x] * ks[x];
+                    acc_g += qsh[g * DIM + d0 + x] * ks[x];
                 }
             }
             dots[g] = acc_g;
         }
-        for (var g = 0u; g < QG; g++) {
+        for (var g = 0u; g < QV; g++) {
             red[(g * 4u + slice) * TILE + lane] = dots[g];
         }
         workgroupBarrier();
-        // 2. Online softmax: slice = query head (four at a time), lane = token.
-        for (var g0 = 0u; g0 < QG; g0 += 4u) {
+        // 2. Online softmax: slice = query vector (four at a time), lane = token.
+        for (var g0 = 0u; g0 < QV; g0 += 4u) {
             let g = g0 + slice;
-            let live = g < QG;
+            let live = g < QV && g / QG < rows;
+            let vis = pos < c_end && is_visible(pos, p_first + g / QG);
             var s = NEG;
             if (live && vis) {
                 let b = g * 4u * TILE + lane;
@@ -164,7 +180,7 @@ fn attend_main(lid: u32, wid: u32) {
             for (var j = 0u; j < TILE; j++) {
                 vs[j] = codec_value(min(t0 + j, last), h, dd_c);
             }
-            for (var g = 0u; g < QG; g++) {
+            for (var g = 0u; g < QV; g++) {
                 var a = acc[g * DK + k] * corr_sh[g];
                 for (var j = 0u; j < TILE; j++) {
                     a += psh[g * TILE + j] * vs[j];
@@ -175,10 +191,10 @@ fn attend_main(lid: u32, wid: u32) {
         // No barrier needed here: the next tile writes `red` only (psh and corr_sh are written
         // after its post-score barrier, when every invocation has finished this tile).
     }
-    // 4. This chunk's (m, l, acc) per query head.
+    // 4. This chunk's (m, l, acc) per query vector of the block's rows.
     let stride = DIM + 2u;
-    for (var g = 0u; g < QG; g++) {
-        let pi = ((i * A.hq + h * QG + g) * A.nc_total + A.chunk_base + c) * stride;
+    for (var g = 0u; g < rows * QG; g++) {
+        let pi = (((i0 + g / QG) * A.hq + h * QG + g % QG) * A.nc_total + A.chunk_base + c) * stride;
         if (lid == 0u) {
             partials[pi] = m_run[g];
             partials[pi + 1u] = l_run[g];
