@@ -47,8 +47,8 @@ fn main() {
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -59,7 +59,10 @@ fn run(results: &Path, out: &Path) -> Result<(), String> {
     let torch = if torch_path.exists() {
         Some(read_json(&torch_path)?)
     } else {
-        println!("bench_report: no {} (the PyTorch columns stay empty)", torch_path.display());
+        println!(
+            "bench_report: no {} (the PyTorch columns stay empty)",
+            torch_path.display()
+        );
         None
     };
     let r = Results::new(&kivi, &attend, torch.as_ref(), results);
@@ -93,10 +96,17 @@ fn run(results: &Path, out: &Path) -> Result<(), String> {
             .find(&close)
             .map(|b| a + b)
             .ok_or_else(|| format!("{}: no `{close}` marker", out.display()))?;
-        doc.replace_range(a + open.len()..b, &format!("\n{}\n", body.trim_end_matches('\n')));
+        doc.replace_range(
+            a + open.len()..b,
+            &format!("\n{}\n", body.trim_end_matches('\n')),
+        );
     }
     std::fs::write(out, doc).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
-    println!("bench_report: wrote {} ({} blocks)", out.display(), blocks.len());
+    println!(
+        "bench_report: wrote {} ({} blocks)",
+        out.display(),
+        blocks.len()
+    );
     Ok(())
 }
 
@@ -138,7 +148,8 @@ impl Arm<'_> {
         })
     }
     fn pct(&self) -> String {
-        self.f("pct_roofline").map_or("–".into(), |p| format!("{p:.1} %"))
+        self.f("pct_roofline")
+            .map_or("–".into(), |p| format!("{p:.1} %"))
     }
 }
 
@@ -244,7 +255,10 @@ impl<'a> Results<'a> {
                 let _ = writeln!(s, "\n**{}: {note}**", v["bench"].as_str().unwrap_or("?"));
             }
         }
-        let _ = writeln!(s, "\nExact commands (as run; `.carry/X` is the release build of `cargo bench --bench X`):\n```");
+        let _ = writeln!(
+            s,
+            "\nExact commands (as run; `.carry/X` is the release build of `cargo bench --bench X`):\n```"
+        );
         for v in [self.kivi, self.attend] {
             let _ = writeln!(
                 s,
@@ -259,7 +273,9 @@ impl<'a> Results<'a> {
             let _ = writeln!(
                 s,
                 "{}    # PyTorch {} on {}",
-                t["command"].as_str().unwrap_or("python3 benches/torch_baseline.py"),
+                t["command"]
+                    .as_str()
+                    .unwrap_or("python3 benches/torch_baseline.py"),
                 t["torch"].as_str().unwrap_or("?"),
                 t["device"].as_str().unwrap_or("?")
             );
@@ -299,8 +315,10 @@ impl<'a> Results<'a> {
              A ratio within its bench's floor is marked \"(noise)\" below: it is no result.\n",
             Self::floor(self.kivi),
             Self::floor(self.attend),
-            self.torch
-                .map_or(String::new(), |t| format!(", PyTorch {:.1} %", Self::floor(t)))
+            self.torch.map_or(String::new(), |t| format!(
+                ", PyTorch {:.1} %",
+                Self::floor(t)
+            ))
         );
         s
     }
@@ -349,7 +367,9 @@ impl<'a> Results<'a> {
         for t in ts {
             for m in ["2-bit", "4-bit"] {
                 for what in ["keys", "values"] {
-                    let Some(f) = find(what, "fused", t, m) else { continue };
+                    let Some(f) = find(what, "fused", t, m) else {
+                        continue;
+                    };
                     let un = find(&format!("{what}_unfused"), "unfused 8 passes", t, m);
                     let bits = m.trim_end_matches("-bit");
                     let tr = self.torch_row(&format!("kivi {what} eager {m} T={t}"));
@@ -367,7 +387,10 @@ impl<'a> Results<'a> {
                     );
                     if what == "values" {
                         for g in arms.iter().filter(|a| {
-                            a.s("kind") == "values" && a.s("variant") == "G=128" && a.u("T") == Some(t) && a.s("method") == m
+                            a.s("kind") == "values"
+                                && a.s("variant") == "G=128"
+                                && a.u("T") == Some(t)
+                                && a.s("method") == m
                         }) {
                             let _ = writeln!(
                                 s,
@@ -447,7 +470,8 @@ impl<'a> Results<'a> {
             let mut torch = self.torch_row(&torch_name(t));
             if tq > 1 {
                 // The faster of the two ways to say "causal, bottom-right" in PyTorch.
-                if let Some(lr) = self.torch_row(&format!("sdpa fp16 prefill64 lower-right T={t}")) {
+                if let Some(lr) = self.torch_row(&format!("sdpa fp16 prefill64 lower-right T={t}"))
+                {
                     if torch.is_none_or(|m| lr.0 < m.0) {
                         torch = Some(lr);
                     }
@@ -518,11 +542,13 @@ impl<'a> Results<'a> {
             // (one row per token) and writes b-bit codes plus one (scale, lo) word per group
             // of keys (per G tokens) and of values (per token).
             let row = 2.0 * 8.0 * 128.0 * 2.0;
-            let per_token_bytes = match m.strip_prefix("kivi-").and_then(|b| b.parse::<f64>().ok()) {
+            let per_token_bytes = match m.strip_prefix("kivi-").and_then(|b| b.parse::<f64>().ok())
+            {
                 Some(bits) => 3.0 * row + row * bits / 16.0 + 2.0 * (8.0 * 128.0 / g) * 4.0,
                 None => 2.0 * row,
             };
-            let predicted = attend_bytes(m, t).map(|b| per_token_bytes / (per_token_bytes + b as f64));
+            let predicted =
+                attend_bytes(m, t).map(|b| per_token_bytes / (per_token_bytes + b as f64));
             let x = |k: &str| r[k].as_f64().map_or("–".into(), us);
             let _ = writeln!(
                 s,

@@ -777,7 +777,9 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         );
     }
     // Noise floor: A-vs-A pairs (the same case built twice, timed as two arms).
-    println!("\nnoise floor (A-vs-A pairs: the medians' difference, and its bootstrap 95th percentile):");
+    println!(
+        "\nnoise floor (A-vs-A pairs: the medians' difference, and its bootstrap 95th percentile):"
+    );
     let (mut noise, mut aa) = (Vec::new(), Vec::new());
     for (arm, r) in arms.iter().zip(&rows) {
         let Some(base) = arm.name.strip_suffix(AA_SUFFIX) else {
@@ -819,7 +821,14 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     );
     println!(
         "  {:<8} {:>5} {:>9} {:>9} {:>9} {:>10} {:>11} {:>13}",
-        "method", "T", "step med", "flush med", "grow med", "per token", "attend Tq=1", "append share"
+        "method",
+        "T",
+        "step med",
+        "flush med",
+        "grow med",
+        "per token",
+        "attend Tq=1",
+        "append share"
     );
     let mut shares = Vec::new();
     let mut append_rows = Vec::new();
@@ -837,7 +846,8 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             let v = a.ns(kind);
             (!v.is_empty()).then(|| stats(&v))
         };
-        let show = |m: Option<(f64, f64, f64)>| m.map_or("-".into(), |m| format!("{:.2}", m.0 / 1e3));
+        let show =
+            |m: Option<(f64, f64, f64)>| m.map_or("-".into(), |m| format!("{:.2}", m.0 / 1e3));
         println!(
             "  {:<8} {:>5} {:>9} {:>9} {:>9} {:>10.2} {:>11} {:>13}",
             a.method,
@@ -867,7 +877,9 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             (StepKind::Flush, "append_flush"),
             (StepKind::Grow, "append_grow"),
         ] {
-            let Some((m, mn, mx)) = med(kind) else { continue };
+            let Some((m, mn, mx)) = med(kind) else {
+                continue;
+            };
             append_rows.push(ArmRow {
                 name: format!("{} ({name})", arm.name),
                 kind: name.into(),
@@ -1147,8 +1159,7 @@ fn check_append(a: &AppendArm, k: &[f16], v: &[f16], cpu_max: usize) -> Result<S
     let e = |e: kvpack::Error| e.to_string();
     let t = a.t0 + a.appended;
     let kivi = a.layer.as_any().downcast_ref::<KiviLayer>();
-    if a.layer.len() != t
-        || kivi.is_some_and(|l| l.quantized_len() != l.layout().quantized_len(t))
+    if a.layer.len() != t || kivi.is_some_and(|l| l.quantized_len() != l.layout().quantized_len(t))
     {
         return Err(format!(
             "holds {} tokens ({} quantized) after {t} were appended",
@@ -1193,8 +1204,13 @@ fn check_append(a: &AppendArm, k: &[f16], v: &[f16], cpu_max: usize) -> Result<S
         let got = a.layer.attend(&q, HQ, &opts).map_err(e)?;
         let want = reference.attend(&q, HQ, &opts).map_err(e)?;
         let err = rel_l2_rows(&got, &want, DIM);
-        msg += &format!(", attention vs a CPU layer of the same tokens: worst row rel L2 {err:.1e}");
-        return if err.is_nan() || err > 1e-4 { Err(msg) } else { Ok(msg) };
+        msg +=
+            &format!(", attention vs a CPU layer of the same tokens: worst row rel L2 {err:.1e}");
+        return if err.is_nan() || err > 1e-4 {
+            Err(msg)
+        } else {
+            Ok(msg)
+        };
     };
     let cpu_kivi = reference
         .as_any()

@@ -826,7 +826,8 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             )?);
             // A-vs-A: the 2-bit key arm at the largest T timed twice (own outputs, same pool).
             if bits == 2 && Some(&t) == tokens.iter().max() {
-                let mut twin = kivi_arm(ctx, Which::Keys, bits, GROUP, t, keys_path, pool_id, &pool)?;
+                let mut twin =
+                    kivi_arm(ctx, Which::Keys, bits, GROUP, t, keys_path, pool_id, &pool)?;
                 twin.name += AA_SUFFIX;
                 arms.push(twin);
             }
@@ -1007,7 +1008,9 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     }
 
     // Fused vs unfused.
-    println!("\nfused vs unfused quantization (medians; unfused traffic = what its 8 passes move):");
+    println!(
+        "\nfused vs unfused quantization (medians; unfused traffic = what its 8 passes move):"
+    );
     let mut speedups = Vec::new();
     for (arm, r) in arms.iter().zip(&rows) {
         if let Check::Unfused { fused } = arm.check {

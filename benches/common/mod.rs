@@ -87,7 +87,7 @@ pub fn aa_noise(a: &[f64], b: &[f64]) -> (f64, f64) {
     if a.is_empty() || b.is_empty() {
         return (observed, observed);
     }
-    let mut rng = Rng(0x5eed_0f_a_b_a);
+    let mut rng = Rng(0x0005_eed0_faba);
     let mut resample = |v: &[f64]| -> f64 {
         let s: Vec<f64> = (0..v.len())
             .map(|_| v[rng.next_u32() as usize % v.len()])
