@@ -11,7 +11,15 @@
 struct AttendCodec {
     device const uint* krows;
     device const uint* vrows;
+    static constexpr bool kStages = false; // rows are read straight from the buffers
 };
+
+struct AttendStage {
+    uint unused;
+};
+
+static void codec_stage(thread const AttendCodec&, constant AttendParams&, threadgroup AttendStage&,
+                        uint, uint, uint, uint) {}
 
 static inline uint attend_f16_row(constant AttendParams& A, uint pos) {
     if (A.ring_tokens != 0u) {
@@ -20,13 +28,15 @@ static inline uint attend_f16_row(constant AttendParams& A, uint pos) {
     return pos - A.region_start + A.seg_offset;
 }
 
-static float codec_key(thread const AttendCodec& c, constant AttendParams& A, uint pos, uint h, uint d) {
+static float codec_key(thread const AttendCodec& c, constant AttendParams& A,
+                       threadgroup const AttendStage&, uint pos, uint h, uint d) {
     const uint e = h * A.dim + d;
     const uint w = c.krows[attend_f16_row(A, pos) * A.row_words + (e >> 1u)];
     return attend_half_to_float((e & 1u) == 1u ? (w >> 16u) : w);
 }
 
-static float codec_value(thread const AttendCodec& c, constant AttendParams& A, uint pos, uint h, uint d) {
+static float codec_value(thread const AttendCodec& c, constant AttendParams& A,
+                         threadgroup const AttendStage&, uint pos, uint h, uint d) {
     const uint e = h * A.dim + d;
     const uint w = c.vrows[attend_f16_row(A, pos) * A.row_words + (e >> 1u)];
     return attend_half_to_float((e & 1u) == 1u ? (w >> 16u) : w);
@@ -46,8 +56,9 @@ kernel void attend_f16(constant AttendParams& A [[buffer(0)]],
                        uint slice [[simdgroup_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
     threadgroup AttendShared sh;
+    threadgroup AttendStage st;
     AttendCodec codec;
     codec.krows = krows;
     codec.vrows = vrows;
-    attend_main(A, q, partials, codec, sh, lid, slice, lane, wg.y * nwg.x + wg.x);
+    attend_main(A, q, partials, codec, sh, st, lid, slice, lane, wg.y * nwg.x + wg.x);
 }

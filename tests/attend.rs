@@ -612,9 +612,11 @@ fn attend_rows_follow_workgroup_storage(t: &Target) {
         tokens: c.t,
         opts: c.opts,
     };
+    let l = kvpack::kivi::Layout::new(c.hkv, c.d, &c.cfg).expect("layout");
+    let stage = kvpack::attention::gpu::kivi_stage_bytes(&l, c.d);
     let (r_full, r_small) = (
-        call.rows_per_workgroup(ctx.max_workgroup_storage_size()),
-        call.rows_per_workgroup(small.max_workgroup_storage_size()),
+        call.rows_per_workgroup(ctx.max_workgroup_storage_size(), stage),
+        call.rows_per_workgroup(small.max_workgroup_storage_size(), stage),
     );
     assert!(
         r_small < r_full,

@@ -224,7 +224,7 @@ fn on_target(
     raw: &RawKivi,
     q: &[f32],
     wg_storage: u32,
-) -> (Vec<f32>, usize) {
+) -> (Vec<f32>, usize, u32, bool) {
     let l = layer.layout();
     let qn = layer.quantized_len();
     // Regions (non-empty only) and their buffers, as the GPU store lays them out.
@@ -318,7 +318,21 @@ fn on_target(
     let mut storage = vec![partials, as_bytes(&vec![POISON; q.len()])];
     run_plan(t, &merge, &mut storage)
         .unwrap_or_else(|e| panic!("{} {}: merge: {e}", t.name(), c.what));
-    (bytemuck::pod_collect_to_vec(&storage[1]), chunks)
+    let spec = |name: &str| {
+        partial_plans
+            .iter()
+            .flat_map(|p| p.spec.0.iter())
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+            .max()
+            .unwrap_or(0)
+    };
+    (
+        bytemuck::pod_collect_to_vec(&storage[1]),
+        chunks,
+        spec("ATT_ROWS"),
+        spec("ATT_STAGE") == 1,
+    )
 }
 
 fn attend_kernels_match_reference(t: &Target) {
@@ -355,20 +369,11 @@ fn attend_kernels_match_reference(t: &Target) {
             &[device]
         };
         for &wg in limits {
-            let call = Call {
-                tq: c.tq,
-                hq: c.hq,
-                hkv: c.hkv,
-                dim: c.d,
-                tokens: c.t,
-                opts: c.opts,
-            };
-            let rows = call.rows_per_workgroup(wg);
-            let (out, chunks) = on_target(t, &c, &layer, &raw, &q, wg);
+            let (out, chunks, rows, staged) = on_target(t, &c, &layer, &raw, &q, wg);
             assert_eq!(out.len(), reference.len());
             let err = rel_l2_rows(&out, &reference, c.d);
             eprintln!(
-                "attend_kernels[{}] {} (rows/workgroup {rows}): Q={} chunks={chunks} worst row rel L2 {err:e}",
+                "attend_kernels[{}] {} (rows/workgroup {rows}, staged {staged}): Q={} chunks={chunks} worst row rel L2 {err:e}",
                 t.name(),
                 c.what,
                 layer.quantized_len()

@@ -3,12 +3,16 @@
 // Concatenated before msl/attend_kivi.metal and msl/attend_f16.metal by src/gpu/registry.rs
 // (after msl/common/kivi.metal for attend_kivi).
 //
-// A codec file defines `struct AttendCodec` (its device pointers) and
-//   float codec_key(thread const AttendCodec&, constant AttendParams&, uint pos, uint h, uint d)
-//   float codec_value(thread const AttendCodec&, constant AttendParams&, uint pos, uint h, uint d)
+// A codec file defines `struct AttendCodec` (its device pointers; `static constexpr bool
+// kStages`), `struct AttendStage` (its threadgroup staging memory, if any) and
+//   float codec_key(thread const AttendCodec&, constant AttendParams&,
+//                   threadgroup const AttendStage&, uint pos, uint h, uint d)
+//   float codec_value(... likewise)
+//   void codec_stage(thread const AttendCodec&, constant AttendParams&, threadgroup AttendStage&,
+//                    uint t0, uint n, uint h, uint lid)   // called when kStages, see the WGSL
 // (k̂ / v̂ of absolute token pos, KV head h, channel d, reconstructed in registers), then its
-// kernel, which declares the threadgroup memory (`threadgroup AttendShared sh;`) and calls
-// attend_main.
+// kernel, which declares the threadgroup memory (`threadgroup AttendShared sh;` and
+// `threadgroup AttendStage st;`) and calls attend_main.
 //
 // [[buffer(0)]] A:        AttendParams (constant)            keep in sync with src/attention/gpu.rs
 // [[buffer(1)]] q:        float [Tq][Hq][D]
@@ -128,12 +132,13 @@ static inline bool attend_is_visible(constant AttendParams& A, uint pos, uint p,
 // codec_key / codec_value, defined after this file by the kernel, are found at instantiation
 // (argument-dependent lookup) and attend_merge, which includes this file for AttendParams,
 // instantiates nothing.
-template <typename Codec>
+template <typename Codec, typename Stage>
 static void attend_main(constant AttendParams& A,
                         device const float* q,
                         device float* partials,
                         thread const Codec& codec,
                         threadgroup AttendShared& S,
+                        threadgroup Stage& st,
                         uint lid,
                         uint slice,
                         uint lane,
@@ -185,6 +190,12 @@ static void attend_main(constant AttendParams& A,
         if (!seen) {
             continue;
         }
+        // 0. A staging codec copies the tile's packed words into threadgroup memory (the
+        // previous seen tile ended with a barrier, so every thread is done reading it).
+        if (Codec::kStages) {
+            codec_stage(codec, A, st, t0, t_last + 1u - t0, h, lid);
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+        }
         // 1. Scores: thread (slice, lane) = (part of D, token t0 + lane).
         const uint pos = t0 + lane;
         // A token of the chunk some row may see (each vector's own visibility, window
@@ -198,7 +209,7 @@ static void attend_main(constant AttendParams& A,
         }
         if (readable) {
             for (uint dd = d0; dd < d1; ++dd) {
-                const float k = codec_key(codec, A, pos, h, dd);
+                const float k = codec_key(codec, A, st, pos, h, dd);
                 for (uint g = 0u; g < qv; ++g) {
                     dots[g] += S.qsh[g * ATTEND_DIM + dd] * k;
                 }
@@ -253,7 +264,7 @@ static void attend_main(constant AttendParams& A,
                 }
                 for (uint j = 0u; j < n_tile; ++j) {
                     if (S.psh[j] != 0.0f || qv > 1u) {
-                        const float v = codec_value(codec, A, t0 + j, h, dd);
+                        const float v = codec_value(codec, A, st, t0 + j, h, dd);
                         for (uint g = 0u; g < qv; ++g) {
                             acc[g * 2u + k] += S.psh[g * ATTEND_TILE + j] * v;
                         }

@@ -149,20 +149,31 @@ impl Call {
 
     /// Query rows each partial-attention workgroup takes (its K/V loads serve all of them):
     /// 1 for decode; for Tq > 1 the largest power of two ≤ Tq whose query vectors (rows ×
-    /// Hq/Hkv) stay within [`QVECTORS_MAX`] and whose workgroup storage fits
-    /// `max_workgroup_storage` bytes. A pipeline specialization from the set {1, 2, 4, 8, 16},
-    /// chosen by the call's Tq, never by the sequence length.
-    pub fn rows_per_workgroup(&self, max_workgroup_storage: u32) -> usize {
+    /// Hq/Hkv) stay within [`QVECTORS_MAX`] and whose workgroup storage, plus `stage_bytes`
+    /// of codec staging, fits `max_workgroup_storage` bytes. A pipeline specialization from
+    /// the set {1, 2, 4, 8, 16}, chosen by the call's Tq, never by the sequence length.
+    pub fn rows_per_workgroup(&self, max_workgroup_storage: u32, stage_bytes: usize) -> usize {
         let qg = self.hq / self.hkv;
+        let fits = |rows: usize| {
+            self.workgroup_bytes(rows * qg) + stage_bytes <= max_workgroup_storage as usize
+        };
         let mut rows = 1;
-        while rows * 2 <= self.tq
-            && rows * 2 * qg <= QVECTORS_MAX
-            && self.workgroup_bytes(rows * 2 * qg) <= max_workgroup_storage as usize
-        {
+        while rows * 2 <= self.tq && rows * 2 * qg <= QVECTORS_MAX && fits(rows * 2) {
             rows *= 2;
         }
         rows
     }
+}
+
+/// Workgroup bytes of one staged KIVI tile (wgsl/common/attend_codec_kivi.wgsl): 32 tokens'
+/// slice of every channel's key stream, the block's key parameters, 32 value rows and their
+/// parameters.
+pub fn kivi_stage_bytes(l: &Layout, dim: usize) -> usize {
+    let pw = l.params.words();
+    4 * (dim * l.key_bits as usize
+        + dim * pw
+        + 32 * l.value_row_words()
+        + 32 * l.value_groups() * pw)
 }
 
 /// The specialization every attention partial kernel shares: head width and query-group size,
@@ -307,14 +318,25 @@ pub fn plans_for(
 ) -> Result<(Vec<DispatchPlan>, DispatchPlan, u64)> {
     call.check()?;
     let max_binding = limits.max_binding;
-    let rows = call.rows_per_workgroup(limits.max_workgroup_storage);
-    if call.workgroup_bytes(rows * (call.hq / call.hkv)) > limits.max_workgroup_storage as usize {
+    let wg_limit = limits.max_workgroup_storage as usize;
+    let base = call.workgroup_bytes(call.hq / call.hkv);
+    if base > wg_limit {
         return Err(Error::Limit {
             what: "attention workgroup storage",
-            needed: call.workgroup_bytes(rows * (call.hq / call.hkv)) as u64,
-            limit: u64::from(limits.max_workgroup_storage),
+            needed: base as u64,
+            limit: wg_limit as u64,
         });
     }
+    // Stage KIVI tiles in workgroup memory where the layout allows it (a 32-token tile inside
+    // one key block) and one query row still fits beside the stage.
+    let stage_of = |r: &RegionDesc<'_>| match r.kind {
+        SourceKind::Kivi(l) if l.key_group % 32 == 0 && r.seg_offset % 32 == 0 => {
+            Some(kivi_stage_bytes(l, call.dim)).filter(|&b| base + b <= wg_limit)
+        }
+        _ => None,
+    };
+    let stage_max = regions.iter().filter_map(stage_of).max().unwrap_or(0);
+    let rows = call.rows_per_workgroup(limits.max_workgroup_storage, stage_max);
     let per_chunk = (call.tq * call.hq * (call.dim + 2) * 4) as u64;
     let count = |chunk: usize| -> usize {
         regions
@@ -360,6 +382,7 @@ pub fn plans_for(
                 let f16 = u32::from(l.params == ParamStorage::F16);
                 let mut spec = shape_spec(call, rows);
                 spec.0.extend([
+                    ("ATT_STAGE", u32::from(stage_of(r).is_some())),
                     ("PARAMS_F16", f16),
                     ("ATT_KBITS", l.key_bits),
                     ("ATT_KGROUP", l.key_group as u32),

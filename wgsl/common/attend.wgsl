@@ -2,6 +2,9 @@
 // A codec file (wgsl/common/attend_codec_*.wgsl) defines its bindings (3..) and
 //   fn codec_key(pos: u32, h: u32, d: u32) -> f32     // k̂ of absolute token pos, KV head h
 //   fn codec_value(pos: u32, h: u32, d: u32) -> f32   // v̂ likewise
+//   const CODEC_STAGES: bool; fn codec_stage(t0, n, h, lid)  // optional tile staging: when
+//       true, called by every invocation before a tile's scores, between barriers; pos is
+//       then always inside [t0, t0 + n)
 // reconstructing in registers from its stored form. The entry point (wgsl/attend_entry*.wgsl)
 // provides `slice_max` / `slice_sum` (subgroup or workgroup-memory reductions over a slice of
 // 32 invocations) and calls `attend_main`.
@@ -109,6 +112,13 @@ fn attend_main(lid: u32, wid: u32) {
         }
         if (!seen) {
             continue;
+        }
+        // 0. A staging codec copies the tile's packed words into workgroup memory (after every
+        // invocation has finished reading the previous tile's).
+        if (CODEC_STAGES) {
+            workgroupBarrier();
+            codec_stage(t0, t_last + 1u - t0, h, lid);
+            workgroupBarrier();
         }
         // 1. Scores: invocation (slice, lane) = (quarter of D, token t0 + lane). All of a lane's
         // key loads are issued first, unconditionally (indices clamped into range, invisible

@@ -9,6 +9,10 @@
 @group(0) @binding(3) var<storage, read> krows: array<u32>;
 @group(0) @binding(4) var<storage, read> vrows: array<u32>;
 
+// Rows are read straight from the buffers: no stage.
+const CODEC_STAGES: bool = false;
+fn codec_stage(t0: u32, n: u32, h: u32, lid: u32) {}
+
 fn f16_row(pos: u32) -> u32 {
     if (A.ring_tokens != 0u) {
         return pos % A.ring_tokens;
