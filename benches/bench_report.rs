@@ -462,9 +462,9 @@ impl<'a> Results<'a> {
         ts.sort_unstable();
         ts.dedup();
         for t in ts {
-            let f16_arm = arms
-                .iter()
-                .find(|a| a.u("T") == Some(t) && a.s("method") == "f16");
+            let f16_arm = arms.iter().find(|a| {
+                a.u("T") == Some(t) && a.s("method") == "f16" && a.s("variant").is_empty()
+            });
             let f16 = f16_arm.map(Arm::med);
             let f16_path = f16_arm.map_or("", |a| a.s("path"));
             let mut torch = self.torch_row(&torch_name(t));
@@ -480,14 +480,22 @@ impl<'a> Results<'a> {
             for a in arms.iter().filter(|a| a.u("T") == Some(t)) {
                 let _ = writeln!(
                     s,
-                    "| {} | {} [{}] | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} [{}]{} | {} | {} | {} | {} | {} | {} |",
                     tokens(t),
                     a.s("method"),
                     a.s("path"),
+                    if a.s("variant").is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", a.s("variant"))
+                    },
                     a.time(),
                     a.gbs(),
                     a.pct(),
-                    if a.s("method") == "f16" && a.s("path") == f16_path {
+                    if a.s("method") == "f16"
+                        && a.s("path") == f16_path
+                        && a.s("variant").is_empty()
+                    {
                         "baseline".into()
                     } else {
                         f16.map_or("–".into(), |f| Self::ratio(f / a.med(), floor))

@@ -60,6 +60,12 @@ const G: usize = 32;
 const Q_ROTATION: usize = 4;
 /// Name suffix of an A-vs-A twin arm.
 const AA_SUFFIX: &str = " (A')";
+/// Design variants: (name suffix, description).
+const UNSTAGED: (&str, &str) = (" (unstaged)", "tiles not staged");
+const SMALL: (&str, &str) = (
+    " (8 KiB wg)",
+    "8 KiB workgroup storage: 1 row/workgroup, not staged",
+);
 
 struct Opts {
     quick: bool,
@@ -238,6 +244,10 @@ struct AttendArm {
     path: KernelPath,
     /// An A-vs-A twin (a second cache of an arm's case, for the noise floor).
     twin: bool,
+    /// A design variant of the same method (`None`: the library's default on this device).
+    variant: Option<&'static str>,
+    /// The options of every call of this arm.
+    opts: AttendOptions,
 }
 
 struct Arm {
@@ -387,6 +397,8 @@ fn attend_arm(
             passes,
             path,
             twin: false,
+            variant: None,
+            opts: attend_opts(),
         })),
         times_ns: Vec::new(),
     })
@@ -404,10 +416,9 @@ fn encode_work(
             let (src, dst) = &instances[k];
             gpu::encode_plan(ctx, enc, KernelPath::WgslWorkgroup, plan, &[src, dst])
         }
-        Work::Attend(a) => {
-            a.layer
-                .encode_attend(enc, &a.qs[k], a.tq, HQ, &attend_opts(), &a.outs[k])
-        }
+        Work::Attend(a) => a
+            .layer
+            .encode_attend(enc, &a.qs[k], a.tq, HQ, &a.opts, &a.outs[k]),
         Work::Append(_) => Err(kvpack::Error::Config(
             "append arms are timed step by step".into(),
         )),
@@ -468,7 +479,7 @@ fn check_arm(
         Work::Attend(a) => a,
         Work::Append(a) => return check_append(a, k, v, cpu_max),
     };
-    let opts = attend_opts();
+    let opts = a.opts;
     let n = a.tq * HQ * DIM;
     gpu::submit_blocking(ctx, "bench check", |enc| encode_work(ctx, enc, arm, 0)).map_err(e)?;
     let timed = read_f32(ctx, &a.outs[0], n).map_err(e)?;
@@ -576,6 +587,8 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
 
     // Attention arms.
     let t0 = Instant::now();
+    let small = ctx.with_max_workgroup_storage_size(8 * 1024)?;
+    let ctx_default = ctx.clone();
     let mut attend_arms = Vec::new();
     for &t in &tokens {
         for &m in &methods {
@@ -610,6 +623,28 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                     v,
                     &mut rng,
                 )?);
+            }
+            // A/B of the design choices, kivi-4: tile staging off (decode and prefill), and
+            // for prefill the same device limited to 8 KiB of workgroup storage, where the
+            // planner takes one query row per workgroup and does not stage (the kernel as it
+            // was before both).
+            if m == "kivi-4" {
+                let mut variants = vec![(TQ, &ctx_default, UNSTAGED)];
+                if prefill && t >= TQ_PREFILL {
+                    variants.push((TQ_PREFILL, &ctx_default, UNSTAGED));
+                    variants.push((TQ_PREFILL, &small, SMALL));
+                }
+                for (tq, cx, (suffix, what)) in variants {
+                    let mut a = attend_arm(cx, m, PathChoice::Wgsl, t, tq, k, v, &mut rng)?;
+                    a.name += suffix;
+                    if let Work::Attend(x) = &mut a.work {
+                        x.variant = Some(what);
+                        if suffix == UNSTAGED.0 {
+                            x.opts.stage_tiles = Some(false);
+                        }
+                    }
+                    attend_arms.push(a);
+                }
             }
         }
     }
@@ -838,7 +873,13 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         let per_token = all.iter().sum::<f64>() / all.len().max(1) as f64;
         let att = arms.iter().zip(&rows).find_map(|(b, rb)| {
             b.attend()
-                .filter(|b| b.method == a.method && b.t == a.t0 && b.tq == TQ && !b.twin)
+                .filter(|b| {
+                    b.method == a.method
+                        && b.t == a.t0
+                        && b.tq == TQ
+                        && !b.twin
+                        && b.variant.is_none()
+                })
                 .map(|_| rb.0)
         });
         let share = att.map(|x| per_token / (per_token + x));
@@ -988,7 +1029,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             method: a.map(|a| a.method.to_string()),
             path: a.map(|a| a.path.to_string()),
             twin: a.is_some_and(|a| a.twin),
-            variant: None,
+            variant: a.and_then(|a| a.variant).map(str::to_string),
             t: a.map(|a| a.t),
             tq: a.map(|a| a.tq),
             bytes: arm.bytes,
@@ -1037,7 +1078,12 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 .next()
                 .unwrap_or("")
                 .trim_end_matches(']');
-            let label = format!("{} Tq={} [{path}]", a.method, a.tq);
+            let label = format!(
+                "{} Tq={} [{path}]{}",
+                a.method,
+                a.tq,
+                a.variant.map(|v| format!(" ({v})")).unwrap_or_default()
+            );
             let pt = (a.t as f64, row.median_us, row.pct_roofline);
             match series.iter_mut().find(|s| s.label == label) {
                 Some(s) => s.points.push(pt),

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo bench --bench gpu_kivi                 # full sizes (a real GPU)
 //! cargo bench --bench gpu_kivi -- --quick      # small sizes (proves the code path, e.g. lavapipe)
-//! options: --rounds N  --warmup N  --l2-mib N  --json PATH  --plot PATH
+//! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --json PATH  --plot PATH
 //! ```
 //!
 //! Arms, all interleaved within every round (each arm submitted alone and waited for, so no
@@ -13,15 +13,19 @@
 //! - `copy S`: vec4<u32> copy of S bytes; bytes moved = 2·S (read + written).
 //! - `keys` / `values`: `kivi_quant_keys` / `kivi_quant_values` of a prefill of T tokens read
 //!   from `incoming` (t_old = 0); bytes moved = f16 input + codes + params written.
-//! - `keys unfused`: the same key quantization as 8 passes (min, max, scale, subtract, divide,
-//!   round+clamp to u8 codes, bitpack, params to f16; `wgsl/kivi_unfused_keys.wgsl` + the
-//!   bitpack kernel), timed as one span (empty timestamped passes around the first and last);
-//!   bytes counted as for the fused arm (the useful traffic), so GB/s compares directly.
+//! - `keys unfused` / `values unfused`: the same quantization as 8 passes (min, max, scale,
+//!   subtract, divide, round+clamp to u8 codes, bitpack, params to f16; `wgsl/kivi_unfused.wgsl`
+//!   + the bitpack kernel), timed as one span (empty timestamped passes around the first and
+//!   last); bytes counted as for the fused arm (the useful traffic), so GB/s compares directly.
+//! - A-vs-A: the 2-bit key arm at the largest T timed twice (` (A')`); the difference of the
+//!   two medians and its bootstrap 95th percentile are the noise floor.
 //! - `bitpack` / `bitunpack` b: `bitpack::plan_pack` / `plan_unpack` of n codes whose packed
 //!   stream is ~64 MiB; bytes moved = codes (one byte each) + stream.
 //!
 //! Every arm rotates through at least 4 distinct input (and output) buffers whose total exceeds
-//! twice the assumed L2, so no measured dispatch finds its input in cache. Outputs are checked
+//! twice the assumed L2, so no measured dispatch finds its input in cache; before each timed
+//! dispatch (unless `--no-flush`) a separate submission copies 2× the assumed L2, so the L2
+//! holds other data and the GPU is busy right before the timed work. Outputs are checked
 //! once (copy: dst == src; KIVI: against the CPU reference; unfused: codes against the fused
 //! arm's within ±1; bitpack: against the CPU packer) before any number is printed.
 
@@ -70,6 +74,8 @@ struct Opts {
     rounds: usize,
     warmup: usize,
     l2_bytes: u64,
+    /// An L2 flush (a 2×L2 copy) before every timed dispatch.
+    flush: bool,
     json: Option<PathBuf>,
     plot: Option<PathBuf>,
 }
@@ -83,6 +89,7 @@ fn parse_args() -> Result<Opts, String> {
         warmup: if quick { 1 } else { 5 },
         // H200: 60 MB of L2; 64 MiB errs on the safe side.
         l2_bytes: if quick { MIB } else { 64 * MIB },
+        flush: true,
         json: None,
         plot: None,
     };
@@ -98,6 +105,7 @@ fn parse_args() -> Result<Opts, String> {
             "--rounds" => o.rounds = num("--rounds")?.max(1) as usize,
             "--warmup" => o.warmup = num("--warmup")? as usize,
             "--l2-mib" => o.l2_bytes = num("--l2-mib")?.max(1) * MIB,
+            "--no-flush" => o.flush = false,
             "--json" => o.json = Some(it.next().ok_or("--json needs a path")?.into()),
             "--plot" => o.plot = Some(it.next().ok_or("--plot needs a path")?.into()),
             other => eprintln!("gpu_kivi: ignoring argument `{other}`"),
@@ -894,6 +902,15 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             .join(" ")
     );
 
+    // Before every timed dispatch, unless --no-flush: a separate submission copying 2x the
+    // assumed L2 (the L2 then holds someone else's lines, and the GPU is busy right before
+    // the timed work instead of idling between submissions, which let its clocks drop).
+    let flush = if o.flush {
+        let mut one = Rng(0x0f1a_5eed);
+        Some(copy_arm(ctx, 2 * o.l2_bytes, 0, &mut one)?)
+    } else {
+        None
+    };
     let stamps = Stamps::new(ctx, arms.len())?;
     let mut shared = vec![0usize; packs.len()];
     let total = o.warmup + o.rounds;
@@ -910,6 +927,17 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                     shared[p]
                 }
             } % arm.instances.len();
+            if let Some(f) = &flush {
+                gpu::submit_blocking(ctx, "bench L2 flush", |enc| {
+                    gpu::encode_plan(
+                        ctx,
+                        enc,
+                        KernelPath::WgslWorkgroup,
+                        &f.passes[0].plan,
+                        &[&f.instances[0][0], &f.instances[0][1]],
+                    )
+                })?;
+            }
             time_arm(ctx, &stamps, arm, k, slot as u32)?;
         }
         let ns = stamps.read(ctx, arms.len())?;

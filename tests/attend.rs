@@ -632,6 +632,35 @@ fn attend_rows_follow_workgroup_storage(t: &Target) {
     }
     let err = rel_l2_rows(&outs[1], &outs[0], c.d);
     assert!(err <= 1e-6, "rows {r_small} vs {r_full}: rel L2 {err:e}");
+    // Tile staging is a speed choice: off, or forced where possible, gives the same output;
+    // forced where impossible (key group 16) is a typed error.
+    let mut layer = KiviLayer::with_path(ctx, c.hkv, c.d, &c.cfg, *path).expect("layer");
+    layer
+        .append(Input::F32(&k), Input::F32(&v))
+        .expect("append");
+    for stage in [Some(false), Some(true)] {
+        let opts = AttendOptions {
+            stage_tiles: stage,
+            ..c.opts
+        };
+        let out = layer.attend(&q, c.hq, &opts).expect("attend");
+        let err = rel_l2_rows(&out, &outs[0], c.d);
+        assert!(err <= 1e-6, "stage_tiles {stage:?}: rel L2 {err:e}");
+    }
+    let g16 = KiviConfig {
+        key_group: 16,
+        ..c.cfg
+    };
+    let mut layer = KiviLayer::with_path(ctx, c.hkv, c.d, &g16, *path).expect("layer");
+    layer
+        .append(Input::F32(&k), Input::F32(&v))
+        .expect("append");
+    let forced = AttendOptions {
+        stage_tiles: Some(true),
+        ..c.opts
+    };
+    let r = layer.attend(&q, c.hq, &forced);
+    assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
     // D = 256 with 8 query heads per KV head needs ~14 KiB for one row: refused at 4 KiB.
     let tiny = ctx.with_max_workgroup_storage_size(4096).expect("limit");
     let mut layer =

@@ -133,10 +133,13 @@ impl Call {
         if let Some(c) = self.opts.chunk_tokens {
             return c;
         }
-        // About 32 chunks per (query row, KV head), 64..=1024 tokens each: measured on the
-        // H200 (decode, 32k and 128k tokens), 1024-token chunks beat 128 by 17 % and 2048 by
-        // 35 %; small caches keep at least 64 tokens per chunk.
-        self.tokens.div_ceil(32).clamp(64, 1024).div_ceil(32) * 32
+        // About 512 partial workgroups per region (chunks × KV heads × query rows), 64..=1024
+        // tokens each. Measured on the H200 (decode, 32/8 heads, benches/results/sweeps/):
+        // at 32k tokens 512-token chunks (512 workgroups) beat 1024 by 18 % and 256 by 7 %; at
+        // 128k, 1024-token chunks beat 512 by 6 % and 2048 by 35 %.
+        let per_chunk_wgs = self.hkv * self.tq;
+        let chunks = (512 / per_chunk_wgs.max(1)).max(1);
+        self.tokens.div_ceil(chunks).clamp(64, 1024).div_ceil(32) * 32
     }
 }
 
@@ -328,13 +331,30 @@ pub fn plans_for(
         });
     }
     // Stage KIVI tiles in workgroup memory where the layout allows it (a 32-token tile inside
-    // one key block) and one query row still fits beside the stage.
+    // one key block), one query row still fits beside the stage, and the caller did not opt
+    // out.
     let stage_of = |r: &RegionDesc<'_>| match r.kind {
         SourceKind::Kivi(l) if l.key_group % 32 == 0 && r.seg_offset % 32 == 0 => {
-            Some(kivi_stage_bytes(l, call.dim)).filter(|&b| base + b <= wg_limit)
+            Some(kivi_stage_bytes(l, call.dim))
+                .filter(|&b| base + b <= wg_limit && call.opts.stage_tiles != Some(false))
         }
         _ => None,
     };
+    if call.opts.stage_tiles == Some(true) {
+        for r in regions {
+            if let SourceKind::Kivi(l) = r.kind
+                && stage_of(r).is_none()
+            {
+                return Err(Error::Config(format!(
+                    "stage_tiles: a KIVI region (key group {}, starting at row {}, {} B of stage beside {base} B) cannot be staged: it needs a key group that is a multiple of 32, a 32-aligned start and {} B of workgroup storage",
+                    l.key_group,
+                    r.seg_offset,
+                    kivi_stage_bytes(l, call.dim),
+                    wg_limit
+                )));
+            }
+        }
+    }
     let stage_max = regions.iter().filter_map(stage_of).max().unwrap_or(0);
     let rows = call.rows_per_workgroup(limits.max_workgroup_storage, stage_max);
     let per_chunk = (call.tq * call.hq * (call.dim + 2) * 4) as u64;

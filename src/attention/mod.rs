@@ -25,9 +25,15 @@ pub struct AttendOptions {
     pub window: Option<usize>,
     /// Attention sinks: the first `sinks` tokens stay visible under a window.
     pub sinks: usize,
-    /// GPU tuning: tokens per flash-decoding chunk (a multiple of 32; `None`: about 2048
-    /// workgroups per call). Grown automatically when the partials would not fit a binding.
+    /// GPU tuning: tokens per flash-decoding chunk (a multiple of 32; `None`: automatic, see
+    /// [`gpu::Call::chunk_tokens`]). Grown automatically when the partials would not fit a
+    /// binding.
     pub chunk_tokens: Option<usize>,
+    /// GPU tuning: stage each 32-token tile of packed KIVI words in workgroup memory before
+    /// decoding it (`None`: wherever the layout and the device's workgroup storage allow;
+    /// `Some(false)`: never, every code is read from the cache's buffers; `Some(true)`: an
+    /// error where it is impossible). Changes speed only, never results.
+    pub stage_tiles: Option<bool>,
 }
 
 /// Checks q `[Tq, Hq, D]` against a cache of `t` tokens, `hkv` heads of width `d`; returns Tq.

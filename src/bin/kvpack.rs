@@ -277,7 +277,7 @@ fn run(command: Command) -> Result<(), String> {
                 scale,
                 window: window.map(big),
                 sinks,
-                chunk_tokens: None,
+                ..Default::default()
             };
             let n = big(queries);
             let (q, k, v) = io::read_qkv(&input)?;
