@@ -224,6 +224,7 @@ fn on_target(
     raw: &RawKivi,
     q: &[f32],
     wg_storage: u32,
+    stage_tiles: Option<bool>,
 ) -> (Vec<f32>, usize, u32, bool) {
     let l = layer.layout();
     let qn = layer.quantized_len();
@@ -293,7 +294,10 @@ fn on_target(
         hkv: c.hkv,
         dim: c.d,
         tokens: c.t,
-        opts: c.opts,
+        opts: AttendOptions {
+            stage_tiles,
+            ..c.opts
+        },
     };
     let descs: Vec<RegionDesc<'_>> = regions.iter().map(|r| r.0).collect();
     let limits = PlanLimits {
@@ -357,19 +361,19 @@ fn attend_kernels_match_reference(t: &Target) {
             assert!(err <= 1e-4, "cpu {}: worst row rel L2 {err:e}", c.what);
             continue;
         }
-        // The device's workgroup storage (Apple's 32 KiB for the emulated MSL) and, for
-        // prefill rows, 8 KiB: fewer query rows per workgroup.
+        // The device's workgroup storage (Apple's 32 KiB for the emulated MSL) with tiles
+        // staged (where the layout allows) and not, and for prefill rows 8 KiB: fewer query
+        // rows per workgroup.
         let device = match t {
             Target::Wgsl(ctx, _) => ctx.max_workgroup_storage_size(),
             _ => 32 * 1024,
         };
-        let limits: &[u32] = if c.tq > 1 {
-            &[device, 8 * 1024]
-        } else {
-            &[device]
-        };
-        for &wg in limits {
-            let (out, chunks, rows, staged) = on_target(t, &c, &layer, &raw, &q, wg);
+        let mut variants = vec![(device, Some(true)), (device, None)];
+        if c.tq > 1 {
+            variants.push((8 * 1024, None));
+        }
+        for (wg, stage) in variants {
+            let (out, chunks, rows, staged) = on_target(t, &c, &layer, &raw, &q, wg, stage);
             assert_eq!(out.len(), reference.len());
             let err = rel_l2_rows(&out, &reference, c.d);
             eprintln!(

@@ -330,31 +330,15 @@ pub fn plans_for(
             limit: wg_limit as u64,
         });
     }
-    // Stage KIVI tiles in workgroup memory where the layout allows it (a 32-token tile inside
-    // one key block), one query row still fits beside the stage, and the caller did not opt
-    // out.
+    // Stage KIVI tiles in workgroup memory when asked, where the layout allows it (a 32-token
+    // tile inside one key block) and one query row still fits beside the stage.
     let stage_of = |r: &RegionDesc<'_>| match r.kind {
         SourceKind::Kivi(l) if l.key_group % 32 == 0 && r.seg_offset % 32 == 0 => {
             Some(kivi_stage_bytes(l, call.dim))
-                .filter(|&b| base + b <= wg_limit && call.opts.stage_tiles != Some(false))
+                .filter(|&b| base + b <= wg_limit && call.opts.stage_tiles == Some(true))
         }
         _ => None,
     };
-    if call.opts.stage_tiles == Some(true) {
-        for r in regions {
-            if let SourceKind::Kivi(l) = r.kind
-                && stage_of(r).is_none()
-            {
-                return Err(Error::Config(format!(
-                    "stage_tiles: a KIVI region (key group {}, starting at row {}, {} B of stage beside {base} B) cannot be staged: it needs a key group that is a multiple of 32, a 32-aligned start and {} B of workgroup storage",
-                    l.key_group,
-                    r.seg_offset,
-                    kivi_stage_bytes(l, call.dim),
-                    wg_limit
-                )));
-            }
-        }
-    }
     let stage_max = regions.iter().filter_map(stage_of).max().unwrap_or(0);
     let rows = call.rows_per_workgroup(limits.max_workgroup_storage, stage_max);
     let per_chunk = (call.tq * call.hq * (call.dim + 2) * 4) as u64;

@@ -29,10 +29,13 @@ pub struct AttendOptions {
     /// [`gpu::Call::chunk_tokens`]). Grown automatically when the partials would not fit a
     /// binding.
     pub chunk_tokens: Option<usize>,
-    /// GPU tuning: stage each 32-token tile of packed KIVI words in workgroup memory before
-    /// decoding it (`None`: wherever the layout and the device's workgroup storage allow;
-    /// `Some(false)`: never, every code is read from the cache's buffers; `Some(true)`: an
-    /// error where it is impossible). Changes speed only, never results.
+    /// GPU tuning hint: stage each 32-token tile of packed KIVI words in workgroup memory
+    /// before decoding it (`Some(true)`: in every region whose layout allows it, i.e. a key
+    /// group that is a multiple of 32 and a 32-aligned start, and where the device's workgroup
+    /// storage holds the stage) instead of reading every code from the cache's buffers
+    /// (`None`, `Some(false)`). Changes speed only, never results. Off by default: on the H200 it
+    /// was 7 % faster for decode at 32k tokens, 4 % slower at 128k and 8–10 % slower for
+    /// 64-row prefill chunks (BENCHMARKS.md); devices with weaker caches may differ.
     pub stage_tiles: Option<bool>,
 }
 
