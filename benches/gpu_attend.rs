@@ -320,7 +320,7 @@ fn build_layer(
 
 /// The chunk traffic of one call (partials written and read back), as `attention::gpu`
 /// plans it for an unsegmented cache: one region (f16) or quantized + residual (KIVI).
-fn partials_estimate(method: &Method, t: usize, tq: usize) -> (u64, usize) {
+fn partials_estimate(ctx: &Context, method: &Method, t: usize, tq: usize) -> (u64, usize) {
     let call = Call {
         tq,
         hq: HQ,
@@ -329,7 +329,8 @@ fn partials_estimate(method: &Method, t: usize, tq: usize) -> (u64, usize) {
         tokens: t,
         opts: attend_opts(),
     };
-    let chunk = call.chunk_tokens();
+    // Unstaged (the default): no stage beside the rows.
+    let chunk = call.chunk_tokens(call.rows_per_workgroup(ctx.max_workgroup_storage_size(), 0));
     let regions: Vec<usize> = match method {
         Method::F16 => vec![t],
         Method::Kivi(cfg) => {
@@ -367,7 +368,7 @@ fn attend_arm(
         )?);
     }
     let cache_bytes = layer.memory().payload.total();
-    let (partial_bytes, passes) = partials_estimate(&Method::parse(method)?, t, tq);
+    let (partial_bytes, passes) = partials_estimate(ctx, &Method::parse(method)?, t, tq);
     let paths = AttendPaths::resolve(ctx, choice)?;
     let path = if method == "f16" {
         paths.f16

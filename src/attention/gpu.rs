@@ -127,17 +127,17 @@ impl Call {
         Ok(())
     }
 
-    /// Tokens per chunk, a multiple of the 32-token tile. A per-call value, never a pipeline
-    /// specialization.
-    pub fn chunk_tokens(&self) -> usize {
+    /// Tokens per chunk when each workgroup takes `rows_per_workgroup` query rows, a multiple
+    /// of the 32-token tile. A per-call value, never a pipeline specialization.
+    pub fn chunk_tokens(&self, rows_per_workgroup: usize) -> usize {
         if let Some(c) = self.opts.chunk_tokens {
             return c;
         }
-        // About 512 partial workgroups per region (chunks × KV heads × query rows), 64..=1024
+        // About 512 partial workgroups per region (chunks × KV heads × row blocks), 64..=1024
         // tokens each. Measured on the H200 (decode, 32/8 heads, benches/results/sweeps/):
         // at 32k tokens 512-token chunks (512 workgroups) beat 1024 by 18 % and 256 by 7 %; at
         // 128k, 1024-token chunks beat 512 by 6 % and 2048 by 35 %.
-        let per_chunk_wgs = self.hkv * self.tq;
+        let per_chunk_wgs = self.hkv * self.tq.div_ceil(rows_per_workgroup.max(1));
         let chunks = (512 / per_chunk_wgs.max(1)).max(1);
         self.tokens.div_ceil(chunks).clamp(64, 1024).div_ceil(32) * 32
     }
@@ -348,7 +348,7 @@ pub fn plans_for(
             .map(|r| (r.end - r.start).div_ceil(chunk))
             .sum()
     };
-    let mut chunk = call.chunk_tokens();
+    let mut chunk = call.chunk_tokens(rows);
     while count(chunk) as u64 * per_chunk > max_binding {
         let longest = regions.iter().map(|r| r.end - r.start).max().unwrap_or(0);
         if chunk >= longest {
