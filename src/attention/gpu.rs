@@ -133,13 +133,14 @@ impl Call {
         if let Some(c) = self.opts.chunk_tokens {
             return c;
         }
-        // About 512 partial workgroups per region (chunks × KV heads × row blocks), 32..=1024
-        // tokens each. Measured on the H200 (decode, 32/8 heads, benches/results/sweeps/):
-        // at 32k tokens 512-token chunks (512 workgroups) beat 1024 by 18 % and 256 by 7 %; at
-        // 128k, 1024-token chunks beat 512 by 6 % and 2048 by 35 %; at 1k, 32-token chunks
-        // (one tile per workgroup) beat 64 by 12 % and 128 by 35 %.
+        // About 1024 partial workgroups per region (chunks × KV heads × row blocks), 32..=1024
+        // tokens each. Measured on the H200 with the default kernel (decode, 32/8 heads,
+        // benches/results/sweeps/, the "8 KiB wg" arms): at 32k tokens 256-token chunks (1024
+        // workgroups) took 200 µs, 512 217 µs, 1024 310 µs; at 128k 1024-token chunks 547 µs,
+        // 512 568 µs, 256 627 µs; at 1k 32-token chunks (one tile per workgroup) 70 µs, 64
+        // 79 µs, 128 107 µs.
         let per_chunk_wgs = self.hkv * self.tq.div_ceil(rows_per_workgroup.max(1));
-        let chunks = (512 / per_chunk_wgs.max(1)).max(1);
+        let chunks = (1024 / per_chunk_wgs.max(1)).max(1);
         self.tokens.div_ceil(chunks).clamp(32, 1024).div_ceil(32) * 32
     }
 }
