@@ -33,9 +33,9 @@ pub struct AttendOptions {
     /// before decoding it (`Some(true)`: in every region whose layout allows it, i.e. a key
     /// group that is a multiple of 32 and a 32-aligned start, and where the device's workgroup
     /// storage holds the stage) instead of reading every code from the cache's buffers
-    /// (`None`, `Some(false)`). Changes speed only, never results. Off by default: on the H200 it
-    /// was 7 % faster for decode at 32k tokens, 4 % slower at 128k and 8–10 % slower for
-    /// 64-row prefill chunks (BENCHMARKS.md); devices with weaker caches may differ.
+    /// (`None`, `Some(false)`). Changes speed only, never results. Off by default: on the
+    /// H200 it was 2–14 % slower for decode and 4–10 % slower for 64-row prefill chunks
+    /// (BENCHMARKS.md); devices with weaker caches may differ.
     pub stage_tiles: Option<bool>,
 }
 
