@@ -15,7 +15,7 @@
 //!   from `incoming` (t_old = 0); bytes moved = f16 input + codes + params written.
 //! - `keys unfused` / `values unfused`: the same quantization as 8 passes (min, max, scale,
 //!   subtract, divide, round+clamp to u8 codes, bitpack, params to f16; `wgsl/kivi_unfused.wgsl`
-//!   + the bitpack kernel), timed as one span (empty timestamped passes around the first and
+//!   and the bitpack kernel), timed as one span (empty timestamped passes around the first and
 //!   last); bytes counted as for the fused arm (the useful traffic), so GB/s compares directly.
 //! - A-vs-A: the 2-bit key arm at the largest T timed twice (` (A')`); the difference of the
 //!   two medians and its bootstrap 95th percentile are the noise floor.
