@@ -330,15 +330,7 @@ fn partials_estimate(ctx: &Context, method: &Method, t: usize, tq: usize) -> (u6
         opts: attend_opts(),
     };
     // Unstaged (the default): no stage beside the rows.
-    let target = if matches!(method, Method::F16) {
-        512
-    } else {
-        1024
-    };
-    let chunk = call.chunk_tokens(
-        call.rows_per_workgroup(ctx.max_workgroup_storage_size(), 0),
-        target,
-    );
+    let chunk = call.chunk_tokens(call.rows_per_workgroup(ctx.max_workgroup_storage_size(), 0));
     let regions: Vec<usize> = match method {
         Method::F16 => vec![t],
         Method::Kivi(cfg) => {

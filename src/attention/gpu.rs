@@ -128,16 +128,20 @@ impl Call {
         Ok(())
     }
 
-    /// Tokens per chunk when each workgroup takes `rows_per_workgroup` query rows and a region
-    /// should be split into about `target_workgroups` partial workgroups (chunks × KV heads ×
-    /// row blocks), 32..=1024 tokens, a multiple of the 32-token tile. A per-call value, never a
-    /// pipeline specialization.
-    pub fn chunk_tokens(&self, rows_per_workgroup: usize, target_workgroups: usize) -> usize {
+    /// Tokens per chunk when each workgroup takes `rows_per_workgroup` query rows, a multiple
+    /// of the 32-token tile. A per-call value, never a pipeline specialization.
+    pub fn chunk_tokens(&self, rows_per_workgroup: usize) -> usize {
         if let Some(c) = self.opts.chunk_tokens {
             return c;
         }
+        // About 1024 partial workgroups per region (chunks × KV heads × row blocks), 32..=1024
+        // tokens each. Measured on the H200 with the default kernel (decode, 32/8 heads,
+        // benches/results/sweeps/, the "8 KiB wg" arms): at 32k tokens 256-token chunks (1024
+        // workgroups) took 200 µs, 512 217 µs, 1024 310 µs; at 128k 1024-token chunks 547 µs,
+        // 512 568 µs, 256 627 µs; at 1k 32-token chunks (one tile per workgroup) 70 µs, 64
+        // 79 µs, 128 107 µs.
         let per_chunk_wgs = self.hkv * self.tq.div_ceil(rows_per_workgroup.max(1));
-        let chunks = (target_workgroups / per_chunk_wgs.max(1)).max(1);
+        let chunks = (1024 / per_chunk_wgs.max(1)).max(1);
         self.tokens.div_ceil(chunks).clamp(32, 1024).div_ceil(32) * 32
     }
 }
@@ -362,15 +366,7 @@ pub fn plans_for(
             .map(|r| (r.end - r.start).div_ceil(chunk))
             .sum()
     };
-    // Measured on the H200 (decode, 32/8 heads, benches/results/sweeps/): the KIVI kernel is
-    // fastest at about 1024 workgroups per region (32k: 256-token chunks 200 µs, 512 217 µs,
-    // 1024 310 µs; 128k: 1024-token chunks 547 µs, 512 568, 256 627; 1k: 32-token chunks 70 µs,
-    // 64 79, 128 107), the f16 kernel at about 512 (4k: 64-token chunks 63 µs, 32 69, 128 68;
-    // 32k: 512-token chunks 239 µs, 256 251, 1024 297).
-    let kivi = regions
-        .iter()
-        .any(|r| matches!(r.kind, SourceKind::Kivi(_)));
-    let mut chunk = call.chunk_tokens(rows, if kivi { 1024 } else { 512 });
+    let mut chunk = call.chunk_tokens(rows);
     while count(chunk) as u64 * per_chunk > max_binding {
         let longest = regions.iter().map(|r| r.end - r.start).max().unwrap_or(0);
         if chunk >= longest {
