@@ -339,8 +339,7 @@ fn partials_estimate(ctx: &Context, method: &Method, t: usize, tq: usize) -> (u6
         }
     };
     let nc: usize = regions.iter().map(|r| r.div_ceil(chunk)).sum();
-    // One partial dispatch (KIVI's ring rides in its packed region's dispatch) and the merge.
-    let passes = 2;
+    let passes = regions.iter().filter(|&&r| r > 0).count() + 1;
     ((2 * tq * HQ * nc * (DIM + 2) * 4) as u64, passes)
 }
 

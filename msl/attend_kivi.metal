@@ -13,28 +13,14 @@
 // [[buffer(4)]] kparams: uint [blocks][Hkv][D][1 or 2]
 // [[buffer(5)]] vcodes:  uint [tokens][Hkv][vrow_words]
 // [[buffer(6)]] vparams: uint [tokens][Hkv][vn_groups][1 or 2]
-// [[buffer(7)]] ring_k:  uint [ring_tokens][row_words]  the residual ring's f16 K rows
-// [[buffer(8)]] ring_v:  uint [ring_tokens][row_words]  (any buffer when fused_chunks = 0)
-// Positions at or past region_end (the fused ring chunks) are read from the ring, token pos
-// in row pos % ring_tokens, as attend_f16 reads a ring: one dispatch covers both regions.
 
 struct AttendCodec {
     device const uint* kcodes;
     device const uint* kparams;
     device const uint* vcodes;
     device const uint* vparams;
-    device const uint* ring_k;
-    device const uint* ring_v;
     static constexpr bool kStages = ATT_STAGE == 1u;
 };
-
-// f16 element (h, d) of ring row pos % ring_tokens.
-static inline float kivi_ring_elem(device const uint* rows, constant AttendParams& A, uint pos,
-                                   uint h, uint d) {
-    const uint e = h * A.dim + d;
-    const uint w = rows[(pos % A.ring_tokens) * A.row_words + (e >> 1u)];
-    return attend_half_to_float((e & 1u) == 1u ? (w >> 16u) : w);
-}
 
 // Parameter words per group, value groups per row, value words per row (src/kivi/layout.rs).
 #define KIVI_PW (2u - PARAMS_F16)
@@ -57,9 +43,6 @@ struct AttendStage {
 // every thread calls it, the core puts a barrier after it.
 static void codec_stage(thread const AttendCodec& c, constant AttendParams& A,
                         threadgroup AttendStage& st, uint t0, uint n, uint h, uint lid) {
-    if (t0 >= A.region_end) {
-        return; // a fused ring tile: read straight from the ring
-    }
     const uint r0 = t0 - A.region_start + A.seg_offset;
     const uint gi0 = ((r0 / A.kgroup) * A.hkv + h) * A.dim; // group of (block, h, channel 0)
     const uint w0 = ((r0 % A.kgroup) * A.kbits) >> 5u;      // the tile's first word per stream
@@ -103,9 +86,6 @@ static inline float2 kivi_staged_pair(threadgroup const uint* params, uint gi) {
 
 static float codec_key(thread const AttendCodec& c, constant AttendParams& A,
                        threadgroup const AttendStage& st, uint pos, uint h, uint d) {
-    if (pos >= A.region_end) {
-        return kivi_ring_elem(c.ring_k, A, pos, h, d);
-    }
     if (AttendCodec::kStages) {
         const uint code = kivi_staged_code(st.kst, d * ATT_KBITS, pos - st.t0, ATT_KBITS);
         const float2 pr = kivi_staged_pair(st.kps, d);
@@ -120,9 +100,6 @@ static float codec_key(thread const AttendCodec& c, constant AttendParams& A,
 
 static float codec_value(thread const AttendCodec& c, constant AttendParams& A,
                          threadgroup const AttendStage& st, uint pos, uint h, uint d) {
-    if (pos >= A.region_end) {
-        return kivi_ring_elem(c.ring_v, A, pos, h, d);
-    }
     if (AttendCodec::kStages) {
         const uint j = pos - st.t0;
         const uint jg = d / ATT_VGROUP;
@@ -150,8 +127,6 @@ kernel void attend_kivi(constant AttendParams& A [[buffer(0)]],
                         device const uint* kparams [[buffer(4)]],
                         device const uint* vcodes [[buffer(5)]],
                         device const uint* vparams [[buffer(6)]],
-                        device const uint* ring_k [[buffer(7)]],
-                        device const uint* ring_v [[buffer(8)]],
                         uint3 wg [[threadgroup_position_in_grid]],
                         uint3 nwg [[threadgroups_per_grid]],
                         uint lid [[thread_index_in_threadgroup]],
@@ -164,7 +139,5 @@ kernel void attend_kivi(constant AttendParams& A [[buffer(0)]],
     codec.kparams = kparams;
     codec.vcodes = vcodes;
     codec.vparams = vparams;
-    codec.ring_k = ring_k;
-    codec.ring_v = ring_v;
     attend_main(A, q, partials, codec, sh, st, lid, slice, lane, wg.y * nwg.x + wg.x);
 }

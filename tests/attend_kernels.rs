@@ -305,41 +305,19 @@ fn on_target(
         max_workgroup_storage: wg_storage,
     };
     let (partial_plans, merge, partial_bytes) = plans_for(&call, &descs, limits).expect("plans");
-    // Every region is covered once: by its own dispatch or fused into a KIVI one.
-    let covered: usize = partial_plans
-        .iter()
-        .map(|p| 1 + usize::from(p.fused_ring.is_some()))
-        .sum();
-    assert_eq!(covered, regions.len());
-    eprintln!(
-        "  {}: {} regions in {} partial dispatches",
-        c.what,
-        regions.len(),
-        partial_plans.len()
-    );
+    assert_eq!(partial_plans.len(), regions.len());
     let nan_words = (partial_bytes / 4) as usize;
     let mut partials = as_bytes(&vec![0x7fc0_0000u32; nan_words]);
     let qb: Vec<u8> = bytemuck::cast_slice(q).to_vec();
     let mut chunks = 0;
-    for pp in &partial_plans {
-        let (desc, bufs) = &regions[pp.region];
+    for (plan, (desc, bufs)) in partial_plans.iter().zip(&regions) {
         let mut storage = vec![qb.clone(), partials];
         storage.extend(bufs.iter().cloned());
-        if pp.plan.kernel.name == "attend_kivi" {
-            match pp.fused_ring {
-                Some(i) => storage.extend(regions[i].1.iter().cloned()),
-                // Never read without a fused ring: NaN placeholders would show if they were.
-                None => storage.extend([
-                    as_bytes(&[0x7fc0_0000u32; 4]),
-                    as_bytes(&[0x7fc0_0000u32; 4]),
-                ]),
-            }
-        }
-        run_plan(t, &pp.plan, &mut storage)
+        run_plan(t, plan, &mut storage)
             .unwrap_or_else(|e| panic!("{} {}: partials {:?}: {e}", t.name(), c.what, desc));
         partials = storage.swap_remove(1);
-        let p: &kvpack::attention::gpu::AttendParams = bytemuck::from_bytes(&pp.plan.uniform);
-        chunks += (p.n_chunks + p.fused_chunks) as usize;
+        let p: &kvpack::attention::gpu::AttendParams = bytemuck::from_bytes(&plan.uniform);
+        chunks += p.n_chunks as usize;
     }
     let mut storage = vec![partials, as_bytes(&vec![POISON; q.len()])];
     run_plan(t, &merge, &mut storage)
@@ -347,7 +325,7 @@ fn on_target(
     let spec = |name: &str| {
         partial_plans
             .iter()
-            .flat_map(|p| p.plan.spec.0.iter())
+            .flat_map(|p| p.spec.0.iter())
             .filter(|(n, _)| *n == name)
             .map(|(_, v)| *v)
             .max()

@@ -59,8 +59,8 @@ struct AttendParams {
     uint vrow_words;
     uint vn_groups;
     uint row_words;    // f16 codec: words per token row (H*D halves)
-    uint fused_chunks; // KIVI kernel: chunks of the residual ring [region_end, fused_end)
-    uint fused_end;    // dispatched after this region's n_chunks (0: none)
+    uint pad0;
+    uint pad1;
 };
 
 #define ATTEND_TILE 32u
@@ -116,9 +116,9 @@ static inline float attend_slice_sum(float v) {
 }
 
 static inline bool attend_is_visible(constant AttendParams& A, uint pos, uint p, uint c_end) {
-    // pos < c_end (<= the end of the chunk's region): never count a token of the next chunk
-    // or region.
-    if (pos > p || pos >= c_end) {
+    // pos < c_end: never count a token of the next chunk (chunk_tokens is a multiple of the
+    // tile on the host, so this only guards the kernel against other hosts).
+    if (pos > p || pos >= A.region_end || pos >= c_end) {
         return false;
     }
     if (A.window == 0u) {
@@ -144,15 +144,12 @@ static void attend_main(constant AttendParams& A,
                         uint lane,
                         uint wid) {
     static_assert(ATTEND_QV >= 1u && ATTEND_QV <= ATTEND_QV_MAX, "ATT_QG * ATT_ROWS out of range");
-    // This dispatch's chunks: n_chunks of [region_start, region_end), then (KIVI kernel)
-    // fused_chunks of the residual ring [region_end, fused_end).
-    const uint chunks = A.n_chunks + A.fused_chunks;
-    const uint per_block = A.hkv * chunks;
+    const uint per_block = A.hkv * A.n_chunks;
     if (wid >= ((A.tq + ATT_ROWS - 1u) / ATT_ROWS) * per_block) {
         return; // uniform: depends on the threadgroup only
     }
-    const uint c = wid % chunks;
-    const uint h = (wid / chunks) % A.hkv;
+    const uint c = wid % A.n_chunks;
+    const uint h = (wid / A.n_chunks) % A.hkv;
     const uint i0 = (wid / per_block) * ATT_ROWS;
     const uint rows = min(ATT_ROWS, A.tq - i0);
     const uint p_first = A.q_pos0 + i0; // position of the block's first query row
@@ -180,10 +177,8 @@ static void attend_main(constant AttendParams& A,
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
-    const bool ring_chunk = c >= A.n_chunks;
-    const uint c_start = ring_chunk ? A.region_end + (c - A.n_chunks) * A.chunk_tokens
-                                    : A.region_start + c * A.chunk_tokens;
-    const uint c_end = min(c_start + A.chunk_tokens, ring_chunk ? A.fused_end : A.region_end);
+    const uint c_start = A.region_start + c * A.chunk_tokens;
+    const uint c_end = min(c_start + A.chunk_tokens, A.region_end);
     const uint part_len = (d_n + 3u) / 4u;
     for (uint t0 = c_start; t0 < c_end; t0 += ATTEND_TILE) {
         // Skip tiles no query row of the block can see (uniform per threadgroup).
@@ -205,7 +200,7 @@ static void attend_main(constant AttendParams& A,
         const uint pos = t0 + lane;
         // A token of the chunk some row may see (each vector's own visibility, window
         // included, is applied in the softmax below).
-        const bool readable = pos < c_end && pos <= p_last;
+        const bool readable = pos < c_end && pos < A.region_end && pos <= p_last;
         const uint d0 = slice * part_len;
         const uint d1 = min(d0 + part_len, d_n);
         float dots[ATTEND_QV];

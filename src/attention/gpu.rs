@@ -42,9 +42,8 @@ pub struct AttendParams {
     pub vrow_words: u32,
     pub vn_groups: u32,
     pub row_words: u32,
-    /// KIVI kernel: chunks of the residual ring `[region_end, fused_end)` after this region's.
-    pub fused_chunks: u32,
-    pub fused_end: u32,
+    pub pad0: u32,
+    pub pad1: u32,
 }
 
 /// Largest head width and query-group size the attention kernels hold in workgroup memory.
@@ -303,19 +302,6 @@ impl PlanLimits {
     }
 }
 
-/// One partial-attention dispatch: its plan, the region it covers (an index into the regions
-/// given to [`plans_for`]) and, for a KIVI region, the residual ring region folded into the
-/// same dispatch (its buffers bind at 7 and 8).
-#[derive(Clone, Debug)]
-pub struct PartialPlan {
-    /// The dispatch.
-    pub plan: DispatchPlan,
-    /// Index of the region (bindings 3..).
-    pub region: usize,
-    /// Index of the ring region fused into a KIVI dispatch.
-    pub fused_ring: Option<usize>,
-}
-
 /// The plans of one call: partials per region, then the merge; and the partials' size.
 /// Chunks grow until the partials fit in `limits.max_binding` bytes (an error when even one
 /// chunk per region does not fit).
@@ -323,20 +309,18 @@ pub fn plans(
     call: &Call,
     regions: &[Region<'_>],
     limits: PlanLimits,
-) -> Result<(Vec<PartialPlan>, DispatchPlan, u64)> {
+) -> Result<(Vec<DispatchPlan>, DispatchPlan, u64)> {
     let descs: Vec<RegionDesc<'_>> = regions.iter().map(Region::desc).collect();
     plans_for(call, &descs, limits)
 }
 
 /// [`plans`] from region descriptions: one partials plan per non-empty region, in order
-/// (binding 3.. of each is its region's buffers), except that a KIVI region directly followed
-/// by its residual ring (an f16 region with `ring_tokens > 0` starting where it ends) covers
-/// both in one dispatch (the ring's rows bind at 7 and 8); then the merge.
+/// (binding 3.. of each is its region's buffers), then the merge.
 pub fn plans_for(
     call: &Call,
     regions: &[RegionDesc<'_>],
     limits: PlanLimits,
-) -> Result<(Vec<PartialPlan>, DispatchPlan, u64)> {
+) -> Result<(Vec<DispatchPlan>, DispatchPlan, u64)> {
     call.check()?;
     let max_binding = limits.max_binding;
     let wg_limit = limits.max_workgroup_storage as usize;
@@ -379,15 +363,9 @@ pub fn plans_for(
         chunk = (chunk * 2).min(longest.div_ceil(32) * 32);
     }
     let nc_total = count(chunk);
-    let mut out: Vec<PartialPlan> = Vec::new();
+    let mut out = Vec::new();
     let mut base = 0;
-    let live: Vec<usize> = (0..regions.len())
-        .filter(|&i| regions[i].end > regions[i].start)
-        .collect();
-    let mut k = 0;
-    while k < live.len() {
-        let ri = live[k];
-        let r = &regions[ri];
+    for r in regions.iter().filter(|r| r.end > r.start) {
         let n_chunks = (r.end - r.start).div_ceil(chunk);
         let mut p = AttendParams {
             n_chunks: n_chunks as u32,
@@ -397,7 +375,6 @@ pub fn plans_for(
             seg_offset: r.seg_offset as u32,
             ..base_params(call, chunk, nc_total)
         };
-        let mut fused_ring = None;
         let (def, spec) = match r.kind {
             SourceKind::Kivi(l) => {
                 p.kbits = l.key_bits;
@@ -408,22 +385,6 @@ pub fn plans_for(
                 p.vgroup_words = l.value_group_words() as u32;
                 p.vrow_words = l.value_row_words() as u32;
                 p.vn_groups = l.value_groups() as u32;
-                // The residual ring right after this region joins its dispatch.
-                if let Some(&ni) = live.get(k + 1)
-                    && let SourceKind::F16 {
-                        row_words,
-                        ring_tokens,
-                    } = regions[ni].kind
-                    && ring_tokens > 0
-                    && regions[ni].start == r.end
-                {
-                    let ring = &regions[ni];
-                    p.fused_chunks = (ring.end - ring.start).div_ceil(chunk) as u32;
-                    p.fused_end = ring.end as u32;
-                    p.row_words = row_words as u32;
-                    p.ring_tokens = ring_tokens as u32;
-                    fused_ring = Some(ni);
-                }
                 let f16 = u32::from(l.params == ParamStorage::F16);
                 let mut spec = shape_spec(call, rows);
                 spec.0.extend([
@@ -445,19 +406,13 @@ pub fn plans_for(
                 (&registry::ATTEND_F16, shape_spec(call, rows))
             }
         };
-        let chunks = n_chunks + p.fused_chunks as usize;
-        out.push(PartialPlan {
-            plan: DispatchPlan {
-                kernel: def,
-                spec,
-                uniform: bytemuck::bytes_of(&p).to_vec(),
-                workgroups: (call.tq.div_ceil(rows) * call.hkv * chunks) as u64,
-            },
-            region: ri,
-            fused_ring,
+        out.push(DispatchPlan {
+            kernel: def,
+            spec,
+            uniform: bytemuck::bytes_of(&p).to_vec(),
+            workgroups: (call.tq.div_ceil(rows) * call.hkv * n_chunks) as u64,
         });
-        base += chunks;
-        k += if fused_ring.is_some() { 2 } else { 1 };
+        base += n_chunks;
     }
     let merge = DispatchPlan {
         kernel: &registry::ATTEND_MERGE,
@@ -488,8 +443,8 @@ pub fn encode(
         .adapter_info()
         .is_some_and(|i| i.subgroup_min_size >= 32)
     {
-        for pp in &mut partial_plans {
-            for (name, v) in &mut pp.plan.spec.0 {
+        for plan in &mut partial_plans {
+            for (name, v) in &mut plan.spec.0 {
                 if *name == "ATT_SG_WIDE" {
                     *v = 1;
                 }
@@ -497,38 +452,31 @@ pub fn encode(
         }
     }
     let partials = gpu::storage_buffer(ctx, "kvpack attention partials", partial_bytes)?;
-    for pp in &partial_plans {
-        let plan = &pp.plan;
-        match regions[pp.region].source {
+    for (plan, r) in partial_plans
+        .iter()
+        .zip(regions.iter().filter(|r| r.end > r.start))
+    {
+        match r.source {
             Source::Kivi {
                 key_codes,
                 key_params,
                 value_codes,
                 value_params,
                 ..
-            } => {
-                // The fused ring's rows, or (no ring) any buffer: the kernel never reads them.
-                let (ring_k, ring_v) = match pp.fused_ring.map(|i| regions[i].source) {
-                    Some(Source::F16 { k_rows, v_rows, .. }) => (k_rows, v_rows),
-                    _ => (key_codes, key_codes),
-                };
-                gpu::encode_plan(
-                    ctx,
-                    encoder,
-                    paths.kivi,
-                    plan,
-                    &[
-                        q,
-                        &partials,
-                        key_codes,
-                        key_params,
-                        value_codes,
-                        value_params,
-                        ring_k,
-                        ring_v,
-                    ],
-                )?
-            }
+            } => gpu::encode_plan(
+                ctx,
+                encoder,
+                paths.kivi,
+                plan,
+                &[
+                    q,
+                    &partials,
+                    key_codes,
+                    key_params,
+                    value_codes,
+                    value_params,
+                ],
+            )?,
             Source::F16 { k_rows, v_rows, .. } => gpu::encode_plan(
                 ctx,
                 encoder,

@@ -206,8 +206,6 @@ pub static ATTEND_KIVI: KernelDef = KernelDef {
         Binding::StorageRead,
         Binding::StorageRead,
         Binding::StorageRead,
-        Binding::StorageRead,
-        Binding::StorageRead,
     ],
     workgroup_size: 128,
 };

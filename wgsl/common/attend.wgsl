@@ -43,11 +43,8 @@ var<workgroup> l_run: array<f32, QV>;
 var<workgroup> corr_sh: array<f32, QV>;
 var<workgroup> scratch: array<f32, 128>;       // slice reductions
 
-// End of the region this workgroup's chunk belongs to (set once in attend_main).
-var<private> REG_END: u32;
-
 fn is_visible(pos: u32, p: u32) -> bool {
-    if (pos > p || pos >= REG_END) {
+    if (pos > p || pos >= A.region_end) {
         return false;
     }
     if (A.window == 0u) {
@@ -69,15 +66,12 @@ const PART: u32 = (DIM + 3u) / 4u;      // channels per slice in the score phase
 const DK: u32 = (DIM + 127u) / 128u;    // channels per invocation in the value phase
 
 fn attend_main(lid: u32, wid: u32) {
-    // This dispatch's chunks: n_chunks of [region_start, region_end), then (KIVI kernel)
-    // fused_chunks of the residual ring [region_end, fused_end).
-    let chunks = A.n_chunks + A.fused_chunks;
-    let per_block = A.hkv * chunks;
+    let per_block = A.hkv * A.n_chunks;
     if (wid >= ((A.tq + ROWS - 1u) / ROWS) * per_block) {
         return; // uniform: depends on the workgroup only
     }
-    let c = wid % chunks;
-    let h = (wid / chunks) % A.hkv;
+    let c = wid % A.n_chunks;
+    let h = (wid / A.n_chunks) % A.hkv;
     let i0 = (wid / per_block) * ROWS;
     let rows = min(ROWS, A.tq - i0);
     // Positions of the block's first and last query rows.
@@ -107,13 +101,8 @@ fn attend_main(lid: u32, wid: u32) {
     }
     workgroupBarrier();
 
-    var c_start = A.region_start + c * A.chunk_tokens;
-    REG_END = A.region_end;
-    if (c >= A.n_chunks) {
-        c_start = A.region_end + (c - A.n_chunks) * A.chunk_tokens;
-        REG_END = A.fused_end;
-    }
-    let c_end = min(c_start + A.chunk_tokens, REG_END);
+    let c_start = A.region_start + c * A.chunk_tokens;
+    let c_end = min(c_start + A.chunk_tokens, A.region_end);
     for (var t0 = c_start; t0 < c_end; t0 += TILE) {
         // Skip tiles no query row of the block can see (uniform per workgroup).
         let t_last = min(t0 + TILE, c_end) - 1u;

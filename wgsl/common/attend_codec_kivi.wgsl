@@ -16,25 +16,11 @@
 // @binding(4) kparams: array<u32> [blocks][Hkv][D][1 or 2]
 // @binding(5) vcodes:  array<u32> [tokens][Hkv][vrow_words]
 // @binding(6) vparams: array<u32> [tokens][Hkv][vn_groups][1 or 2]
-// @binding(7) ring_k:  array<u32> [ring_tokens][row_words]  the residual ring's f16 K rows
-// @binding(8) ring_v:  array<u32> [ring_tokens][row_words]  (any buffer when fused_chunks = 0)
-//
-// Positions at or past region_end (the fused ring chunks, A.fused_chunks > 0) are read from
-// the ring: token pos in row pos % ring_tokens, as the f16 codec reads a ring. One dispatch
-// then covers the packed region and the residual ring (one pass fewer per call).
 
 @group(0) @binding(3) var<storage, read> kcodes: array<u32>;
 @group(0) @binding(4) var<storage, read> kparams: array<u32>;
 @group(0) @binding(5) var<storage, read> vcodes: array<u32>;
 @group(0) @binding(6) var<storage, read> vparams: array<u32>;
-@group(0) @binding(7) var<storage, read> ring_k: array<u32>;
-@group(0) @binding(8) var<storage, read> ring_v: array<u32>;
-
-// Word index and half of f16 element (h, d) in ring row pos % ring_tokens.
-fn ring_index(pos: u32, h: u32, d: u32) -> vec2<u32> {
-    let e = h * DIM + d;
-    return vec2<u32>((pos % A.ring_tokens) * A.row_words + (e >> 1u), e & 1u);
-}
 
 fn key_pair(gi: u32) -> vec2<f32> {
     if (PARAMS_F16 == 1u) {
@@ -73,9 +59,6 @@ var<private> st_t0: u32; // first position of the staged tile
 // Every invocation of the workgroup calls it; the core puts barriers around it.
 fn codec_stage(t0: u32, n: u32, h: u32, lid: u32) {
     st_t0 = t0;
-    if (t0 >= A.region_end) {
-        return; // a fused ring tile: read straight from the ring
-    }
     let r0 = t0 - A.region_start + A.seg_offset;
     let gi0 = ((r0 / ATT_KGROUP) * A.hkv + h) * DIM;      // group of (block, h, channel 0)
     let w0 = ((r0 % ATT_KGROUP) * ATT_KBITS) >> 5u;      // the tile's first word per stream
@@ -104,10 +87,6 @@ fn staged_pair(words_f16: u32, lo_f32: u32, hi_f32: u32) -> vec2<f32> {
 }
 
 fn codec_key(pos: u32, h: u32, d: u32) -> f32 {
-    if (pos >= A.region_end) {
-        let ix = ring_index(pos, h, d);
-        return unpack2x16float(ring_k[ix.x])[ix.y];
-    }
     if (CODEC_STAGES) {
         let start = (pos - st_t0) * ATT_KBITS;
         let w = d * ATT_KBITS + (start >> 5u);
@@ -133,10 +112,6 @@ fn codec_key(pos: u32, h: u32, d: u32) -> f32 {
 }
 
 fn codec_value(pos: u32, h: u32, d: u32) -> f32 {
-    if (pos >= A.region_end) {
-        let ix = ring_index(pos, h, d);
-        return unpack2x16float(ring_v[ix.x])[ix.y];
-    }
     if (CODEC_STAGES) {
         let j = pos - st_t0;
         let jg = d / ATT_VGROUP;

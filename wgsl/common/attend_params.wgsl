@@ -27,8 +27,6 @@ struct AttendParams {
     vrow_words: u32,
     vn_groups: u32,
     row_words: u32,     // f16 codec: words per token row (H*D halves)
-    // KIVI kernel: chunks of the residual ring [region_end, fused_end) dispatched after this
-    // region's n_chunks (0: none); the ring is read as f16 rows (ring_tokens, row_words).
-    fused_chunks: u32,
-    fused_end: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
