@@ -21,6 +21,7 @@ const BLOCKS: [&str; 9] = [
     "header", "noise", "roofline", "kivi", "bitpack", "decode", "prefill", "append", "figures",
 ];
 
+#[allow(dead_code)] // unused where tests/benchmarks_in_sync.rs includes this file
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut results = None;
@@ -52,7 +53,7 @@ fn read_json(path: &Path) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn run(results: &Path, out: &Path) -> Result<(), String> {
+pub fn run(results: &Path, out: &Path) -> Result<(), String> {
     let kivi = read_json(&results.join("gpu_kivi.json"))?;
     let attend = read_json(&results.join("gpu_attend.json"))?;
     let torch_path = results.join("torch_baseline.json");
