@@ -370,38 +370,43 @@ impl GpuRows {
             a = b;
         }
         let bytes = |tokens: usize| (tokens * rw * 4) as u64;
-        {
-            // Room: new segments, or the last one grown with its rows copied on the device.
-            for s in 0..t_new.div_ceil(st) {
-                let need = (t_new - s * st).min(st);
-                let have = self.segments.get(s).map_or(0, |g| g.cap);
-                if need <= have {
-                    continue;
-                }
+        // Room: new segments, or the last one grown. Every buffer is allocated before the
+        // layer changes, so a failed allocation leaves it as it was.
+        let mut grown = Vec::new();
+        for s in 0..t_new.div_ceil(st) {
+            let need = (t_new - s * st).min(st);
+            let have = self.segments.get(s).map_or(0, |g| g.cap);
+            if need > have {
                 let cap = crate::cache::grown_capacity(have, need).min(st);
-                let seg = Segment {
-                    k: gpu::storage_buffer(&ctx, "kvpack f16 k", bytes(cap))?,
-                    v: gpu::storage_buffer(&ctx, "kvpack f16 v", bytes(cap))?,
-                    cap,
-                };
-                if let Some(old) = self.segments.get(s) {
-                    let used = t_old.saturating_sub(s * st).min(old.cap);
-                    if used > 0 {
-                        enc.copy_buffer_to_buffer(&old.k, 0, &seg.k, 0, bytes(used));
-                        enc.copy_buffer_to_buffer(&old.v, 0, &seg.v, 0, bytes(used));
-                    }
-                    self.segments[s] = seg;
-                } else {
-                    self.segments.push(seg);
-                }
+                grown.push((
+                    s,
+                    Segment {
+                        k: gpu::storage_buffer(&ctx, "kvpack f16 k", bytes(cap))?,
+                        v: gpu::storage_buffer(&ctx, "kvpack f16 v", bytes(cap))?,
+                        cap,
+                    },
+                ));
             }
-            for (a, b, kb, vb) in &pieces {
-                let seg = &self.segments[a / st];
-                let off = bytes(a % st);
-                enc.copy_buffer_to_buffer(kb, 0, &seg.k, off, bytes(b - a));
-                enc.copy_buffer_to_buffer(vb, 0, &seg.v, off, bytes(b - a));
-            }
-            Ok(())
         }
+        for (s, seg) in grown {
+            if let Some(old) = self.segments.get(s) {
+                // The history moves on the device.
+                let used = t_old.saturating_sub(s * st).min(old.cap);
+                if used > 0 {
+                    enc.copy_buffer_to_buffer(&old.k, 0, &seg.k, 0, bytes(used));
+                    enc.copy_buffer_to_buffer(&old.v, 0, &seg.v, 0, bytes(used));
+                }
+                self.segments[s] = seg;
+            } else {
+                self.segments.push(seg);
+            }
+        }
+        for (a, b, kb, vb) in &pieces {
+            let seg = &self.segments[a / st];
+            let off = bytes(a % st);
+            enc.copy_buffer_to_buffer(kb, 0, &seg.k, off, bytes(b - a));
+            enc.copy_buffer_to_buffer(vb, 0, &seg.v, off, bytes(b - a));
+        }
+        Ok(())
     }
 }
