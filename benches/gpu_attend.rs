@@ -46,7 +46,7 @@ use kvpack::{AttendOptions, Input, KiviLayer, KvLayer, Method};
 mod common;
 
 use common::report::{self, ArmRow, CPU_ADAPTER_NOTE, Report, Series, Stamps};
-use common::{MIB, Rng, fill_from, fmt_bytes, rotation, stats};
+use common::{AA_SUFFIX, MIB, Rng, fill_from, fmt_bytes, rotation, stats};
 const HQ: usize = 32;
 const HKV: usize = 8;
 const DIM: usize = 128;
@@ -58,8 +58,6 @@ const TQ_PREFILL: usize = 64;
 const G: usize = 32;
 /// Distinct query (and output) buffers each attention arm rotates through.
 const Q_ROTATION: usize = 4;
-/// Name suffix of an A-vs-A twin arm.
-const AA_SUFFIX: &str = " (A')";
 /// Design variants: (name suffix, description).
 const STAGED: (&str, &str) = (" (staged)", "tiles staged");
 const SMALL: (&str, &str) = (" (8 KiB wg)", "8 KiB workgroup storage: 1 row/workgroup");
@@ -810,30 +808,12 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         );
     }
     // Noise floor: A-vs-A pairs (the same case built twice, timed as two arms).
-    println!(
-        "\nnoise floor (A-vs-A pairs: the medians' difference, and its bootstrap 95th percentile):"
-    );
-    let (mut noise, mut aa) = (Vec::new(), Vec::new());
-    for (arm, r) in arms.iter().zip(&rows) {
-        let Some(base) = arm.name.strip_suffix(AA_SUFFIX) else {
-            continue;
-        };
-        if let Some((b, rb)) = arms.iter().zip(&rows).find(|(b, _)| b.name == base) {
-            let (seen, p95) = common::aa_noise(&b.times_ns, &arm.times_ns);
-            println!(
-                "  A-vs-A {base}: medians {:.2} vs {:.2} µs, differ by {seen:.1} % (bootstrap 95 %: {p95:.1} %)",
-                rb.0 / 1e3,
-                r.0 / 1e3
-            );
-            noise.push((format!("A-vs-A {base}"), seen.max(p95)));
-            aa.push(serde_json::json!({
-                "arm": base, "median_a_us": rb.0 / 1e3, "median_a2_us": r.0 / 1e3,
-                "observed_pct": seen, "bootstrap_p95_pct": p95,
-            }));
-        }
-    }
-    let floor = noise.iter().map(|n| n.1).fold(0f64, f64::max);
-    println!("  => differences under {floor:.1} % are called noise below");
+    let named: Vec<(&str, &[f64], f64)> = arms
+        .iter()
+        .zip(&rows)
+        .map(|(a, r)| (a.name.as_str(), a.times_ns.as_slice(), r.0))
+        .collect();
+    let (noise, aa, floor) = common::aa_floor(&named);
     println!("  (for scale, the spread (max - min) / median of the copy arms:)");
     for (arm, r) in arms.iter().zip(&rows) {
         if arm.is_copy() {

@@ -45,12 +45,10 @@ use kvpack::kivi::{KiviConfig, Layout};
 mod common;
 
 use common::report::{self, ArmRow, CPU_ADAPTER_NOTE, Report, Series, Stamps};
-use common::{MIB, Rng, fill_from, fmt_bytes, rotation, stats, storage};
+use common::{AA_SUFFIX, MIB, Rng, fill_from, fmt_bytes, rotation, stats, storage};
 const HEADS: usize = 8;
 const DIM: usize = 128;
 const GROUP: usize = 32;
-/// Name suffix of an A-vs-A twin arm.
-const AA_SUFFIX: &str = " (A')";
 
 /// The unfused baseline's elementwise/reduction passes (a measuring tool, not in `KERNELS`).
 static KIVI_UNFUSED: KernelDef = KernelDef {
@@ -809,59 +807,33 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         }
         let pool = InputPool { buffers, host };
         for bits in [2, 4] {
-            let fused = arms.len();
-            arms.push(kivi_arm(
-                ctx,
-                Which::Keys,
-                bits,
-                GROUP,
-                t,
-                keys_path,
-                pool_id,
-                &pool,
-            )?);
-            let fused_bytes = arms[fused].bytes;
-            arms.push(unfused_arm(
-                ctx,
-                Which::Keys,
-                bits,
-                t,
-                unfused_path,
-                pool_id,
-                &pool,
-                fused,
-                fused_bytes,
-            )?);
-            // A-vs-A: the 2-bit key arm at the largest T timed twice (own outputs, same pool).
-            if bits == 2 && Some(&t) == tokens.iter().max() {
-                let mut twin =
-                    kivi_arm(ctx, Which::Keys, bits, GROUP, t, keys_path, pool_id, &pool)?;
-                twin.name += AA_SUFFIX;
-                arms.push(twin);
+            // Fused keys and values (G = 32), each followed by its unfused baseline.
+            for (which, path) in [
+                (Which::Keys, keys_path),
+                (Which::Values, values_thread_path),
+            ] {
+                let fused = arms.len();
+                arms.push(kivi_arm(ctx, which, bits, GROUP, t, path, pool_id, &pool)?);
+                let fused_bytes = arms[fused].bytes;
+                arms.push(unfused_arm(
+                    ctx,
+                    which,
+                    bits,
+                    t,
+                    unfused_path,
+                    pool_id,
+                    &pool,
+                    fused,
+                    fused_bytes,
+                )?);
+                // A-vs-A: the 2-bit key arm at the largest T timed twice (own outputs, same
+                // pool).
+                if which == Which::Keys && bits == 2 && Some(&t) == tokens.iter().max() {
+                    let mut twin = kivi_arm(ctx, which, bits, GROUP, t, path, pool_id, &pool)?;
+                    twin.name += AA_SUFFIX;
+                    arms.push(twin);
+                }
             }
-            let fused = arms.len();
-            arms.push(kivi_arm(
-                ctx,
-                Which::Values,
-                bits,
-                GROUP,
-                t,
-                values_thread_path,
-                pool_id,
-                &pool,
-            )?);
-            let fused_bytes = arms[fused].bytes;
-            arms.push(unfused_arm(
-                ctx,
-                Which::Values,
-                bits,
-                t,
-                unfused_path,
-                pool_id,
-                &pool,
-                fused,
-                fused_bytes,
-            )?);
             for &p in &value_paths {
                 arms.push(kivi_arm(
                     ctx,
@@ -1004,30 +976,12 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             })
             .map(|(i, (a, r))| (i, a.bytes as f64 / r.0))
     };
-    println!(
-        "\nnoise floor (A-vs-A pairs: the medians' difference, and its bootstrap 95th percentile):"
-    );
-    let (mut noise, mut aa) = (Vec::new(), Vec::new());
-    for (arm, r) in arms.iter().zip(&rows) {
-        let Some(base) = arm.name.strip_suffix(AA_SUFFIX) else {
-            continue;
-        };
-        if let Some((b, rb)) = arms.iter().zip(&rows).find(|(b, _)| b.name == base) {
-            let (seen, p95) = common::aa_noise(&b.times_ns, &arm.times_ns);
-            println!(
-                "  A-vs-A {base}: medians {:.2} vs {:.2} µs, differ by {seen:.1} % (bootstrap 95 %: {p95:.1} %)",
-                rb.0 / 1e3,
-                r.0 / 1e3
-            );
-            noise.push((format!("A-vs-A {base}"), seen.max(p95)));
-            aa.push(serde_json::json!({
-                "arm": base, "median_a_us": rb.0 / 1e3, "median_a2_us": r.0 / 1e3,
-                "observed_pct": seen, "bootstrap_p95_pct": p95,
-            }));
-        }
-    }
-    let floor = noise.iter().map(|n| n.1).fold(0f64, f64::max);
-    println!("  => differences under {floor:.1} % are called noise below");
+    let named: Vec<(&str, &[f64], f64)> = arms
+        .iter()
+        .zip(&rows)
+        .map(|(a, r)| (a.name.as_str(), a.times_ns.as_slice(), r.0))
+        .collect();
+    let (noise, aa, floor) = common::aa_floor(&named);
     println!("  (for scale, the spread (max - min) / median of the copy arms:)");
     for (arm, r) in arms.iter().zip(&rows) {
         if arm.check == Check::Copy {

@@ -256,6 +256,20 @@ impl Method {
 /// Capacity after growing to hold `need` items from `have`: at least 1/8 more than before
 /// (amortized O(1) appends) but never the doubling of `Vec`, so the memory a cache reports as
 /// held stays within about 12.5 % of the bytes its data takes.
+/// Checks that a layer holding `tokens` can take `n` more: positions travel as u32 in the
+/// kernels' uniforms, kept below 2^31 for headroom.
+pub(crate) fn check_token_limit(tokens: usize, n: usize) -> Result<()> {
+    let limit = u32::MAX as usize / 2;
+    if tokens.checked_add(n).is_none_or(|t| t >= limit) {
+        return Err(crate::Error::Limit {
+            what: "tokens in one layer",
+            needed: tokens.saturating_add(n) as u64,
+            limit: limit as u64,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn grown_capacity(have: usize, need: usize) -> usize {
     need.max(have + have / 8)
 }

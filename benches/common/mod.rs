@@ -103,3 +103,38 @@ pub fn aa_noise(a: &[f64], b: &[f64]) -> (f64, f64) {
     d.sort_by(f64::total_cmp);
     (observed, d[d.len() * 95 / 100])
 }
+
+/// Name suffix of an A-vs-A twin arm (the same case built twice and timed as two arms).
+pub const AA_SUFFIX: &str = " (A')";
+
+/// The noise floor of a run from its A-vs-A pairs. `arms` are (name, samples in ns, median
+/// in ns); each arm named `X (A')` is paired with the arm named `X`. Prints one line per
+/// pair; returns (per pair: the name and the larger of the observed and bootstrap-95 %
+/// differences, the pairs as JSON, the floor: the largest of those, in %).
+pub fn aa_floor(arms: &[(&str, &[f64], f64)]) -> (Vec<(String, f64)>, Vec<serde_json::Value>, f64) {
+    println!(
+        "\nnoise floor (A-vs-A pairs: the medians' difference, and its bootstrap 95th percentile):"
+    );
+    let (mut noise, mut aa) = (Vec::new(), Vec::new());
+    for &(name, twin_ns, twin_med) in arms {
+        let Some(base) = name.strip_suffix(AA_SUFFIX) else {
+            continue;
+        };
+        if let Some(&(_, a_ns, a_med)) = arms.iter().find(|a| a.0 == base) {
+            let (seen, p95) = aa_noise(a_ns, twin_ns);
+            println!(
+                "  A-vs-A {base}: medians {:.2} vs {:.2} µs, differ by {seen:.1} % (bootstrap 95 %: {p95:.1} %)",
+                a_med / 1e3,
+                twin_med / 1e3
+            );
+            noise.push((format!("A-vs-A {base}"), seen.max(p95)));
+            aa.push(serde_json::json!({
+                "arm": base, "median_a_us": a_med / 1e3, "median_a2_us": twin_med / 1e3,
+                "observed_pct": seen, "bootstrap_p95_pct": p95,
+            }));
+        }
+    }
+    let floor = noise.iter().map(|n| n.1).fold(0f64, f64::max);
+    println!("  => differences under {floor:.1} % are called noise below");
+    (noise, aa, floor)
+}

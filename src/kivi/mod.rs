@@ -330,15 +330,7 @@ impl KiviLayer {
                 message: format!("v has {} values, k has {}", v.len(), k.len()),
             });
         }
-        let n = k.len() / row;
-        let limit = u32::MAX as usize / 2;
-        if self.tokens.checked_add(n).is_none_or(|t| t >= limit) {
-            return Err(Error::Limit {
-                what: "tokens in one layer",
-                needed: (self.tokens + n) as u64,
-                limit: limit as u64,
-            });
-        }
+        crate::cache::check_token_limit(self.tokens, k.len() / row)?;
         Ok((k.to_f16("k")?, v.to_f16("v")?))
     }
 
