@@ -143,9 +143,7 @@ impl Call {
         let chunks = (1024 / per_chunk_wgs.max(1)).max(1);
         self.tokens.div_ceil(chunks).clamp(32, 1024).div_ceil(32) * 32
     }
-}
 
-impl Call {
     /// Workgroup storage (bytes) of a partial-attention workgroup holding `vectors` query
     /// vectors (wgsl/common/attend.wgsl: qsh, red, psh, m/l/corr, scratch).
     pub fn workgroup_bytes(&self, vectors: usize) -> usize {
