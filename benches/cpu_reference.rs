@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kvpack::{BitPacker, Context, Input, KiviConfig, KiviLayer, PathChoice};
+use kvpack::{BitPacker, Context, Input, KiviConfig, KvLayer, Layer, PathChoice};
 
 fn lcg(state: &mut u64) -> u32 {
     *state = state
@@ -65,7 +65,7 @@ fn kivi_prefill(c: &mut Criterion) {
             b.iter(|| {
                 i = (i + 1) % data.len();
                 let mut layer =
-                    KiviLayer::with_path(&ctx, heads, dim, &cfg, PathChoice::Cpu).expect("layer");
+                    Layer::kivi(&ctx, heads, dim, &cfg, PathChoice::Cpu).expect("layer");
                 layer
                     .append(Input::F32(&data[i].0), Input::F32(&data[i].1))
                     .expect("append");

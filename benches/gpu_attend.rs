@@ -17,7 +17,7 @@
 //!   prefill of T random f16 tokens; bytes read = the cache payload + q.
 //! - `... Tq=64`: a prefill chunk of 64 query rows (f16 and kivi-4 at T = 4k and 32k) against
 //!   the same caches: one `encode_attend` call with q `[64, 32, 128]`.
-//! - `append kivi-b T`: the cache update of one decode step, `KiviLayer::encode_append` of one
+//! - `append kivi-b T`: the cache update of one decode step, `KvLayer::encode_append` of one
 //!   token recorded between the timestamps; every round appends G = 32 tokens one at a time,
 //!   one of which triggers the flush that quantizes a block of 32 (timed apart). The per-token
 //!   cost is ((G - 1) · median step + median flush step) / G, reported next to decode attention
@@ -41,7 +41,7 @@ use half::f16;
 use kvpack::attention::gpu::{AttendPaths, Call};
 use kvpack::context::{Context, KernelPath, PathChoice};
 use kvpack::gpu::{self, DispatchPlan, registry};
-use kvpack::{AttendOptions, Input, KiviLayer, KvLayer, Method};
+use kvpack::{AttendOptions, Input, KvLayer, Method};
 
 mod common;
 
@@ -214,12 +214,9 @@ impl AppendArm {
             .map(|s| s.0)
             .collect()
     }
-    /// Quantized tokens (KIVI), or 0.
+    /// Tokens in compressed form (an f16 layer: all of them).
     fn quantized_len(&self) -> usize {
-        self.layer
-            .as_any()
-            .downcast_ref::<KiviLayer>()
-            .map_or(0, KiviLayer::quantized_len)
+        self.layer.memory().quantized
     }
 }
 
@@ -329,13 +326,8 @@ fn partials_estimate(ctx: &Context, method: &Method, t: usize, tq: usize) -> (u6
     };
     // Unstaged (the default): no stage beside the rows.
     let chunk = call.chunk_tokens(call.rows_per_workgroup(ctx.max_workgroup_storage_size(), 0));
-    let regions: Vec<usize> = match method {
-        Method::F16 => vec![t],
-        Method::Kivi(cfg) => {
-            let q = t.saturating_sub(cfg.residual) / cfg.key_group * cfg.key_group;
-            vec![q, t - q]
-        }
-    };
+    let q = kvpack::store::quantized_len(t, method.residual(), method.key().block_tokens());
+    let regions: Vec<usize> = if q == t { vec![t] } else { vec![q, t - q] };
     let nc: usize = regions.iter().map(|r| r.div_ceil(chunk)).sum();
     let passes = regions.iter().filter(|&&r| r > 0).count() + 1;
     ((2 * tq * HQ * nc * (DIM + 2) * 4) as u64, passes)
@@ -500,18 +492,11 @@ fn check_arm(
         // The CPU reference on the same stored codes: a GPU may quantize a few codes one step
         // differently at half-integers (../shared/spec/kivi.md), so a separately built CPU
         // cache is not the same cache.
-        let reference = match a.layer.as_any().downcast_ref::<kvpack::KiviLayer>() {
-            Some(kivi) => {
-                let raw = kivi.raw().map_err(e)?;
-                let view = kvpack::kivi::view::KiviView::of_raw(kivi.layout(), kivi.len(), &raw);
-                kvpack::cpu::attend::attend(&view, &a.q_host[0], HQ, &opts)
-            }
-            None => {
-                let cpu = Context::cpu();
-                let layer = build_layer(&cpu, a.method, PathChoice::Cpu, a.t, k, v).map_err(e)?;
-                layer.attend(&a.q_host[0], HQ, &opts).map_err(e)?
-            }
-        };
+        let _ = (k, v);
+        let reference = a
+            .layer
+            .attend_reference(&a.q_host[0], HQ, &opts)
+            .map_err(e)?;
         let err = rel_l2_rows(&timed, &reference, DIM);
         msg += &format!(", vs CPU path: worst row rel L2 {err:.1e}");
         if err.is_nan() || err > 1e-3 {
@@ -1182,9 +1167,10 @@ fn time_appends(
 fn check_append(a: &AppendArm, k: &[f16], v: &[f16], cpu_max: usize) -> Result<String, String> {
     let e = |e: kvpack::Error| e.to_string();
     let t = a.t0 + a.appended;
-    let kivi = a.layer.as_any().downcast_ref::<KiviLayer>();
-    if a.layer.len() != t || kivi.is_some_and(|l| l.quantized_len() != l.layout().quantized_len(t))
-    {
+    let method = Method::parse(a.method).map_err(e)?;
+    let kivi = !method.is_f16();
+    let expect_q = kvpack::store::quantized_len(t, method.residual(), method.key().block_tokens());
+    if a.layer.len() != t || a.quantized_len() != expect_q {
         return Err(format!(
             "holds {} tokens ({} quantized) after {t} were appended",
             a.layer.len(),
@@ -1197,7 +1183,7 @@ fn check_append(a: &AppendArm, k: &[f16], v: &[f16], cpu_max: usize) -> Result<S
         count(StepKind::Flush),
         count(StepKind::Grow),
     );
-    if steps == 0 || (kivi.is_some() && flushes + grows == 0) {
+    if steps == 0 || (kivi && flushes + grows == 0) {
         return Err("no plain step, or no KIVI flush, was timed".into());
     }
     let mut msg = format!(
@@ -1221,7 +1207,7 @@ fn check_append(a: &AppendArm, k: &[f16], v: &[f16], cpu_max: usize) -> Result<S
     reference
         .append(Input::F16(&kh), Input::F16(&vh))
         .map_err(e)?;
-    let Some(gpu_kivi) = kivi else {
+    if !kivi {
         let mut rng = Rng(7);
         let q = rng.normals(2 * HQ * DIM);
         let opts = attend_opts();
@@ -1235,13 +1221,9 @@ fn check_append(a: &AppendArm, k: &[f16], v: &[f16], cpu_max: usize) -> Result<S
         } else {
             Ok(msg)
         };
-    };
-    let cpu_kivi = reference
-        .as_any()
-        .downcast_ref::<KiviLayer>()
-        .ok_or("the CPU reference is not KIVI")?;
-    let (gk, gv) = gpu_kivi.reconstruct().map_err(e)?;
-    let (ck, cv) = cpu_kivi.reconstruct().map_err(e)?;
+    }
+    let (gk, gv) = a.layer.reconstruct().map_err(e)?;
+    let (ck, cv) = reference.reconstruct().map_err(e)?;
     let differ = gk
         .iter()
         .chain(&gv)

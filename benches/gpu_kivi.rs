@@ -14,7 +14,7 @@
 //! - `keys` / `values`: `kivi_quant_keys` / `kivi_quant_values` of a prefill of T tokens read
 //!   from `incoming` (t_old = 0); bytes moved = f16 input + codes + params written.
 //! - `keys unfused` / `values unfused`: the same quantization as 8 passes (min, max, scale,
-//!   subtract, divide, round+clamp to u8 codes, bitpack, params to f16; `wgsl/kivi_unfused.wgsl`
+//!   subtract, divide, round+clamp to u8 codes, bitpack, params to f16; `wgsl/kivi/kivi_unfused.wgsl`
 //!   and the bitpack kernel), timed as one span (empty timestamped passes around the first and
 //!   last); bytes counted as for the fused arm (the useful traffic), so GB/s compares directly.
 //! - A-vs-A: the 2-bit key arm at the largest T timed twice (` (A')`); the difference of the
@@ -33,14 +33,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use half::f16;
+use kvpack::codecs::kivi::plans::{plan_quant_keys, plan_quant_values};
+use kvpack::codecs::kivi::{KiviConfig, Layout};
 use kvpack::context::{Context, KernelPath, PathChoice};
-use kvpack::cpu::kivi_quant_keys::kivi_quant_keys as cpu_quant_keys;
-use kvpack::cpu::kivi_quant_values::kivi_quant_values as cpu_quant_values;
+use kvpack::cpu::kivi::kivi_quant_keys::kivi_quant_keys as cpu_quant_keys;
+use kvpack::cpu::kivi::kivi_quant_values::kivi_quant_values as cpu_quant_values;
 use kvpack::gpu::registry::{self, Binding, KernelDef};
 use kvpack::gpu::timing::encode_plan_timed;
 use kvpack::gpu::{self, DispatchPlan};
-use kvpack::kivi::gpu_store::{plan_quant_keys, plan_quant_values};
-use kvpack::kivi::{KiviConfig, Layout};
 
 mod common;
 
@@ -52,10 +52,11 @@ const GROUP: usize = 32;
 
 /// The unfused baseline's elementwise/reduction passes (a measuring tool, not in `KERNELS`).
 static KIVI_UNFUSED: KernelDef = KernelDef {
+    folder: "kivi",
     name: "kivi_unfused",
     wgsl_common: &[include_str!("../wgsl/common/dispatch.wgsl")],
     wgsl_subgroup: None,
-    wgsl: include_str!("../wgsl/kivi_unfused.wgsl"),
+    wgsl: include_str!("../wgsl/kivi/kivi_unfused.wgsl"),
     msl_common: &[],
     msl: None,
     bindings: &[
@@ -671,7 +672,7 @@ fn check_arm(
                 return Err(format!("status = {:#x} (parameter overflow)", status[0]));
             }
             let plan = &arm.passes[0].plan;
-            let p: kvpack::kivi::gpu_store::KiviParams =
+            let p: kvpack::codecs::kivi::plans::KiviParams =
                 bytemuck::pod_read_unaligned(&plan.uniform);
             // KiviParams.group is the key group of a key plan and the value group of a value plan.
             let vgroup = if keys { GROUP } else { p.group as usize };

@@ -106,16 +106,16 @@ fn kv_data() -> KvData {
 }
 
 fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
-    use kvpack::{Input, KiviCache, KiviConfig};
+    use kvpack::{Cache, Input, Method};
     let (source, [layers, tokens, heads, dim], k, v, q, hq) = kv_data();
     println!(
         "\nKIVI on {source}: {layers} layers, {tokens} tokens, {heads} KV heads, head dim {dim}"
     );
     let per = tokens * heads * dim;
     for bits in [2u32, 4] {
-        let cfg = KiviConfig::uniform(bits, 32, 128);
+        let method = Method::parse(&format!("kivi:bits={bits},group=32,residual=128"))?;
         let t = Instant::now();
-        let mut cache = KiviCache::uniform(ctx, layers, heads, dim, &cfg, ctx.path())?;
+        let mut cache = Cache::uniform(ctx, layers, heads, dim, &method, ctx.path())?;
         for l in 0..layers {
             cache.append(
                 l,
@@ -124,12 +124,12 @@ fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
             )?;
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        let mut reference = KiviCache::uniform(
+        let mut reference = Cache::uniform(
             &kvpack::Context::cpu(),
             layers,
             heads,
             dim,
-            &cfg,
+            &method,
             kvpack::PathChoice::Cpu,
         )?;
         let (mut err_k, mut err_v, mut differ, mut total) = (0f64, 0f64, 0usize, 0usize);
@@ -154,12 +154,13 @@ fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
         }
         let m = cache.memory();
         let paths = cache.layer(0).expect("layer").paths();
+        let (kp, vp) = (paths[0], paths[1]);
         println!(
             "  {bits}-bit K and V, G=32, R=128 on {} / {}: {} of {} tokens quantized per layer, {:.1} KiB held \
              (f16: {:.1} KiB), ratio {:.2}x; mean rel. L2 error K {err_k:.4} V {err_v:.4}; \
              {differ} of {total} reconstructed values differ from the CPU reference ({ms:.0} ms)",
-            paths.quant_keys,
-            paths.quant_values,
+            kp,
+            vp,
             m.quantized / layers,
             m.tokens / layers,
             m.held.total() as f64 / 1024.0,
@@ -207,15 +208,7 @@ fn kivi(ctx: &kvpack::Context) -> Result<(), kvpack::Error> {
             held += m.held.total();
             f16b += m.f16_bytes;
         }
-        let path = kvpack::attention::gpu::AttendPaths::resolve(ctx, ctx.path())
-            .map(|p| {
-                if name == "f16" {
-                    p.f16.to_string()
-                } else {
-                    p.kivi.to_string()
-                }
-            })
-            .unwrap_or_else(|_| "cpu".into());
+        let path = method.layer(ctx, heads, dim, ctx.path())?.paths()[0].to_string();
         println!(
             "  {name:<7} on {path:<14} ratio {:.2}x; mean rel. L2 error of the output vs exact attention {:.4} ({:.0} ms)",
             f16b as f64 / held as f64,

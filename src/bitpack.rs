@@ -1,7 +1,7 @@
 //! Bit packing on every path: [`BitPacker`] packs codes of b bits (1..=8) into a dense
 //! LSB-first bitstream of u32 words and back (../shared/spec/bitpack.md).
 //!
-//! GPU layouts (shared by `wgsl/bitpack.wgsl`, `wgsl/bitunpack.wgsl` and their MSL twins):
+//! GPU layouts (shared by `wgsl/bitpack/bitpack.wgsl`, `wgsl/bitpack/bitunpack.wgsl` and their MSL twins):
 //! - codes: `array<u32>` of `ceil(n / 4)` words, code i is byte `i % 4` of word `i / 4`
 //!   (the little-endian bytes of a `&[u8]`);
 //! - words: `array<u32>` of `ceil(n·b / 32)` words, the bitstream.
@@ -14,7 +14,7 @@ use crate::gpu::{self, DispatchPlan, registry};
 pub use cpu::bitpack::packed_words;
 
 /// Uniform block of the bitpack/bitunpack kernels.
-/// Keep in sync with `BitpackParams` in wgsl/bitpack.wgsl, wgsl/bitunpack.wgsl,
+/// Keep in sync with `BitpackParams` in wgsl/bitpack/bitpack.wgsl, wgsl/bitpack/bitunpack.wgsl,
 /// msl/bitpack.metal and msl/bitunpack.metal.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]

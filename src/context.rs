@@ -6,32 +6,12 @@
 //! (CPU reference, portable WGSL, hand-written MSL) and never falls back silently: asking for
 //! a path this device cannot run is [`Error::PathUnavailable`].
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
-use crate::gpu::registry::{self, KernelDef};
-
-/// Which path the caller wants. `Auto` picks the best one this context can run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum PathChoice {
-    /// MSL on Metal with passthrough shaders and subgroups; else WGSL (subgroup variant when
-    /// `SUBGROUP` is enabled, workgroup-memory variant otherwise); else the CPU reference.
-    #[default]
-    Auto,
-    /// The CPU reference, always available.
-    Cpu,
-    /// WGSL, best variant for this device (subgroup when `SUBGROUP` is enabled).
-    Wgsl,
-    /// WGSL, subgroup variant; an error when `SUBGROUP` is not enabled on the device.
-    WgslSubgroup,
-    /// WGSL, workgroup-memory variant (runs on every adapter).
-    WgslWorkgroup,
-    /// Hand-written Metal Shading Language through wgpu's passthrough shaders.
-    Msl,
-}
-
+use crate::gpu::cache::PipelineCache;
+pub use crate::path::{KernelPath, PathChoice};
 impl PathChoice {
     /// Parses `auto | cpu | wgsl | wgsl-subgroup | wgsl-workgroup | msl`.
     pub fn parse(s: &str) -> Result<Self> {
@@ -51,47 +31,10 @@ impl PathChoice {
     }
 }
 
-impl fmt::Display for PathChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Auto => "auto",
-            Self::Cpu => "cpu",
-            Self::Wgsl => "wgsl",
-            Self::WgslSubgroup => "wgsl-subgroup",
-            Self::WgslWorkgroup => "wgsl-workgroup",
-            Self::Msl => "msl",
-        })
-    }
-}
-
-/// The path a kernel actually runs on, after resolution.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum KernelPath {
-    /// The CPU reference in `src/cpu/`.
-    Cpu,
-    /// `wgsl/<kernel>.wgsl`, subgroup variant.
-    WgslSubgroup,
-    /// `wgsl/<kernel>.wgsl`, workgroup-memory variant (or the kernel's only variant).
-    WgslWorkgroup,
-    /// `msl/<kernel>.metal` through passthrough.
-    Msl,
-}
-
-impl KernelPath {
-    /// True for every path that runs on the GPU.
-    pub fn is_gpu(self) -> bool {
-        !matches!(self, Self::Cpu)
-    }
-}
-
-impl fmt::Display for KernelPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Cpu => "cpu",
-            Self::WgslSubgroup => "wgsl-subgroup",
-            Self::WgslWorkgroup => "wgsl-workgroup",
-            Self::Msl => "msl",
-        })
+impl std::str::FromStr for PathChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::parse(s)
     }
 }
 
@@ -153,7 +96,7 @@ pub(crate) struct Gpu {
     /// Whether subgroups tile workgroups in invocation order (probed once, on first need).
     pub subgroup_order: Arc<std::sync::OnceLock<bool>>,
     /// Shared by every handle made from this one (`with_path` and friends).
-    pub pipelines: Arc<Mutex<HashMap<registry::PipelineKey, Arc<registry::Pipeline>>>>,
+    pub pipelines: Arc<Mutex<PipelineCache>>,
 }
 
 struct Inner {
@@ -165,6 +108,8 @@ struct Inner {
     max_storage_binding: u64,
     /// Workgroup storage kvpack's kernels may use: the device's limit, or lower on request.
     max_workgroup_storage: u32,
+    /// Test hook: the n-th next buffer allocation on this context fails (0: none).
+    fail_allocation: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The handle every kvpack operation takes. Cheap to clone (shared state).
@@ -319,6 +264,7 @@ impl Context {
                 max_workgroups_per_dim,
                 max_storage_binding,
                 max_workgroup_storage,
+                fail_allocation: Arc::default(),
             }),
         }
     }
@@ -403,7 +349,49 @@ impl Context {
             max_workgroups_per_dim: self.inner.max_workgroups_per_dim,
             max_storage_binding: self.inner.max_storage_binding,
             max_workgroup_storage: self.inner.max_workgroup_storage,
+            fail_allocation: self.inner.fail_allocation.clone(),
         }
+    }
+
+    /// A handle to the same device with its own allocation-failure switch (see
+    /// [`Self::fail_allocation_after`]), shared by its clones (and the caches built on it) but
+    /// not by the handle it was made from. For tests of the rule that a failed append loses
+    /// nothing.
+    #[doc(hidden)]
+    pub fn with_fault_injection(&self) -> Self {
+        let mut inner = self.clone_inner();
+        inner.fail_allocation = Arc::default();
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Makes the `n`-th next allocation (counting from 1; 0 disarms) of buffers and growing
+    /// host vectors on this handle and its clones fail with [`Error::OutOfMemory`], as an
+    /// allocation the device refuses would.
+    #[doc(hidden)]
+    pub fn fail_allocation_after(&self, n: usize) {
+        self.inner
+            .fail_allocation
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Counts one allocation against [`Self::fail_allocation_after`]; true when this one
+    /// must fail.
+    pub(crate) fn take_injected_allocation_failure(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let c = &self.inner.fail_allocation;
+        c.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n > 0).then(|| n - 1)
+        })
+        .is_ok_and(|n| n == 1)
+    }
+
+    /// The alignment of a storage binding's offset on this device (256 without a GPU).
+    pub fn storage_offset_alignment(&self) -> u64 {
+        self.gpu().map_or(256, |g| {
+            u64::from(g.limits.min_storage_buffer_offset_alignment)
+        })
     }
 
     /// The default path choice of this context.
@@ -447,7 +435,7 @@ impl Context {
         self.inner.max_workgroups_per_dim
     }
 
-    fn msl_available(&self) -> std::result::Result<(), String> {
+    pub(crate) fn msl_available(&self) -> std::result::Result<(), String> {
         let Some(g) = self.gpu() else {
             return Err("no GPU device".into());
         };
@@ -466,7 +454,7 @@ impl Context {
         Ok(())
     }
 
-    fn check_choice(&self, choice: PathChoice) -> Result<()> {
+    pub(crate) fn check_choice(&self, choice: PathChoice) -> Result<()> {
         let err = |reason: String| Error::PathUnavailable {
             kernel: "*",
             requested: choice.to_string(),
@@ -489,153 +477,6 @@ impl Context {
             PathChoice::Msl => self.msl_available().map_err(err),
         }
     }
-
-    /// Resolves which path `kernel` runs on for `choice` ([`PathChoice::Auto`] included).
-    pub fn resolve(&self, kernel: &KernelDef, choice: PathChoice) -> Result<KernelPath> {
-        let unavailable = |reason: String| Error::PathUnavailable {
-            kernel: kernel.name,
-            requested: choice.to_string(),
-            reason,
-        };
-        let has_subgroup = self.features().contains(wgpu::Features::SUBGROUP);
-        match choice {
-            PathChoice::Cpu => Ok(KernelPath::Cpu),
-            PathChoice::Auto => {
-                if self.msl_available().is_ok() && kernel.msl.is_some() {
-                    Ok(KernelPath::Msl)
-                } else if self.gpu().is_some() {
-                    Ok(if has_subgroup && self.subgroup_variant_ok(kernel) {
-                        KernelPath::WgslSubgroup
-                    } else {
-                        KernelPath::WgslWorkgroup
-                    })
-                } else {
-                    Ok(KernelPath::Cpu)
-                }
-            }
-            PathChoice::Wgsl | PathChoice::WgslSubgroup | PathChoice::WgslWorkgroup => {
-                self.check_choice(choice).map_err(|e| match e {
-                    Error::PathUnavailable { reason, .. } => unavailable(reason),
-                    other => other,
-                })?;
-                Ok(match choice {
-                    PathChoice::WgslWorkgroup => KernelPath::WgslWorkgroup,
-                    PathChoice::WgslSubgroup => {
-                        if !self.subgroup_variant_ok(kernel) {
-                            return Err(unavailable(
-                                "this device does not lay subgroups out in invocation order, which the \
-                                 subgroup variant needs (probed once per device)"
-                                    .into(),
-                            ));
-                        }
-                        KernelPath::WgslSubgroup
-                    }
-                    _ if has_subgroup && self.subgroup_variant_ok(kernel) => {
-                        KernelPath::WgslSubgroup
-                    }
-                    _ => KernelPath::WgslWorkgroup,
-                })
-            }
-            PathChoice::Msl => {
-                self.msl_available().map_err(unavailable)?;
-                if kernel.msl.is_none() {
-                    return Err(unavailable("kernel has no MSL source".into()));
-                }
-                Ok(KernelPath::Msl)
-            }
-        }
-    }
-
-    /// Whether `kernel`'s subgroup variant can run here: kernels with one WGSL source always
-    /// can; real subgroup variants need subgroups in invocation order (probed once per
-    /// device; a failed probe counts as "no").
-    fn subgroup_variant_ok(&self, kernel: &KernelDef) -> bool {
-        if kernel.wgsl_subgroup.is_none() {
-            return true;
-        }
-        let Some(g) = self.gpu() else { return false };
-        if !g.features.contains(wgpu::Features::SUBGROUP) {
-            return false;
-        }
-        *g.subgroup_order.get_or_init(|| match crate::gpu::probe::subgroups_in_order(self) {
-            Ok(ok) => {
-                if !ok {
-                    log::warn!("kvpack: subgroups are not in invocation order; subgroup variants disabled");
-                }
-                ok
-            }
-            Err(e) => {
-                log::warn!("kvpack: subgroup probe failed ({e}); subgroup variants disabled");
-                false
-            }
-        })
-    }
-
-    /// Whether subgroups tile workgroups in invocation order on this device (probed once;
-    /// false without a GPU or without `SUBGROUP`).
-    pub fn subgroups_in_order(&self) -> bool {
-        self.subgroup_variant_ok(&registry::ATTEND_KIVI)
-    }
-
-    /// What this context is and which path each kernel will run with the default choice.
-    pub fn describe(&self) -> Description {
-        let gpu = self.gpu().map(|g| GpuFacts {
-            adapter: g.info.name.clone(),
-            backend: format!("{:?}", g.info.backend),
-            device_type: format!("{:?}", g.info.device_type),
-            driver: format!("{} {}", g.info.driver, g.info.driver_info)
-                .trim()
-                .to_string(),
-            subgroup_sizes: (g.info.subgroup_min_size, g.info.subgroup_max_size),
-            features: feature_names(g.features),
-            limits: vec![
-                (
-                    "max_storage_buffer_binding_size",
-                    g.limits.max_storage_buffer_binding_size,
-                ),
-                ("max_buffer_size", g.limits.max_buffer_size),
-                (
-                    "max_compute_workgroup_storage_size",
-                    u64::from(g.limits.max_compute_workgroup_storage_size),
-                ),
-                (
-                    "max_compute_invocations_per_workgroup",
-                    u64::from(g.limits.max_compute_invocations_per_workgroup),
-                ),
-                (
-                    "max_compute_workgroups_per_dimension",
-                    u64::from(g.limits.max_compute_workgroups_per_dimension),
-                ),
-                (
-                    "max_storage_buffers_per_shader_stage",
-                    u64::from(g.limits.max_storage_buffers_per_shader_stage),
-                ),
-            ],
-        });
-        let kernels = registry::KERNELS
-            .iter()
-            .map(|k| {
-                let r = self
-                    .resolve(k, self.path())
-                    .map(|p| match p {
-                        KernelPath::WgslSubgroup | KernelPath::WgslWorkgroup
-                            if k.wgsl_subgroup.is_none() =>
-                        {
-                            format!("{p} (one WGSL source: no cross-lane operations)")
-                        }
-                        _ => p.to_string(),
-                    })
-                    .map_err(|e| e.to_string());
-                (k.name, r)
-            })
-            .collect();
-        Description {
-            origin: self.inner.origin.clone(),
-            path: self.path(),
-            gpu,
-            kernels,
-        }
-    }
 }
 
 /// Prefer real GPUs over software ones, and native backends over GL (no subgroups there).
@@ -653,94 +494,4 @@ fn adapter_rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
         _ => 0,
     };
     (backend, ty)
-}
-
-fn feature_names(f: wgpu::Features) -> Vec<&'static str> {
-    let known = [
-        (wgpu::Features::SUBGROUP, "SUBGROUP"),
-        (wgpu::Features::SHADER_F16, "SHADER_F16"),
-        (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
-        (wgpu::Features::PASSTHROUGH_SHADERS, "PASSTHROUGH_SHADERS"),
-    ];
-    known
-        .iter()
-        .filter(|(k, _)| f.contains(*k))
-        .map(|(_, n)| *n)
-        .collect()
-}
-
-/// Facts about the GPU of a context.
-#[derive(Clone, Debug)]
-pub struct GpuFacts {
-    /// Adapter name.
-    pub adapter: String,
-    /// wgpu backend.
-    pub backend: String,
-    /// Device type (discrete, integrated, CPU, ...).
-    pub device_type: String,
-    /// Driver name and info.
-    pub driver: String,
-    /// (min, max) subgroup size the adapter reports.
-    pub subgroup_sizes: (u32, u32),
-    /// kvpack-relevant features enabled on the device.
-    pub features: Vec<&'static str>,
-    /// Limits that size kvpack's buffers and dispatches.
-    pub limits: Vec<(&'static str, u64)>,
-}
-
-/// The output of [`Context::describe`]; `Display` prints it as a small report.
-#[derive(Clone, Debug)]
-pub struct Description {
-    /// Where the device came from.
-    pub origin: Origin,
-    /// The context's default path choice.
-    pub path: PathChoice,
-    /// GPU facts, when there is a GPU.
-    pub gpu: Option<GpuFacts>,
-    /// Each kernel and the path it runs with the default choice (or why it cannot).
-    pub kernels: Vec<(&'static str, std::result::Result<String, String>)>,
-}
-
-impl fmt::Display for Description {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let origin = match &self.origin {
-            Origin::AppDevice => "application's own device".to_string(),
-            Origin::Headless => "headless device created by kvpack".to_string(),
-            Origin::CpuRequested => "CPU only (requested)".to_string(),
-            Origin::CpuNoAdapter(r) => format!("CPU only: {r}"),
-        };
-        writeln!(f, "kvpack context: {origin}")?;
-        if let Some(g) = &self.gpu {
-            writeln!(
-                f,
-                "  adapter        {} ({}, {})",
-                g.adapter, g.backend, g.device_type
-            )?;
-            if !g.driver.is_empty() {
-                writeln!(f, "  driver         {}", g.driver)?;
-            }
-            writeln!(
-                f,
-                "  subgroup size  {}..={}",
-                g.subgroup_sizes.0, g.subgroup_sizes.1
-            )?;
-            let feats = if g.features.is_empty() {
-                "(none)".to_string()
-            } else {
-                g.features.join(", ")
-            };
-            writeln!(f, "  features       {feats}")?;
-            for (name, v) in &g.limits {
-                writeln!(f, "  {name:<38} {v}")?;
-            }
-        }
-        writeln!(f, "  path choice    {}", self.path)?;
-        for (k, r) in &self.kernels {
-            match r {
-                Ok(p) => writeln!(f, "  kernel {k:<26} -> {p}")?,
-                Err(e) => writeln!(f, "  kernel {k:<26} -> unavailable: {e}")?,
-            }
-        }
-        Ok(())
-    }
 }

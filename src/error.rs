@@ -1,6 +1,6 @@
 //! The one public error type of kvpack.
 
-use crate::context::KernelPath;
+use crate::path::KernelPath;
 
 /// Everything kvpack can report. Every fallible public function returns [`Result`].
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +112,18 @@ pub enum Error {
         /// What kvpack was doing.
         during: &'static str,
         /// The wgpu message.
+        message: String,
+    },
+
+    /// The device could not allocate a buffer (captured through an out-of-memory error
+    /// scope); the operation changed nothing.
+    #[error("out of memory allocating {what} ({bytes} bytes): {message}")]
+    OutOfMemory {
+        /// The buffer.
+        what: &'static str,
+        /// Its size.
+        bytes: u64,
+        /// The device's message.
         message: String,
     },
 

@@ -9,6 +9,11 @@
 //! [`Context::headless`] for tools, [`Context::cpu`] for the reference. Paths are chosen
 //! explicitly ([`PathChoice`]); asking for one the device cannot run is an error.
 //!
+//! A cache method is a [`Method`] (`"kivi:bits=4"`, `"f16"`, `"kivi:bits=4/f16"`: see
+//! [`method`]); [`Method::layer`] makes one layer's cache ([`KvLayer`]), [`Cache`] a model's.
+//! Codecs ([`codec::Codec`], one folder each in [`codecs`]) plug into one shared store
+//! ([`store`]) and one attention core ([`attention`]).
+//!
 //! ```
 //! let ctx = kvpack::Context::cpu();
 //! let packer = kvpack::BitPacker::new(&ctx)?;
@@ -21,18 +26,31 @@
 pub mod attention;
 pub mod bitpack;
 pub mod cache;
+pub mod codec;
+pub mod codecs;
 pub mod context;
 pub mod cpu;
 pub mod error;
-pub mod f16cache;
 pub mod gpu;
-pub mod kivi;
+pub mod layer;
+pub mod method;
 pub mod model;
+pub mod path;
+pub mod store;
 
 pub use attention::AttendOptions;
 pub use bitpack::{BitPacker, packed_words};
-pub use cache::{KiviCache, KvLayer, Method};
-pub use context::{Context, Description, HeadlessOptions, KernelPath, Origin, PathChoice};
+pub use cache::Cache;
+pub use codecs::kivi::{KiviConfig, ParamStorage};
+pub use context::{Context, HeadlessOptions, Origin};
 pub use error::{Error, Result};
-pub use f16cache::F16Layer;
-pub use kivi::{Input, KiviConfig, KiviLayer, MemoryReport, ParamStorage};
+pub use gpu::resolve::Description;
+pub use layer::{KvLayer, Layer};
+pub use method::Method;
+pub use path::{KernelPath, PathChoice};
+pub use store::{Input, Memory, MemoryReport, Snapshot};
+
+/// A layer of any method (KIVI: [`Layer::kivi`]).
+pub type KiviLayer = Layer;
+/// A layer of any method (f16: [`Layer::f16`]).
+pub type F16Layer = Layer;

@@ -11,9 +11,8 @@ mod common;
 use common::rel_l2_rows;
 
 use common::Target;
-use kvpack::cpu::attend::{TokenSource, attend, attend_exact};
-use kvpack::kivi::view::KiviView;
-use kvpack::{AttendOptions, Error, Input, KiviConfig, KiviLayer};
+use kvpack::cpu::attend::attend_exact;
+use kvpack::{AttendOptions, Error, Input, KiviConfig, KvLayer, Layer};
 use rand::Rng;
 
 struct Case {
@@ -32,23 +31,14 @@ fn qkv(rng: &mut impl Rng, c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
 
 /// Checks `layer.attend` on `t` against the reference; returns the error against exact
 /// attention on the original tensors.
-fn check(
-    t: &Target,
-    layer: &KiviLayer,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    c: &Case,
-    what: &str,
-) -> f64 {
+fn check(t: &Target, layer: &Layer, q: &[f32], k: &[f32], v: &[f32], c: &Case, what: &str) -> f64 {
     let out = layer
         .attend(q, c.hq, &c.opts)
         .unwrap_or_else(|e| panic!("{} {what}: attend: {e}", t.name()));
     assert_eq!(out.len(), q.len());
-    let raw = layer.raw().expect("raw");
-    let view = KiviView::of_raw(layer.layout(), layer.len(), &raw);
     let reference = if t.is_gpu() {
-        attend(&view, q, c.hq, &c.opts)
+        // The CPU reference over the words the GPU stored (read back).
+        layer.attend_reference(q, c.hq, &c.opts).expect("reference")
     } else {
         // Independent: exact f64 attention over the cache's own reconstruction.
         let (kh, vh) = layer.reconstruct().expect("reconstruct");
@@ -60,7 +50,7 @@ fn check(
         "{} {what}: worst row rel L2 {err:e} against the reference",
         t.name()
     );
-    assert_eq!(view.tokens(), layer.len());
+    assert_eq!(layer.snapshot().expect("snapshot").tokens, layer.len());
     let exact = attend_exact(k, v, c.hkv, q, c.hq, c.d, &c.opts);
     rel_l2_rows(&out, &exact, c.d)
 }
@@ -210,7 +200,7 @@ fn attend_matches_reference(t: &Target) {
     let mut rng = common::rng("attend_matches_reference");
     for (what, c) in cases() {
         let (q, k, v) = qkv(&mut rng, &c);
-        let mut layer = KiviLayer::with_path(t.ctx(), c.hkv, c.d, &c.cfg, t.path()).expect("layer");
+        let mut layer = Layer::kivi(t.ctx(), c.hkv, c.d, &c.cfg, t.path()).expect("layer");
         layer
             .append(Input::F32(&k), Input::F32(&v))
             .expect("append");
@@ -240,11 +230,11 @@ fn attend_across_flushes(t: &Target) {
     };
     let (_, k, v) = qkv(&mut rng, &c);
     let row = c.hkv * c.d;
-    let mut layer = KiviLayer::with_path(t.ctx(), c.hkv, c.d, &c.cfg, t.path()).expect("layer");
+    let mut layer = Layer::kivi(t.ctx(), c.hkv, c.d, &c.cfg, t.path()).expect("layer");
     layer
         .append(Input::F32(&k[..90 * row]), Input::F32(&v[..90 * row]))
         .expect("prefill");
-    let mut quantized = vec![layer.quantized_len()];
+    let mut quantized = vec![layer.memory().quantized];
     for n in 90..c.t {
         layer
             .append(
@@ -265,7 +255,7 @@ fn attend_across_flushes(t: &Target) {
             &step,
             &format!("step T={}", n + 1),
         );
-        quantized.push(layer.quantized_len());
+        quantized.push(layer.memory().quantized);
     }
     quantized.dedup();
     assert!(
@@ -296,7 +286,7 @@ fn attend_smollm2(t: &Target) {
                 .iter()
                 .map(|x| x.to_f32())
                 .collect();
-            let mut layer = KiviLayer::with_path(
+            let mut layer = Layer::kivi(
                 t.ctx(),
                 hkv,
                 d,
@@ -329,8 +319,8 @@ fn attend_smollm2(t: &Target) {
 parity_tests!(attend_smollm2);
 
 fn attend_bad_input(t: &Target) {
-    let mut layer = KiviLayer::with_path(t.ctx(), 2, 16, &KiviConfig::uniform(2, 4, 4), t.path())
-        .expect("layer");
+    let mut layer =
+        Layer::kivi(t.ctx(), 2, 16, &KiviConfig::uniform(2, 4, 4), t.path()).expect("layer");
     let x = vec![0.25f32; 10 * 32];
     layer
         .append(Input::F32(&x), Input::F32(&x))
@@ -397,8 +387,7 @@ fn attend_bad_input(t: &Target) {
     if t.is_gpu() {
         // Beyond what the kernels hold in workgroup memory: a typed error, not a wrong answer.
         let mut wide =
-            KiviLayer::with_path(t.ctx(), 1, 320, &KiviConfig::uniform(2, 4, 4), t.path())
-                .expect("layer");
+            Layer::kivi(t.ctx(), 1, 320, &KiviConfig::uniform(2, 4, 4), t.path()).expect("layer");
         let y = vec![0.25f32; 4 * 320];
         wide.append(Input::F32(&y), Input::F32(&y)).expect("append");
         assert!(matches!(
@@ -438,7 +427,8 @@ fn attend_f16_cache(t: &Target) {
             cfg: KiviConfig::uniform(2, 32, 0),
         };
         let (q, k, v) = qkv(&mut rng, &c);
-        let mut layer: Box<dyn KvLayer> = Method::F16.layer(&ctx, hkv, d, t.path()).expect("layer");
+        let mut layer: Box<dyn KvLayer> =
+            Method::f16().layer(&ctx, hkv, d, t.path()).expect("layer");
         let row = hkv * d;
         let mut at = 0;
         for n in [t_len / 3, 1, t_len] {
@@ -465,7 +455,7 @@ fn attend_f16_cache(t: &Target) {
         assert_eq!(m.payload.total(), (2 * t_len * row.div_ceil(2) * 4) as u64);
         assert!(m.held.total() >= m.payload.total());
     }
-    let _ = F16Layer::with_path(t.ctx(), 1, 8, t.path()).expect("f16 layer");
+    let _ = F16Layer::f16(t.ctx(), 1, 8, t.path()).expect("f16 layer");
 }
 parity_tests!(attend_f16_cache);
 
@@ -487,7 +477,7 @@ fn encode_append_into_app_encoder(t: &Target) {
     let (q, k, v) = qkv(&mut rng, &c);
     let Target::Wgsl(big, path) = t else {
         let dev = common::gpu_context().ok();
-        for method in [Method::F16, Method::Kivi(c.cfg)] {
+        for method in [Method::f16(), Method::kivi(&c.cfg).expect("method")] {
             let mut layer = method.layer(t.ctx(), c.hkv, c.d, t.path()).expect("layer");
             if let Some(dev) = dev.as_ref().and_then(|g| g.device()) {
                 let mut enc = dev.create_command_encoder(&Default::default());
@@ -501,7 +491,7 @@ fn encode_append_into_app_encoder(t: &Target) {
     // 64 KiB segments: 128 rows of 512 B (f16), several segments and grown last segments.
     let ctx = big.with_max_storage_binding_size(64 * 1024).expect("limit");
     let row = c.hkv * c.d;
-    for method in [Method::F16, Method::Kivi(c.cfg)] {
+    for method in [Method::f16(), Method::kivi(&c.cfg).expect("method")] {
         let mut recorded: Box<dyn KvLayer> = method.layer(&ctx, c.hkv, c.d, *path).expect("layer");
         let mut blocking: Box<dyn KvLayer> = method.layer(&ctx, c.hkv, c.d, *path).expect("layer");
         for (a, b) in [(0, 100), (100, 101), (101, 330), (330, 700)] {
@@ -554,7 +544,7 @@ fn attend_encode_into_app_encoder(t: &Target) {
         cfg: KiviConfig::uniform(4, 32, 128),
     };
     let (q, k, v) = qkv(&mut rng, &c);
-    for method in [Method::F16, Method::Kivi(c.cfg)] {
+    for method in [Method::f16(), Method::kivi(&c.cfg).expect("method")] {
         let mut layer: Box<dyn KvLayer> = method.layer(ctx, c.hkv, c.d, *path).expect("layer");
         layer
             .append(Input::F32(&k), Input::F32(&v))
@@ -613,7 +603,7 @@ fn attend_rows_follow_workgroup_storage(t: &Target) {
         tokens: c.t,
         opts: c.opts,
     };
-    let l = kvpack::kivi::Layout::new(c.hkv, c.d, &c.cfg).expect("layout");
+    let l = kvpack::codecs::kivi::Layout::new(c.hkv, c.d, &c.cfg).expect("layout");
     let stage = kvpack::attention::gpu::kivi_stage_bytes(&l, c.d);
     let (r_full, r_small) = (
         call.rows_per_workgroup(ctx.max_workgroup_storage_size(), stage),
@@ -625,7 +615,7 @@ fn attend_rows_follow_workgroup_storage(t: &Target) {
     );
     let mut outs = Vec::new();
     for cx in [ctx, &small] {
-        let mut layer = KiviLayer::with_path(cx, c.hkv, c.d, &c.cfg, *path).expect("layer");
+        let mut layer = Layer::kivi(cx, c.hkv, c.d, &c.cfg, *path).expect("layer");
         layer
             .append(Input::F32(&k), Input::F32(&v))
             .expect("append");
@@ -642,7 +632,7 @@ fn attend_rows_follow_workgroup_storage(t: &Target) {
             ..c.cfg
         },
     ] {
-        let mut layer = KiviLayer::with_path(ctx, c.hkv, c.d, &cfg, *path).expect("layer");
+        let mut layer = Layer::kivi(ctx, c.hkv, c.d, &cfg, *path).expect("layer");
         layer
             .append(Input::F32(&k), Input::F32(&v))
             .expect("append");
@@ -664,7 +654,7 @@ fn attend_rows_follow_workgroup_storage(t: &Target) {
     // D = 256 with 8 query heads per KV head needs ~14 KiB for one row: refused at 4 KiB.
     let tiny = ctx.with_max_workgroup_storage_size(4096).expect("limit");
     let mut layer =
-        KiviLayer::with_path(&tiny, 1, 256, &KiviConfig::uniform(4, 32, 32), *path).expect("layer");
+        Layer::kivi(&tiny, 1, 256, &KiviConfig::uniform(4, 32, 32), *path).expect("layer");
     let kv: Vec<f32> = (0..40 * 256)
         .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
         .collect();

@@ -15,11 +15,10 @@ use common::rel_l2_rows;
 
 use common::{POISON, Target, run_plan};
 use kvpack::attention::gpu::{Call, PlanLimits, RegionDesc, SourceKind, plans_for};
-use kvpack::cpu::attend::{attend, attend_exact};
-use kvpack::kivi::gpu_store::rows_to_words;
-use kvpack::kivi::view::KiviView;
-use kvpack::kivi::{Layout, RawKivi};
-use kvpack::{AttendOptions, Context, Input, KiviConfig, KiviLayer, ParamStorage, PathChoice};
+use kvpack::codecs::kivi::plans::rows_to_words;
+use kvpack::codecs::kivi::{Layout, RawKivi};
+use kvpack::cpu::attend::attend_exact;
+use kvpack::{AttendOptions, Context, Input, KiviConfig, KvLayer, Layer, ParamStorage, PathChoice};
 use rand::Rng;
 
 struct Case {
@@ -220,14 +219,14 @@ fn linear(l: &Layout, seg_offset: usize, rows: &[half::f16]) -> Vec<u8> {
 fn on_target(
     t: &Target,
     c: &Case,
-    layer: &KiviLayer,
+    layer: &Layer,
     raw: &RawKivi,
     q: &[f32],
     wg_storage: u32,
     stage_tiles: Option<bool>,
 ) -> (Vec<f32>, usize, u32, bool) {
-    let l = layer.layout();
-    let qn = layer.quantized_len();
+    let l = &common::kivi_layout(c.hkv, c.d, &c.cfg);
+    let qn = layer.memory().quantized;
     // Regions (non-empty only) and their buffers, as the GPU store lays them out.
     let mut regions: Vec<(RegionDesc<'_>, Vec<Vec<u8>>)> = Vec::new();
     let kivi = SourceKind::Kivi(l);
@@ -344,14 +343,14 @@ fn attend_kernels_match_reference(t: &Target) {
     let cpu = Context::cpu();
     for c in cases() {
         let (q, k, v) = qkv(&mut rng, &c);
-        let mut layer =
-            KiviLayer::with_path(&cpu, c.hkv, c.d, &c.cfg, PathChoice::Cpu).expect("layer");
+        let mut layer = Layer::kivi(&cpu, c.hkv, c.d, &c.cfg, PathChoice::Cpu).expect("layer");
         layer
             .append(Input::F32(&k), Input::F32(&v))
             .expect("append");
-        let raw = layer.raw().expect("raw");
-        let view = KiviView::of_raw(layer.layout(), layer.len(), &raw);
-        let reference = attend(&view, &q, c.hq, &c.opts);
+        let raw = common::raw(&layer).expect("raw");
+        let reference = layer
+            .attend_reference(&q, c.hq, &c.opts)
+            .expect("reference");
         if let Target::Cpu(_) = t {
             // Independent: exact f64 attention over the cache's own reconstruction.
             let (kh, vh) = layer.reconstruct().expect("reconstruct");
@@ -380,7 +379,7 @@ fn attend_kernels_match_reference(t: &Target) {
                 "attend_kernels[{}] {} (rows/workgroup {rows}, staged {staged}): Q={} chunks={chunks} worst row rel L2 {err:e}",
                 t.name(),
                 c.what,
-                layer.quantized_len()
+                layer.memory().quantized
             );
             assert!(
                 err <= 1e-4,

@@ -2,7 +2,7 @@
 
 mod common;
 
-use kvpack::gpu::registry::{self, Binding, KernelDef, Specialization};
+use kvpack::gpu::registry::{Binding, KernelDef, Specialization};
 use kvpack::{BitPacker, Context, Error, HeadlessOptions, KernelPath, PathChoice, gpu};
 
 fn packers() -> Vec<(String, BitPacker)> {
@@ -243,6 +243,7 @@ fn unknown_adapter_name_is_an_error() {
 
 static BROKEN: KernelDef = KernelDef {
     name: "broken_for_test",
+    folder: "tests",
     wgsl_common: &[],
     wgsl_subgroup: None,
     wgsl: "@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n\
@@ -259,7 +260,7 @@ fn bad_shader_is_a_typed_error() {
         Ok(c) => c,
         Err(reason) => return common::skip("bad_shader_is_a_typed_error", &reason),
     };
-    match registry::pipeline(
+    match kvpack::gpu::pipeline::pipeline(
         &ctx,
         &BROKEN,
         KernelPath::WgslWorkgroup,
@@ -281,18 +282,18 @@ fn bad_shader_is_a_typed_error() {
 
 #[test]
 fn cache_and_context_knobs_reject_bad_values() {
-    use kvpack::{Input, KiviCache, KiviConfig};
+    use kvpack::{Cache, Input, KiviConfig, Method};
     let ctx = Context::cpu();
     assert!(matches!(
-        KiviCache::new(&ctx, 2, 8, &[], PathChoice::Cpu),
+        Cache::new(&ctx, 2, 8, &[], PathChoice::Cpu),
         Err(Error::Config(_))
     ));
-    let mut cache = KiviCache::uniform(
+    let mut cache = Cache::uniform(
         &ctx,
         2,
         2,
         8,
-        &KiviConfig::uniform(2, 4, 4),
+        &Method::kivi(&KiviConfig::uniform(2, 4, 4)).expect("method"),
         PathChoice::Cpu,
     )
     .expect("cache");
@@ -315,7 +316,14 @@ fn cache_and_context_knobs_reject_bad_values() {
         ..KiviConfig::uniform(2, 32, 0)
     };
     assert!(matches!(
-        KiviCache::uniform(&ctx, 1, 1, 512, &cfg, PathChoice::Cpu),
+        Cache::uniform(
+            &ctx,
+            1,
+            1,
+            512,
+            &Method::kivi(&cfg).expect("method"),
+            PathChoice::Cpu
+        ),
         Err(Error::Config(_))
     ));
     match common::gpu_context() {

@@ -65,7 +65,7 @@ fn unpack_on(t: &Target, words: &[u32], bits: u32, n: usize) -> kvpack::Result<V
     match t {
         Target::Cpu(_) => {
             let mut codes = vec![0xA5u8; n];
-            kvpack::cpu::bitunpack::bitunpack(words, bits, &mut codes)?;
+            kvpack::cpu::bitpack::bitunpack::bitunpack(words, bits, &mut codes)?;
             Ok(codes)
         }
         Target::Wgsl(ctx, path) => {

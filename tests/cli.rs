@@ -140,7 +140,9 @@ fn roundtrip_random_inputs() {
         let s = roundtrip(&input, &out, &args);
         assert_eq!(s["path"], "cpu");
         assert_eq!(s["adapter"], "cpu");
-        assert_eq!(s["config"]["k_bits"], 8);
+        assert_eq!(s["spec"], "kivi:bits=8,group=32,params=f16,residual=32");
+        assert_eq!(s["config"]["keys"]["options"], "bits=8,group=32,params=f16");
+        assert_eq!(s["config"]["residual"], 32);
         let (ratio, ek, ev) = check_summary(&s, layers, tokens);
         assert!(ratio > 1.0, "8-bit ratio {ratio}");
         assert!(

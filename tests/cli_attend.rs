@@ -229,7 +229,10 @@ fn attend_f32_single_layer_methods() {
         );
         assert_eq!(shape, x.out_shape(n));
         assert_eq!(s["method"], "kivi");
-        assert_eq!(s["config"]["k_bits"], bits.parse::<u32>().expect("bits"));
+        assert_eq!(
+            s["config"]["keys"]["options"],
+            format!("bits={bits},group=32,params=f16")
+        );
         (check_summary(&s, &x, n, &o, &exact), num(&s["ratio"]))
     };
     let (e8, r8) = kivi("8");
@@ -359,8 +362,32 @@ fn attend_bad_inputs_fail_with_a_message() {
     assert!(e.contains("--queries 21") && e.contains("T = 20"), "{e}");
     let e = run(g, &[]);
     assert!(e.contains("--queries"), "{e}");
-    let e = run(g, &["--queries", "1", "--method", "kivi-7"]);
-    assert!(e.contains("method"), "{e}");
+    // An unknown method lists the valid ones; an unknown option the valid keys; a short form
+    // out of range is refused; an alias flag with a full spec is refused.
+    let e = run(g, &["--queries", "1", "--method", "kivi7"]);
+    assert!(e.contains("unknown method") && e.contains("kivi"), "{e}");
+    let e = run(g, &["--queries", "1", "--method", "kivi:bitz=4"]);
+    assert!(
+        e.contains("unknown option `bitz`") && e.contains("kbits"),
+        "{e}"
+    );
+    let e = run(g, &["--queries", "1", "--method", "kivi-9"]);
+    assert!(e.contains("bit width 9"), "{e}");
+    let e = run(
+        g,
+        &["--queries", "1", "--method", "kivi:bits=4", "--k-bits", "2"],
+    );
+    assert!(e.contains("aliases"), "{e}");
+    let e = run(
+        g,
+        &[
+            "--queries",
+            "1",
+            "--method",
+            "kivi:residual=32/f16:residual=64",
+        ],
+    );
+    assert!(e.contains("one number per layer"), "{e}");
     let e = run(g, &["--queries", "1", "--k-bits", "9"]);
     assert!(e.contains("k-bits"), "{e}");
     let e = run(g, &["--queries", "1", "--group", "32", "--residual", "40"]);

@@ -11,13 +11,13 @@ mod common;
 
 use common::Target;
 use half::f16;
-use kvpack::cpu::kivi_group as g;
-use kvpack::kivi::{Layout, RawKivi};
-use kvpack::{Context, Error, Input, KiviConfig, KiviLayer, ParamStorage, PathChoice};
+use kvpack::codecs::kivi::{Layout, RawKivi};
+use kvpack::cpu::kivi::kivi_group as g;
+use kvpack::{Context, Error, Input, KiviConfig, KvLayer, Layer, ParamStorage, PathChoice};
 use rand::Rng;
 
-fn layer(t: &Target, h: usize, d: usize, cfg: &KiviConfig) -> KiviLayer {
-    KiviLayer::with_path(t.ctx(), h, d, cfg, t.path())
+fn layer(t: &Target, h: usize, d: usize, cfg: &KiviConfig) -> Layer {
+    Layer::kivi(t.ctx(), h, d, cfg, t.path())
         .unwrap_or_else(|e| panic!("{}: new layer: {e}", t.name()))
 }
 
@@ -201,6 +201,7 @@ fn compare_recon(t: &Target, gpu: &[f32], cpu: &[f32], scale_bound: f32, what: &
 }
 
 /// Runs the same appends on `t` and on the CPU reference and compares everything.
+#[allow(clippy::too_many_arguments)]
 fn run_and_compare(
     t: &Target,
     h: usize,
@@ -210,10 +211,10 @@ fn run_and_compare(
     v: &[f32],
     chunks: &[usize],
     what: &str,
-) -> (KiviLayer, usize) {
+) -> (Layer, usize) {
     let mut lay = layer(t, h, d, cfg);
     let mut reference =
-        KiviLayer::with_path(&Context::cpu(), h, d, cfg, PathChoice::Cpu).expect("cpu layer");
+        Layer::kivi(&Context::cpu(), h, d, cfg, PathChoice::Cpu).expect("cpu layer");
     let row = h * d;
     let mut at = 0;
     for &c in chunks {
@@ -227,8 +228,19 @@ fn run_and_compare(
     }
     assert_eq!(lay.len(), at);
     let boundary = if t.is_gpu() {
-        let (rg, rc) = (lay.raw().expect("raw"), reference.raw().expect("raw"));
-        let n = compare(t, lay.layout(), &rg, &rc, &f16s(k), &f16s(v), what);
+        let (rg, rc) = (
+            common::raw(&lay).expect("raw"),
+            common::raw(&reference).expect("raw"),
+        );
+        let n = compare(
+            t,
+            &common::kivi_layout(h, d, cfg),
+            &rg,
+            &rc,
+            &f16s(k),
+            &f16s(v),
+            what,
+        );
         let (kg, vg) = lay.reconstruct().expect("reconstruct");
         let (kc, vc) = reference.reconstruct().expect("reconstruct");
         let max_scale = |x: &[f32]| x.iter().fold(0f32, |m, &v| m.max(v.abs())) * 2.0;
@@ -252,7 +264,7 @@ fn kivi_grid(t: &Target) {
                 if residual % group != 0 {
                     let cfg = KiviConfig::uniform(bits, group, residual);
                     assert!(matches!(
-                        KiviLayer::with_path(t.ctx(), h, d, &cfg, t.path()),
+                        Layer::kivi(t.ctx(), h, d, &cfg, t.path()),
                         Err(Error::Config(_))
                     ));
                     continue;
@@ -272,7 +284,7 @@ fn kivi_grid(t: &Target) {
                     let (lay, n) = run_and_compare(t, h, d, &cfg, &k, &v, &[tokens], &what);
                     boundary += n;
                     cases += 1;
-                    let q = lay.quantized_len();
+                    let q = lay.memory().quantized;
                     assert_eq!(q, tokens.saturating_sub(residual) / group * group, "{what}");
                     let m = lay.memory();
                     assert_eq!(m.quantized, q);
@@ -309,7 +321,10 @@ fn kivi_chunking_is_invisible(t: &Target) {
         chunks.extend(std::iter::repeat_n(1, 40));
         let (streamed, _) = run_and_compare(t, h, d, &cfg, &k, &v, &chunks, "200 + 40×1");
         let (oneshot, _) = run_and_compare(t, h, d, &cfg, &k, &v, &[240], "one shot");
-        let (a, b) = (streamed.raw().expect("raw"), oneshot.raw().expect("raw"));
+        let (a, b) = (
+            common::raw(&streamed).expect("raw"),
+            common::raw(&oneshot).expect("raw"),
+        );
         words_eq(
             &a.key_codes,
             &b.key_codes,
@@ -360,7 +375,7 @@ fn kivi_chunking_is_invisible(t: &Target) {
             "mixed chunks",
         );
         words_eq(
-            &mixed.raw().expect("raw").key_codes,
+            &common::raw(&mixed).expect("raw").key_codes,
             &b.key_codes,
             "mixed chunks",
         );
@@ -377,7 +392,7 @@ fn kivi_constant_groups_and_ties(t: &Target) {
     let v: Vec<f32> = (0..32 * d).map(|i| ((i / d) as f32) * 0.5 + 1.0).collect();
     let mut lay = layer(t, h, d, &cfg);
     lay.append(Input::F32(&k), Input::F32(&v)).expect("append");
-    let raw = lay.raw().expect("raw");
+    let raw = common::raw(&lay).expect("raw");
     assert!(
         raw.key_codes.iter().all(|&w| w == 0) && raw.value_codes.iter().all(|&w| w == 0),
         "{}",
@@ -400,7 +415,7 @@ fn kivi_constant_groups_and_ties(t: &Target) {
     let k: Vec<f32> = (0..32 * d).map(|i| pattern[(i / d) % 8]).collect();
     let mut lay = layer(t, h, d, &cfg);
     lay.append(Input::F32(&k), Input::F32(&v)).expect("append");
-    let raw = lay.raw().expect("raw");
+    let raw = common::raw(&lay).expect("raw");
     let mut ties_off = 0;
     for c in 0..d {
         let got = g::get_code(&raw.value_codes, c, 2);
@@ -502,16 +517,15 @@ fn kivi_smollm2_fixtures(t: &Target) {
                 f16b += m.f16_bytes;
                 if t.is_gpu() {
                     let mut reference =
-                        KiviLayer::with_path(&Context::cpu(), h, d, &cfg, PathChoice::Cpu)
-                            .expect("cpu");
+                        Layer::kivi(&Context::cpu(), h, d, &cfg, PathChoice::Cpu).expect("cpu");
                     reference
                         .append(Input::F16(kl), Input::F16(vl))
                         .expect("append");
                     boundary += compare(
                         t,
-                        lay.layout(),
-                        &lay.raw().expect("raw"),
-                        &reference.raw().expect("raw"),
+                        &common::kivi_layout(h, d, &cfg),
+                        &common::raw(&lay).expect("raw"),
+                        &common::raw(&reference).expect("raw"),
                         kl,
                         vl,
                         file,
@@ -538,7 +552,7 @@ fn kivi_bad_input_leaves_cache_unchanged(t: &Target) {
     let (k, v) = random_kv(&mut rng, 13, h, d);
     lay.append(Input::F32(&k), Input::F32(&v)).expect("append");
     let before = (
-        lay.raw().expect("raw"),
+        common::raw(&lay).expect("raw"),
         lay.reconstruct().expect("r"),
         lay.len(),
     );
@@ -618,7 +632,7 @@ fn kivi_bad_input_leaves_cache_unchanged(t: &Target) {
     let small: Vec<f32> = (0..4 * h * d).map(|i| (i % 7) as f32).collect();
     one.append(Input::F32(&small), Input::F32(&small))
         .expect("append");
-    let before1 = (one.raw().expect("raw"), one.len());
+    let before1 = (common::raw(&one).expect("raw"), one.len());
     let mut wide = small.clone();
     wide[0] = -60000.0;
     wide[h * d] = 60000.0; // same channel, next token: key group range 120000
@@ -631,7 +645,7 @@ fn kivi_bad_input_leaves_cache_unchanged(t: &Target) {
         t.name()
     );
     assert_eq!(
-        (one.raw().expect("raw"), one.len()),
+        (common::raw(&one).expect("raw"), one.len()),
         before1,
         "{}: failed flush changed the cache",
         t.name()
@@ -645,18 +659,18 @@ fn kivi_bad_input_leaves_cache_unchanged(t: &Target) {
         (KiviConfig::uniform(2, 32, 48), "R not a multiple of G"),
         (KiviConfig::uniform(2, 0, 0), "G = 0"),
     ] {
-        let r = KiviLayer::with_path(t.ctx(), h, d, &cfg, t.path());
+        let r = Layer::kivi(t.ctx(), h, d, &cfg, t.path());
         assert!(
             matches!(r, Err(Error::BitsOutOfRange { .. }) | Err(Error::Config(_))),
             "{what}: {r:?}"
         );
     }
     assert!(matches!(
-        KiviLayer::with_path(t.ctx(), 0, d, &cfg, t.path()),
+        Layer::kivi(t.ctx(), 0, d, &cfg, t.path()),
         Err(Error::Shape { .. })
     ));
     let after = (
-        lay.raw().expect("raw"),
+        common::raw(&lay).expect("raw"),
         lay.reconstruct().expect("r"),
         lay.len(),
     );
@@ -703,7 +717,7 @@ fn kivi_segments(t: &Target) {
         .with_max_storage_binding_size(1024)
         .expect("limit");
     assert!(matches!(
-        KiviLayer::with_path(&tiny, h, d, &cfg, small.path()),
+        Layer::kivi(&tiny, h, d, &cfg, small.path()),
         Err(Error::Limit { .. })
     ));
 }
@@ -744,7 +758,10 @@ fn kivi_encode_append_into_app_encoder(t: &Target) {
             .expect("append");
     }
     assert_eq!(recorded.len(), 300);
-    let (a, b) = (recorded.raw().expect("raw"), blocking.raw().expect("raw"));
+    let (a, b) = (
+        common::raw(&recorded).expect("raw"),
+        common::raw(&blocking).expect("raw"),
+    );
     words_eq(&a.key_codes, &b.key_codes, "recorded vs blocking key codes");
     words_eq(
         &a.value_codes,

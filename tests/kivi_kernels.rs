@@ -11,12 +11,14 @@ mod common;
 use common::{POISON, Target, run_plan};
 use half::f16;
 use kvpack::KiviConfig;
-use kvpack::cpu::kivi_group as g;
-use kvpack::cpu::{kivi_dequant_keys, kivi_dequant_values, kivi_quant_keys, kivi_quant_values};
-use kvpack::kivi::gpu_store::{
+use kvpack::codecs::kivi::plans::{
     plan_dequant_keys, plan_dequant_values, plan_quant_keys, plan_quant_values, rows_to_words,
 };
-use kvpack::kivi::{Layout, ParamStorage};
+use kvpack::codecs::kivi::{Layout, ParamStorage};
+use kvpack::cpu::kivi::kivi_group as g;
+use kvpack::cpu::kivi::{
+    kivi_dequant_keys, kivi_dequant_values, kivi_quant_keys, kivi_quant_values,
+};
 use rand::Rng;
 
 struct Case {
@@ -34,6 +36,7 @@ struct Case {
     x: Vec<f32>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn case(
     rng: &mut impl Rng,
     cfg: &KiviConfig,

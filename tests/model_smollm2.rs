@@ -113,7 +113,7 @@ fn teacher_forced(
     m: &Model,
     method: &str,
     ids: &[u32],
-) -> (f64, Vec<f32>, f64, kvpack::kivi::MemoryReport) {
+) -> (f64, Vec<f32>, f64, kvpack::MemoryReport) {
     let mut s = session(m, method);
     let t0 = std::time::Instant::now();
     let mut nll = 0.0;

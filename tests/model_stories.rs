@@ -97,7 +97,7 @@ fn stories_greedy_sample_f16_cpu() {
     let (w, tok) = load(&dir);
     let ctx = Context::cpu();
     let prompt = tok.encode("Once upon a time", true, false);
-    let mut s = Session::new(w.clone(), &ctx, Method::F16, PathChoice::Cpu).unwrap();
+    let mut s = Session::new(w.clone(), &ctx, Method::f16(), PathChoice::Cpu).unwrap();
     let t0 = std::time::Instant::now();
     let new = s
         .generate(&prompt, 199, &[1], &mut Sampler::greedy(), |_| {})
@@ -120,7 +120,7 @@ fn stories_greedy_sample_f16_cpu() {
     let expected_ids = tok.encode(EXPECTED, true, false);
     assert_eq!(&seq[..41], &expected_ids[..41]);
     // From BOS alone (empty prompt) the model writes the same story.
-    let mut s = Session::new(w, &ctx, Method::F16, PathChoice::Cpu).unwrap();
+    let mut s = Session::new(w, &ctx, Method::f16(), PathChoice::Cpu).unwrap();
     let alone = s
         .generate(&[1], 40, &[1], &mut Sampler::greedy(), |_| {})
         .unwrap();
@@ -148,7 +148,7 @@ fn stories_perplexity_f16_and_kivi_cpu() {
         "f16 perplexity {f16} vs reference {HELDOUT_PPL}"
     );
     // The same through chunked prefill (one append and attention per layer for all tokens).
-    let mut s = Session::new(w.clone(), &ctx, Method::F16, PathChoice::Cpu).unwrap();
+    let mut s = Session::new(w.clone(), &ctx, Method::f16(), PathChoice::Cpu).unwrap();
     let logits = s.forward_chunk(&ids[..ids.len() - 1]).unwrap();
     let v = w.config.vocab;
     let nll: f64 = ids[1..]
@@ -231,7 +231,7 @@ fn session_rejects_bad_tokens() {
         return;
     };
     let (w, _) = load(&dir);
-    let mut s = Session::new(w, &Context::cpu(), Method::F16, PathChoice::Cpu).unwrap();
+    let mut s = Session::new(w, &Context::cpu(), Method::f16(), PathChoice::Cpu).unwrap();
     assert!(s.forward_token(512).is_err());
     assert!(s.forward_chunk(&[]).is_err());
     assert_eq!(s.pos(), 0);

@@ -1,17 +1,17 @@
 //! GPU attention: one partial-attention dispatch per region of the cache (a KIVI segment,
 //! KIVI's f16 residual ring, an f16 cache segment), each splitting its tokens into chunks
-//! (flash-decoding), then `attend_merge`. Kernels: `wgsl/common/attend.wgsl` (core),
-//! `wgsl/common/attend_codec_*.wgsl` (codecs), `wgsl/attend*.wgsl` (entry points).
+//! (flash-decoding), then `attend_merge`. Kernels: `wgsl/attend/attend_core.wgsl` (core),
+//! `wgsl/attend/attend_{kivi,f16}.wgsl` (codecs), `wgsl/attend/attend_{workgroup,subgroup}.wgsl` (entry points).
 
+use crate::codecs::kivi::layout::{Layout, ParamStorage};
 use crate::context::{Context, KernelPath, PathChoice};
 use crate::error::{Error, Result};
-use crate::gpu::{self, DispatchPlan, registry};
-use crate::kivi::layout::{Layout, ParamStorage};
+use crate::gpu::{self, Bind, DispatchPlan, registry};
 
 use super::AttendOptions;
 
 /// Uniform block of the attention kernels.
-/// Keep in sync with `AttendParams` in wgsl/common/attend_params.wgsl.
+/// Keep in sync with `AttendParams` in wgsl/attend/attend_params.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 #[allow(missing_docs)]
@@ -54,6 +54,16 @@ pub const QGROUP_MAX: usize = 8;
 /// key and value (the MSL core's bound too).
 pub const QVECTORS_MAX: usize = 16;
 
+/// How the attention kernels read one side of a layer (a closed set until every codec plugs
+/// into the shared core through hooks of its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttendKind {
+    /// KIVI packed codes with this layout (the side's fields).
+    Kivi(Layout),
+    /// f16 rows.
+    F16,
+}
+
 /// Where a region's tokens are stored.
 #[derive(Clone, Copy, Debug)]
 pub enum Source<'a> {
@@ -62,20 +72,20 @@ pub enum Source<'a> {
         /// Geometry of the cache.
         layout: &'a Layout,
         /// `[blocks][H][D][key_group_words]`.
-        key_codes: &'a wgpu::Buffer,
+        key_codes: Bind<'a>,
         /// Key (scale, lo) words.
-        key_params: &'a wgpu::Buffer,
+        key_params: Bind<'a>,
         /// `[tokens][H][value_row_words]`.
-        value_codes: &'a wgpu::Buffer,
+        value_codes: Bind<'a>,
         /// Value (scale, lo) words.
-        value_params: &'a wgpu::Buffer,
+        value_params: Bind<'a>,
     },
     /// f16 rows `[rows][H·D/2 words]`.
     F16 {
         /// K rows.
-        k_rows: &'a wgpu::Buffer,
+        k_rows: Bind<'a>,
         /// V rows.
-        v_rows: &'a wgpu::Buffer,
+        v_rows: Bind<'a>,
         /// u32 words per row.
         row_words: usize,
         /// Ring capacity (token pos in row pos % ring), or 0 for linear rows.
@@ -145,7 +155,7 @@ impl Call {
     }
 
     /// Workgroup storage (bytes) of a partial-attention workgroup holding `vectors` query
-    /// vectors (wgsl/common/attend.wgsl: qsh, red, psh, m/l/corr, scratch).
+    /// vectors (wgsl/attend/attend_core.wgsl: qsh, red, psh, m/l/corr, scratch).
     pub fn workgroup_bytes(&self, vectors: usize) -> usize {
         4 * (vectors * self.dim + vectors * 4 * 32 + vectors * 32 + 3 * vectors + 128)
     }
@@ -168,7 +178,7 @@ impl Call {
     }
 }
 
-/// Workgroup bytes of one staged KIVI tile (wgsl/common/attend_codec_kivi.wgsl): 32 tokens'
+/// Workgroup bytes of one staged KIVI tile (wgsl/attend/attend_kivi.wgsl): 32 tokens'
 /// slice of every channel's key stream, the block's key parameters, 32 value rows and their
 /// parameters.
 pub fn kivi_stage_bytes(l: &Layout, dim: usize) -> usize {
@@ -461,26 +471,26 @@ pub fn encode(
                 value_codes,
                 value_params,
                 ..
-            } => gpu::encode_plan(
+            } => gpu::encode_plan_bound(
                 ctx,
                 encoder,
                 paths.kivi,
                 plan,
                 &[
-                    q,
-                    &partials,
+                    Bind::from(q),
+                    Bind::from(&partials),
                     key_codes,
                     key_params,
                     value_codes,
                     value_params,
                 ],
             )?,
-            Source::F16 { k_rows, v_rows, .. } => gpu::encode_plan(
+            Source::F16 { k_rows, v_rows, .. } => gpu::encode_plan_bound(
                 ctx,
                 encoder,
                 paths.f16,
                 plan,
-                &[q, &partials, k_rows, v_rows],
+                &[Bind::from(q), Bind::from(&partials), k_rows, v_rows],
             )?,
         }
     }

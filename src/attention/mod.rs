@@ -3,10 +3,11 @@
 //! **The codec interface.** A codec tells attention how to score a query against its stored
 //! keys and how to accumulate its stored values, reconstructing one token at a time in
 //! registers; the online-softmax machinery is written once:
-//! - on the CPU, a codec implements [`crate::cpu::attend::TokenSource`];
+//! - on the CPU, a codec implements the hooks of [`crate::codec::Codec`] (prepare_query,
+//!   score, value, finish_output) and [`crate::cpu::attend::attend`] is the core;
 //! - on the GPU, a codec is a WGSL/MSL file that defines `codec_key(pos, h, d)` and
 //!   `codec_value(pos, h, d)` over its own bindings (3..); the shared core
-//!   (`wgsl/common/attend_core.wgsl`) turns it into a partial-attention kernel over a chunk of
+//!   (`wgsl/attend/attend_core.wgsl`) turns it into a partial-attention kernel over a chunk of
 //!   tokens, and `attend_merge` combines the chunks' (max, sum, accumulator) triples
 //!   (flash-decoding). KIVI (packed codes) and f16 (the uncompressed baseline, also KIVI's
 //!   residual window) are the first two codecs.

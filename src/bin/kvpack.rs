@@ -1,15 +1,19 @@
 //! `kvpack`: the command-line tool.
 //!
 //! ```text
-//! kvpack roundtrip --method kivi --k-bits 2 --v-bits 2 --group 32 --residual 128 \
-//!     --input kv.safetensors --output kv_hat.safetensors [--params f16] [--path auto] [--chunk N]
-//! kvpack attend --method kivi|f16 [--k-bits B --v-bits B --group G --residual R --params f16] \
-//!     --input qkv.safetensors --queries N [--window W] [--sinks S] [--scale X] [--path auto] \
-//!     --output out.safetensors
+//! kvpack roundtrip --method kivi:bits=2,group=32,residual=128 \
+//!     --input kv.safetensors --output kv_hat.safetensors [--path auto] [--chunk N]
+//! kvpack attend --method SPEC --input qkv.safetensors --queries N [--window W] [--sinks S] \
+//!     [--scale X] [--path auto] --output out.safetensors
 //! kvpack eval --model stories260K.bin|model.gguf|smollm2 [--tokenizer FILE] \
-//!     --text FILE|--ids FILE --methods f16,kivi-4,kivi-2 [--path auto] [--json OUT.json] \
+//!     --text FILE|--ids FILE --method f16 --method kivi-4 [--path auto] [--json OUT.json] \
 //!     [--plot OUT.png] [--max-tokens N]
+//! kvpack methods        # every method, its options and defaults
 //! kvpack describe
+//! ```
+//! (`--k-bits`, `--v-bits`, `--group`, `--residual`, `--params` remain as aliases of
+//! `kivi` options; `--methods a,b` of repeated `--method`.)
+//! ```text
 //! ```
 
 #[path = "kvpack/attend.rs"]
@@ -25,9 +29,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use kvpack::kivi::Layout;
-use kvpack::{Context, KiviConfig, ParamStorage, PathChoice};
+use clap::{Parser, Subcommand};
+use kvpack::{Context, PathChoice};
 
 #[derive(Parser)]
 #[command(
@@ -40,44 +43,83 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Method {
-    Kivi,
+/// The KIVI flags of older versions, kept as aliases for `--method kivi:...`.
+#[derive(clap::Args, Clone, Debug, Default)]
+struct KiviFlags {
+    /// Alias: key bits of `--method kivi` (1..=8).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8))]
+    k_bits: Option<u32>,
+    /// Alias: value bits of `--method kivi` (1..=8).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8))]
+    v_bits: Option<u32>,
+    /// Alias: group G of `--method kivi` (tokens per key group, channels per value group).
+    #[arg(long)]
+    group: Option<usize>,
+    /// Alias: the residual window R (tokens kept in f16).
+    #[arg(long)]
+    residual: Option<usize>,
+    /// Alias: (scale, lo) storage of `--method kivi`: f16 or f32.
+    #[arg(long)]
+    params: Option<String>,
 }
 
-/// The cache methods `attend` runs.
-#[derive(Clone, Copy, ValueEnum)]
-enum AttendMethod {
-    /// KIVI with the configuration of --k-bits, --v-bits, --group, --residual, --params.
-    Kivi,
-    /// The uncompressed f16 baseline (ignores the KIVI flags).
-    F16,
+/// The method of `--method SPEC` and the alias flags (only with a bare `kivi`).
+fn method_of(spec: &str, f: &KiviFlags) -> Result<kvpack::Method, String> {
+    let mut opts = Vec::new();
+    if let Some(b) = f.k_bits {
+        opts.push(format!("kbits={b}"));
+    }
+    if let Some(b) = f.v_bits {
+        opts.push(format!("vbits={b}"));
+    }
+    if let Some(g) = f.group {
+        opts.push(format!("group={g}"));
+    }
+    if let Some(p) = &f.params {
+        opts.push(format!("params={p}"));
+    }
+    let spec = spec.trim();
+    let full = if opts.is_empty() {
+        match f.residual {
+            Some(r) if !spec.contains('/') => {
+                let sep = if spec.contains(':') { "," } else { ":" };
+                format!("{spec}{sep}residual={r}")
+            }
+            Some(_) => {
+                return Err(
+                    "--residual cannot modify a KEYS/VALUES spec: write residual=R in it".into(),
+                );
+            }
+            None => spec.to_string(),
+        }
+    } else {
+        if spec != "kivi" {
+            return Err(format!(
+                "--k-bits, --v-bits, --group and --params are aliases for options of `--method kivi`; with                  --method {spec} write them in the spec (e.g. kivi:kbits=4,vbits=2,group=32)"
+            ));
+        }
+        if let Some(r) = f.residual {
+            opts.push(format!("residual={r}"));
+        }
+        format!("kivi:{}", opts.join(","))
+    };
+    kvpack::Method::parse(&full).map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Print the device, its features and limits, and the path each kernel runs on.
     Describe,
+    /// List every cache method, its options and their defaults.
+    Methods,
     /// Compress K and V of a safetensors file, reconstruct them, and report size and error.
     Roundtrip {
-        /// Compression method.
-        #[arg(long, value_enum, default_value = "kivi")]
-        method: Method,
-        /// Key bits (1..=8).
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
-        k_bits: u32,
-        /// Value bits (1..=8).
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
-        v_bits: u32,
-        /// Group size G: tokens per key group, channels per value group.
-        #[arg(long, default_value_t = 32)]
-        group: usize,
-        /// Residual window R in tokens kept in f16 (a multiple of G; may be 0).
-        #[arg(long, default_value_t = 128)]
-        residual: usize,
-        /// Storage of each group's (scale, lo): f16 or f32.
-        #[arg(long, default_value = "f16", value_parser = ParamStorage::parse)]
-        params: ParamStorage,
+        /// Cache method spec (`kvpack methods`): kivi, kivi:bits=4,group=32,residual=128,
+        /// kivi:kbits=4,vbits=2, kivi-4, f16, kivi:bits=4/f16, ...
+        #[arg(long, default_value = "kivi")]
+        method: String,
+        #[command(flatten)]
+        kivi: KiviFlags,
         /// auto, cpu, wgsl, wgsl-subgroup, wgsl-workgroup or msl.
         #[arg(long, default_value = "auto", value_parser = PathChoice::parse)]
         path: PathChoice,
@@ -94,24 +136,11 @@ enum Command {
     /// Fill one cache per layer with K and V, attend with the last N queries, and report the
     /// error against exact attention on the original K/V.
     Attend {
-        /// Cache method.
-        #[arg(long, value_enum, default_value = "kivi")]
-        method: AttendMethod,
-        /// Key bits (1..=8; KIVI only).
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
-        k_bits: u32,
-        /// Value bits (1..=8; KIVI only).
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
-        v_bits: u32,
-        /// Group size G (KIVI only).
-        #[arg(long, default_value_t = 32)]
-        group: usize,
-        /// Residual window R in tokens kept in f16 (KIVI only).
-        #[arg(long, default_value_t = 128)]
-        residual: usize,
-        /// Storage of each group's (scale, lo): f16 or f32 (KIVI only).
-        #[arg(long, default_value = "f16", value_parser = ParamStorage::parse)]
-        params: ParamStorage,
+        /// Cache method spec (`kvpack methods`), as for roundtrip.
+        #[arg(long, default_value = "kivi")]
+        method: String,
+        #[command(flatten)]
+        kivi: KiviFlags,
         /// auto, cpu, wgsl, wgsl-subgroup, wgsl-workgroup or msl.
         #[arg(long, default_value = "auto", value_parser = PathChoice::parse)]
         path: PathChoice,
@@ -152,9 +181,12 @@ enum Command {
         /// Token ids: a JSON array, or a safetensors file with `token_ids`.
         #[arg(long)]
         ids: Option<PathBuf>,
-        /// Comma-separated cache methods: f16, kivi-B, kivi-B-G-R (f16, the reference, runs
-        /// first and is added when missing).
-        #[arg(long, value_delimiter = ',', required = true)]
+        /// A cache method spec (repeat for several; `kvpack methods` lists them). f16, the
+        /// reference, runs first and is added when missing.
+        #[arg(long = "method")]
+        method: Vec<String>,
+        /// Alias: comma-separated method specs without commas of their own (f16,kivi-4,kivi-2).
+        #[arg(long, value_delimiter = ',')]
         methods: Vec<String>,
         /// auto, cpu, wgsl, wgsl-subgroup, wgsl-workgroup or msl.
         #[arg(long, default_value = "auto", value_parser = PathChoice::parse)]
@@ -199,34 +231,27 @@ fn run(command: Command) -> Result<(), String> {
             print!("{}", ctx.describe());
             Ok(())
         }
+        Command::Methods => {
+            print!("{}", kvpack::method::describe_methods());
+            Ok(())
+        }
         Command::Roundtrip {
-            method: Method::Kivi,
-            k_bits,
-            v_bits,
-            group,
-            residual,
-            params,
+            method,
+            kivi,
             path,
             input,
             output,
             chunk,
         } => {
-            let cfg = KiviConfig {
-                key_bits: k_bits,
-                key_group: group,
-                value_bits: v_bits,
-                value_group: group,
-                residual,
-                params,
-            };
-            // Check the configuration before reading anything.
-            Layout::new(1, 1, &cfg).map_err(|e| e.to_string())?;
+            // Check the method before reading anything.
+            let method = method_of(&method, &kivi)?;
             let chunk = chunk.map(|c| usize::try_from(c).unwrap_or(usize::MAX));
             let (k, v) = io::read_kv(&input)?;
             let ctx = context(path).map_err(|e| e.to_string())?;
-            let out = roundtrip::run(&ctx, path, &cfg, &k, &v, chunk).map_err(|e| e.to_string())?;
+            let out =
+                roundtrip::run(&ctx, path, &method, &k, &v, chunk).map_err(|e| e.to_string())?;
             let meta = HashMap::from([
-                ("method".to_string(), "kivi".to_string()),
+                ("method".to_string(), method.to_string()),
                 ("config".to_string(), out.summary["config"].to_string()),
                 (
                     "path".to_string(),
@@ -241,11 +266,7 @@ fn run(command: Command) -> Result<(), String> {
         }
         Command::Attend {
             method,
-            k_bits,
-            v_bits,
-            group,
-            residual,
-            params,
+            kivi,
             path,
             input,
             queries,
@@ -254,21 +275,7 @@ fn run(command: Command) -> Result<(), String> {
             scale,
             output,
         } => {
-            let method = match method {
-                AttendMethod::F16 => kvpack::Method::F16,
-                AttendMethod::Kivi => {
-                    let cfg = KiviConfig {
-                        key_bits: k_bits,
-                        key_group: group,
-                        value_bits: v_bits,
-                        value_group: group,
-                        residual,
-                        params,
-                    };
-                    Layout::new(1, 1, &cfg).map_err(|e| e.to_string())?;
-                    kvpack::Method::Kivi(cfg)
-                }
-            };
+            let method = method_of(&method, &kivi)?;
             if let Some(s) = scale.filter(|s| !s.is_finite()) {
                 return Err(format!("--scale {s} is not finite"));
             }
@@ -312,12 +319,17 @@ fn run(command: Command) -> Result<(), String> {
             tokenizer,
             text,
             ids,
+            method,
             methods,
             path,
             json,
             plot,
             max_tokens,
         } => {
+            let methods: Vec<String> = method.into_iter().chain(methods).collect();
+            if methods.is_empty() {
+                return Err("give at least one --method SPEC (or --methods a,b,c)".into());
+            }
             let source = match (text, ids) {
                 (Some(t), None) => eval::Source::Text(t),
                 (None, Some(i)) => eval::Source::Ids(i),

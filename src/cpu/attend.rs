@@ -1,24 +1,51 @@
-//! CPU reference of attention over a compressed cache (../shared/spec/attention.md):
-//! online softmax in f32 over the visible tokens, grouped-query heads, causal masking,
-//! sliding window with sinks. GPU twins: `wgsl/attend_*.wgsl` (chunked partials, then
-//! `attend_merge`). The codec supplies each token's key and value as its reconstruction, one
-//! row at a time (the CPU's "registers"): see [`TokenSource`].
+//! CPU reference of attention over a compressed cache (../shared/spec/attention.md): online
+//! softmax in f32 over the visible tokens, grouped-query heads sharing every key and value,
+//! causal masking, sliding window with sinks. The codec of each side plugs in through its
+//! four hooks ([`crate::codec::Codec`]): the key codec prepares each query row once
+//! (`prepare_query`) and scores its quantized tokens (`score`); the value codec gives each
+//! quantized token's value in its accumulation space (`value`) and maps the normalized
+//! accumulator to the output once (`finish_output`). Tokens in a side's residual window are
+//! read as f16 rows: their scores are exact dot products with the original query, their values
+//! accumulate in a second, D-wide accumulator, added after `finish_output` (it is linear).
+//! GPU twins: `wgsl/attend/` (chunked partials, then `attend_merge`).
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use crate::attention::AttendOptions;
+use crate::codec::Codec;
+use crate::store::SideWords;
 
-/// What attention needs from a codec on the CPU: the reconstructed key and value of token j
-/// for KV head h, written into `out` (length D). Never a whole dequantized cache.
-pub trait TokenSource {
-    /// Tokens held (T).
-    fn tokens(&self) -> usize;
-    /// KV heads.
-    fn heads(&self) -> usize;
-    /// Head width D.
-    fn dim(&self) -> usize;
-    /// k̂ of token `j`, head `h`.
-    fn key(&self, j: usize, h: usize, out: &mut [f32]);
-    /// v̂ of token `j`, head `h`.
-    fn value(&self, j: usize, h: usize, out: &mut [f32]);
+/// One side's stored words as attention reads them: the codec, its streams (tokens
+/// `[0, quantized)`), and the f16 rows of tokens `[quantized, T)`.
+pub struct SideView<'a> {
+    /// The side's codec (its CPU hooks).
+    pub codec: &'a dyn Codec,
+    /// Per stream, the words of the quantized blocks.
+    pub words: Vec<&'a [u32]>,
+    /// Tokens in the codec's form.
+    pub quantized: usize,
+    /// f16 rows `[T − quantized][H][D]`.
+    pub residual: &'a [f16],
+}
+
+impl<'a> SideView<'a> {
+    /// A view of a snapshot's side.
+    pub fn new(codec: &'a dyn Codec, w: &'a SideWords) -> Self {
+        Self {
+            codec,
+            words: w.words(),
+            quantized: w.quantized,
+            residual: &w.residual,
+        }
+    }
+
+    fn residual_row(&self, j: usize, h: usize, out: &mut [f32]) {
+        let g = self.codec.geometry();
+        // Slice conversion: F16C/NEON instructions where the CPU has them.
+        self.residual[(j - self.quantized) * g.token_elems() + h * g.dim..][..g.dim]
+            .convert_to_f32_slice(out);
+    }
 }
 
 /// Whether key position `j` is visible to a query at position `p` (spec: causal, window W
@@ -33,50 +60,99 @@ pub fn visible(j: usize, p: usize, opts: &AttendOptions) -> bool {
     }
 }
 
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
 /// `q` is `[Tq, Hq, D]`; query row i sits at position `T − Tq + i`. Returns `[Tq, Hq, D]`.
 /// A row that sees no key (impossible under the causal rule with T ≥ 1) is all zeros.
-pub fn attend(src: &dyn TokenSource, q: &[f32], hq: usize, opts: &AttendOptions) -> Vec<f32> {
-    let (t, hkv, d) = (src.tokens(), src.heads(), src.dim());
+pub fn attend(
+    k: &SideView<'_>,
+    v: &SideView<'_>,
+    tokens: usize,
+    q: &[f32],
+    hq: usize,
+    opts: &AttendOptions,
+) -> Vec<f32> {
+    let g = k.codec.geometry();
+    let (t, hkv, d) = (tokens, g.heads, g.dim);
     let tq = q.len() / (hq * d);
     let group = hq / hkv;
     let scale = opts.scale.unwrap_or(1.0 / (d as f32).sqrt());
+    let vw = v.codec.value_dim();
     let mut out = vec![0f32; tq * hq * d];
-    let (mut k, mut v) = (vec![0f32; d], vec![0f32; d]);
+    let (mut key, mut val, mut val_c) = (vec![0f32; d], vec![0f32; d], vec![0f32; vw]);
+    let mut prep: Vec<Vec<f32>> = vec![Vec::new(); group];
+    let mut fin = vec![0f32; d];
+    let (mut raw, mut scratch) = (vec![0f32; group], Vec::new());
     for i in 0..tq {
         let p = t - tq + i;
         for h in 0..hkv {
+            let qrow = |gi: usize| &q[(i * hq + h * group + gi) * d..][..d];
+            for (gi, pr) in prep.iter_mut().enumerate() {
+                k.codec.prepare_query(h, qrow(gi), pr);
+            }
             // The group's query heads share every loaded key and value.
             let mut m = vec![f32::NEG_INFINITY; group];
             let mut l = vec![0f32; group];
-            let mut acc = vec![0f32; group * d];
+            let mut acc_c = vec![0f32; group * vw]; // the value codec's space
+            let mut acc_r = vec![0f32; group * d]; // residual rows (f16)
+            let (mut lazy_c, mut lazy_r) = (vec![1f32; group], vec![1f32; group]);
             for j in 0..t {
                 if !visible(j, p, opts) {
                     continue;
                 }
-                src.key(j, h, &mut k);
-                src.value(j, h, &mut v);
-                for g in 0..group {
-                    let qh = h * group + g;
-                    let qrow = &q[(i * hq + qh) * d..][..d];
-                    let s = scale * qrow.iter().zip(&k).map(|(a, b)| a * b).sum::<f32>();
-                    let m_new = m[g].max(s);
-                    let corr = (m[g] - m_new).exp();
-                    let w = (s - m_new).exp();
-                    l[g] = l[g] * corr + w;
-                    for (a, &x) in acc[g * d..(g + 1) * d].iter_mut().zip(&v) {
-                        *a = *a * corr + w * x;
+                if j < k.quantized {
+                    k.codec.score(&k.words, &prep, j, h, &mut scratch, &mut raw);
+                } else {
+                    k.residual_row(j, h, &mut key);
+                    for (gi, r) in raw.iter_mut().enumerate() {
+                        *r = dot(qrow(gi), &key);
                     }
-                    m[g] = m_new;
+                }
+                let packed_v = j < v.quantized;
+                if packed_v {
+                    v.codec.value(&v.words, j, h, &mut val_c);
+                } else {
+                    v.residual_row(j, h, &mut val);
+                }
+                for gi in 0..group {
+                    let s = scale * raw[gi];
+                    let m_new = m[gi].max(s);
+                    let corr = (m[gi] - m_new).exp();
+                    let w = (s - m_new).exp();
+                    l[gi] = l[gi] * corr + w;
+                    // The accumulator this token does not touch only gets a factor, applied when
+                    // it is next touched (or at the end).
+                    let (acc, x, lazy, width) = if packed_v {
+                        (&mut acc_c, &val_c[..], &mut lazy_r[gi], vw)
+                    } else {
+                        (&mut acc_r, &val[..], &mut lazy_c[gi], d)
+                    };
+                    *lazy *= corr;
+                    let own_lazy = if packed_v {
+                        &mut lazy_c[gi]
+                    } else {
+                        &mut lazy_r[gi]
+                    };
+                    let f = *own_lazy * corr;
+                    *own_lazy = 1.0;
+                    for (a, &xv) in acc[gi * width..(gi + 1) * width].iter_mut().zip(x) {
+                        *a = *a * f + w * xv;
+                    }
+                    m[gi] = m_new;
                 }
             }
-            for g in 0..group {
-                let qh = h * group + g;
-                if l[g] > 0.0 {
-                    for (o, &a) in out[(i * hq + qh) * d..][..d]
-                        .iter_mut()
-                        .zip(&acc[g * d..(g + 1) * d])
-                    {
-                        *o = a / l[g];
+            for gi in 0..group {
+                if l[gi] > 0.0 {
+                    let ac: Vec<f32> = acc_c[gi * vw..(gi + 1) * vw]
+                        .iter()
+                        .map(|a| a * lazy_c[gi] / l[gi])
+                        .collect();
+                    v.codec.finish_output(h, &ac, &mut fin);
+                    let o = &mut out[(i * hq + h * group + gi) * d..][..d];
+                    for ((o, f), r) in o.iter_mut().zip(&fin).zip(&acc_r[gi * d..(gi + 1) * d]) {
+                        *o = f + r * lazy_r[gi] / l[gi];
                     }
                 }
             }

@@ -1,12 +1,11 @@
-//! The CPU reference: one file per kernel, same stem as `wgsl/<kernel>.wgsl` and
-//! `msl/<kernel>.metal`, keeping the GPU loop structure so the three can be read side by side.
-//! These functions define the contract; GPU paths are tested against them.
+//! The CPU reference: one folder per codec (`src/cpu/<codec>/<kernel>.rs`), one file per
+//! kernel with the same stem as `wgsl/<codec>/<kernel>.wgsl` and `msl/<codec>/<kernel>.metal`,
+//! keeping the GPU loop structure so the three can be read side by side. These functions
+//! define the contract; GPU paths are tested against them. [`attend`] is the shared core of
+//! attention (its codec hooks are the codecs' own).
 
 pub mod attend;
 pub mod bitpack;
-pub mod bitunpack;
-pub mod kivi_dequant_keys;
-pub mod kivi_dequant_values;
-pub mod kivi_group;
-pub mod kivi_quant_keys;
-pub mod kivi_quant_values;
+pub mod kivi;
+
+pub use bitpack::bitunpack;

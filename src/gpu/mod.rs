@@ -2,8 +2,11 @@
 //! staging buffer, dispatch geometry split over x/y, and blocking submission wrapped in
 //! error scopes. Nothing here installs an uncaptured-error handler.
 
+pub mod cache;
+pub mod pipeline;
 pub(crate) mod probe;
 pub mod registry;
+pub mod resolve;
 pub mod timing;
 
 use wgpu::util::DeviceExt;
@@ -42,33 +45,103 @@ pub fn check_storage_size(ctx: &Context, what: &'static str, bytes: u64) -> Resu
     Ok(())
 }
 
+/// Creates a buffer inside an out-of-memory error scope (and the context's test hook that
+/// fails an allocation on purpose): an allocation the device cannot make is
+/// [`Error::OutOfMemory`], never wgpu's default handler (which panics).
+fn allocate(
+    ctx: &Context,
+    label: &'static str,
+    size: u64,
+    make: impl FnOnce(&wgpu::Device) -> wgpu::Buffer,
+) -> Result<wgpu::Buffer> {
+    let gpu = gpu_of(ctx, label)?;
+    if ctx.take_injected_allocation_failure() {
+        return Err(Error::OutOfMemory {
+            what: label,
+            bytes: size,
+            message: "allocation failed on purpose (Context::fail_allocation_after)".into(),
+        });
+    }
+    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let buffer = make(&gpu.device);
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        return Err(Error::OutOfMemory {
+            what: label,
+            bytes: size,
+            message: e.to_string(),
+        });
+    }
+    Ok(buffer)
+}
+
 /// A zero-filled storage buffer of at least `bytes` (rounded to words), checked against limits.
 pub fn storage_buffer(ctx: &Context, label: &'static str, bytes: u64) -> Result<wgpu::Buffer> {
     let size = binding_size(bytes);
     check_storage_size(ctx, label, size)?;
-    let gpu = gpu_of(ctx, label)?;
-    Ok(gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
-        size,
-        usage: STORAGE_USAGE,
-        mapped_at_creation: false,
-    }))
+    allocate(ctx, label, size, |device| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: STORAGE_USAGE,
+            mapped_at_creation: false,
+        })
+    })
 }
 
 /// A storage buffer holding `data` (padded with zeros to whole words).
 pub fn upload(ctx: &Context, label: &'static str, data: &[u8]) -> Result<wgpu::Buffer> {
     let size = binding_size(data.len() as u64);
     check_storage_size(ctx, label, size)?;
-    let gpu = gpu_of(ctx, label)?;
     let mut padded = data.to_vec();
     padded.resize(size as usize, 0);
-    Ok(gpu
-        .device
-        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+    allocate(ctx, label, size, |device| {
+        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
             contents: &padded,
             usage: STORAGE_USAGE,
-        }))
+        })
+    })
+}
+
+/// One storage binding: a whole buffer or a byte range of one (offsets aligned to the
+/// device's `min_storage_buffer_offset_alignment`).
+#[derive(Clone, Copy, Debug)]
+pub struct Bind<'a> {
+    /// The buffer.
+    pub buffer: &'a wgpu::Buffer,
+    /// First byte.
+    pub offset: u64,
+    /// Bytes bound (`None`: to the end of the buffer).
+    pub size: Option<u64>,
+}
+
+impl<'a> Bind<'a> {
+    /// `size` bytes of `buffer` from `offset` (at least one word is bound).
+    pub fn range(buffer: &'a wgpu::Buffer, offset: u64, size: u64) -> Self {
+        Self {
+            buffer,
+            offset,
+            size: Some(size.max(4)),
+        }
+    }
+
+    fn resource(&self) -> wgpu::BindingResource<'a> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: self.buffer,
+            offset: self.offset,
+            size: self.size.and_then(wgpu::BufferSize::new),
+        })
+    }
+}
+
+impl<'a> From<&'a wgpu::Buffer> for Bind<'a> {
+    fn from(buffer: &'a wgpu::Buffer) -> Self {
+        Self {
+            buffer,
+            offset: 0,
+            size: None,
+        }
+    }
 }
 
 /// Checks that `buf` is a storage buffer of at least `bytes`.
@@ -136,6 +209,18 @@ pub fn encode_plan(
     plan: &DispatchPlan,
     storage: &[&wgpu::Buffer],
 ) -> Result<()> {
+    let binds: Vec<Bind<'_>> = storage.iter().map(|b| Bind::from(*b)).collect();
+    encode_plan_with(ctx, encoder, path, plan, &binds, None)
+}
+
+/// [`encode_plan`] with bindings that may be ranges of buffers.
+pub fn encode_plan_bound(
+    ctx: &Context,
+    encoder: &mut wgpu::CommandEncoder,
+    path: crate::context::KernelPath,
+    plan: &DispatchPlan,
+    storage: &[Bind<'_>],
+) -> Result<()> {
     encode_plan_with(ctx, encoder, path, plan, storage, None)
 }
 
@@ -145,7 +230,7 @@ pub(crate) fn encode_plan_with(
     encoder: &mut wgpu::CommandEncoder,
     path: crate::context::KernelPath,
     plan: &DispatchPlan,
-    storage: &[&wgpu::Buffer],
+    storage: &[Bind<'_>],
     timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
 ) -> Result<()> {
     let def = plan.kernel;
@@ -166,7 +251,7 @@ pub(crate) fn encode_plan_with(
     if plan.workgroups == 0 {
         return Ok(());
     }
-    let pipeline = registry::pipeline(ctx, def, path, &plan.spec)?;
+    let pipeline = pipeline::pipeline(ctx, def, path, &plan.spec)?;
     let gpu = gpu_of(ctx, def.name)?;
     let uniform = gpu
         .device
@@ -175,7 +260,7 @@ pub(crate) fn encode_plan_with(
             contents: &plan.uniform,
             usage: wgpu::BufferUsages::UNIFORM,
         });
-    let mut all: Vec<&wgpu::Buffer> = vec![&uniform];
+    let mut all: Vec<Bind<'_>> = vec![Bind::from(&uniform)];
     all.extend_from_slice(storage);
     encode_dispatch_with(
         ctx,
@@ -197,12 +282,13 @@ pub fn encode_dispatch(
     buffers: &[&wgpu::Buffer],
     total_workgroups: u64,
 ) -> Result<()> {
+    let binds: Vec<Bind<'_>> = buffers.iter().map(|b| Bind::from(*b)).collect();
     encode_dispatch_with(
         ctx,
         encoder,
         pipeline,
         label,
-        buffers,
+        &binds,
         total_workgroups,
         None,
     )
@@ -214,7 +300,7 @@ pub(crate) fn encode_dispatch_with(
     encoder: &mut wgpu::CommandEncoder,
     pipeline: &registry::Pipeline,
     label: &'static str,
-    buffers: &[&wgpu::Buffer],
+    buffers: &[Bind<'_>],
     total_workgroups: u64,
     timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
 ) -> Result<()> {
@@ -228,7 +314,7 @@ pub(crate) fn encode_dispatch_with(
         .enumerate()
         .map(|(i, b)| wgpu::BindGroupEntry {
             binding: i as u32,
-            resource: b.as_entire_binding(),
+            resource: b.resource(),
         })
         .collect();
     let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -284,16 +370,27 @@ pub fn submit_blocking(
 
 /// Reads `bytes` bytes from the start of `buf` back to the host (blocking).
 pub fn readback(ctx: &Context, buf: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
+    readback_range(ctx, buf, 0, bytes)
+}
+
+/// Reads `bytes` bytes of `buf` from byte `offset` (a multiple of 4) back to the host
+/// (blocking).
+pub fn readback_range(
+    ctx: &Context,
+    buf: &wgpu::Buffer,
+    offset: u64,
+    bytes: u64,
+) -> Result<Vec<u8>> {
     let during = "readback";
     if bytes == 0 {
         return Ok(Vec::new());
     }
     let gpu = gpu_of(ctx, during)?;
     let size = binding_size(bytes);
-    if size > buf.size() {
+    if offset % 4 != 0 || offset + size > buf.size() {
         return Err(Error::LengthMismatch {
             what: "readback range",
-            expected: size as usize,
+            expected: (offset + size) as usize,
             actual: buf.size() as usize,
         });
     }
@@ -304,7 +401,7 @@ pub fn readback(ctx: &Context, buf: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>
         mapped_at_creation: false,
     });
     submit_blocking(ctx, during, |enc| {
-        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
+        enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
         Ok(())
     })?;
     let (tx, rx) = std::sync::mpsc::channel();

@@ -6,13 +6,15 @@
 //! sizes the kernels use) before it offers those variants.
 
 use super::registry::{self, Binding, KernelDef};
-use crate::context::{Context, KernelPath};
+use crate::context::Context;
 use crate::error::Result;
+use crate::path::KernelPath;
 
-const SOURCE: &str = include_str!("../../wgsl/subgroup_probe.wgsl");
+const SOURCE: &str = include_str!("../../wgsl/gpu/subgroup_probe.wgsl");
 
 static PROBE_128: KernelDef = KernelDef {
     name: "subgroup_probe_128",
+    folder: "gpu",
     wgsl_common: &[],
     wgsl_subgroup: Some(SOURCE),
     wgsl: SOURCE,
@@ -33,7 +35,7 @@ static PROBE_256: KernelDef = KernelDef {
 pub(crate) fn subgroups_in_order(ctx: &Context) -> Result<bool> {
     let flags = super::upload(ctx, "kvpack subgroup probe", &[0u8; 4])?;
     for def in [&PROBE_128, &PROBE_256] {
-        let pipeline = registry::pipeline(
+        let pipeline = super::pipeline::pipeline(
             ctx,
             def,
             KernelPath::WgslSubgroup,

@@ -16,11 +16,8 @@
 //! suffix so that it can size `[[max_total_threads_per_threadgroup]]`), so both languages
 //! see the same names.
 
-use std::borrow::Cow;
-use std::sync::Arc;
-
-use crate::context::{Context, KernelPath};
-use crate::error::{Error, Result};
+pub use super::cache::{Pipeline, PipelineKey, Specialization};
+use crate::path::KernelPath;
 
 /// How a binding is used by the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,9 +33,11 @@ pub enum Binding {
 /// One kernel: its sources on every path, bindings and workgroup size.
 #[derive(Debug)]
 pub struct KernelDef {
-    /// The stem shared by `wgsl/<name>.wgsl`, `msl/<name>.metal` and `src/cpu/<name>.rs`;
-    /// also the MSL kernel function's name.
+    /// The stem shared by `wgsl/<folder>/<name>.wgsl`, `msl/<folder>/<name>.metal` and
+    /// `src/cpu/<folder>/<name>.rs`; also the MSL kernel function's name.
     pub name: &'static str,
+    /// The codec (or family) folder its files live in.
+    pub folder: &'static str,
     /// WGSL helpers from `wgsl/common/` concatenated before the kernel source.
     pub wgsl_common: &'static [&'static str],
     /// WGSL source of the subgroup variant; `None` when the kernel needs no cross-lane
@@ -46,7 +45,7 @@ pub struct KernelDef {
     pub wgsl_subgroup: Option<&'static str>,
     /// WGSL source of the workgroup-memory variant (or the only one). Entry point `main`.
     pub wgsl: &'static str,
-    /// MSL helpers from `msl/common/` concatenated before the kernel source (passthrough
+    /// MSL helpers from `msl/<folder>/` concatenated before the kernel source (passthrough
     /// MSL has no include path).
     pub msl_common: &'static [&'static str],
     /// MSL source, when written.
@@ -66,11 +65,12 @@ pub fn msl_buffer_index(def: &KernelDef, group: u32, binding: u32) -> Option<u32
 /// `bitpack`: codes (bytes, 4 per u32) → dense LSB-first bitstream.
 pub static BITPACK: KernelDef = KernelDef {
     name: "bitpack",
+    folder: "bitpack",
     wgsl_common: &[DISPATCH],
     wgsl_subgroup: None,
-    wgsl: include_str!("../../wgsl/bitpack.wgsl"),
+    wgsl: include_str!("../../wgsl/bitpack/bitpack.wgsl"),
     msl_common: &[],
-    msl: Some(include_str!("../../msl/bitpack.metal")),
+    msl: Some(include_str!("../../msl/bitpack/bitpack.metal")),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,
@@ -82,11 +82,12 @@ pub static BITPACK: KernelDef = KernelDef {
 /// `bitunpack`: dense bitstream → codes (bytes, 4 per u32).
 pub static BITUNPACK: KernelDef = KernelDef {
     name: "bitunpack",
+    folder: "bitpack",
     wgsl_common: &[DISPATCH],
     wgsl_subgroup: None,
-    wgsl: include_str!("../../wgsl/bitunpack.wgsl"),
+    wgsl: include_str!("../../wgsl/bitpack/bitunpack.wgsl"),
     msl_common: &[],
-    msl: Some(include_str!("../../msl/bitunpack.metal")),
+    msl: Some(include_str!("../../msl/bitpack/bitunpack.metal")),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,
@@ -96,20 +97,21 @@ pub static BITUNPACK: KernelDef = KernelDef {
 };
 
 const DISPATCH: &str = include_str!("../../wgsl/common/dispatch.wgsl");
-const KIVI: &str = include_str!("../../wgsl/common/kivi.wgsl");
-const KIVI_QUANT_IO: &str = include_str!("../../wgsl/common/kivi_quant_io.wgsl");
-const KIVI_DEQUANT_IO: &str = include_str!("../../wgsl/common/kivi_dequant_io.wgsl");
-const KIVI_VALUES_TAIL: &str = include_str!("../../wgsl/common/kivi_values_tail.wgsl");
-const MSL_KIVI: &str = include_str!("../../msl/common/kivi.metal");
+const KIVI: &str = include_str!("../../wgsl/kivi/kivi_common.wgsl");
+const KIVI_QUANT_IO: &str = include_str!("../../wgsl/kivi/kivi_quant_io.wgsl");
+const KIVI_DEQUANT_IO: &str = include_str!("../../wgsl/kivi/kivi_dequant_io.wgsl");
+const KIVI_VALUES_TAIL: &str = include_str!("../../wgsl/kivi/kivi_values_tail.wgsl");
+const MSL_KIVI: &str = include_str!("../../msl/kivi/kivi_common.metal");
 
 /// KIVI per-channel key quantization (specialized on `PARAMS_F16`).
 pub static KIVI_QUANT_KEYS: KernelDef = KernelDef {
     name: "kivi_quant_keys",
+    folder: "kivi",
     wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
     wgsl_subgroup: None,
-    wgsl: include_str!("../../wgsl/kivi_quant_keys.wgsl"),
+    wgsl: include_str!("../../wgsl/kivi/kivi_quant_keys.wgsl"),
     msl_common: &[MSL_KIVI],
-    msl: Some(include_str!("../../msl/kivi_quant_keys.metal")),
+    msl: Some(include_str!("../../msl/kivi/kivi_quant_keys.metal")),
     bindings: KIVI_QUANT_BINDINGS,
     workgroup_size: 64,
 };
@@ -118,11 +120,14 @@ pub static KIVI_QUANT_KEYS: KernelDef = KernelDef {
 /// group per slice (specialized on `PARAMS_F16`).
 pub static KIVI_QUANT_VALUES: KernelDef = KernelDef {
     name: "kivi_quant_values",
+    folder: "kivi",
     wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO, KIVI_VALUES_TAIL],
-    wgsl_subgroup: Some(include_str!("../../wgsl/kivi_quant_values_subgroup.wgsl")),
-    wgsl: include_str!("../../wgsl/kivi_quant_values.wgsl"),
+    wgsl_subgroup: Some(include_str!(
+        "../../wgsl/kivi/kivi_quant_values_subgroup.wgsl"
+    )),
+    wgsl: include_str!("../../wgsl/kivi/kivi_quant_values.wgsl"),
     msl_common: &[MSL_KIVI],
-    msl: Some(include_str!("../../msl/kivi_quant_values.metal")),
+    msl: Some(include_str!("../../msl/kivi/kivi_quant_values.metal")),
     bindings: KIVI_QUANT_BINDINGS,
     workgroup_size: 256,
 };
@@ -131,11 +136,14 @@ pub static KIVI_QUANT_VALUES: KernelDef = KernelDef {
 /// invocation per group (specialized on `PARAMS_F16`, `VALUE_GROUP`, `VALUE_BITS`).
 pub static KIVI_QUANT_VALUES_THREAD: KernelDef = KernelDef {
     name: "kivi_quant_values_thread",
+    folder: "kivi",
     wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
     wgsl_subgroup: None,
-    wgsl: include_str!("../../wgsl/kivi_quant_values_thread.wgsl"),
+    wgsl: include_str!("../../wgsl/kivi/kivi_quant_values_thread.wgsl"),
     msl_common: &[MSL_KIVI],
-    msl: Some(include_str!("../../msl/kivi_quant_values_thread.metal")),
+    msl: Some(include_str!(
+        "../../msl/kivi/kivi_quant_values_thread.metal"
+    )),
     bindings: KIVI_QUANT_BINDINGS,
     workgroup_size: 64,
 };
@@ -143,11 +151,12 @@ pub static KIVI_QUANT_VALUES_THREAD: KernelDef = KernelDef {
 /// KIVI key reconstruction (tests and tools).
 pub static KIVI_DEQUANT_KEYS: KernelDef = KernelDef {
     name: "kivi_dequant_keys",
+    folder: "kivi",
     wgsl_common: &[DISPATCH, KIVI, KIVI_DEQUANT_IO],
     wgsl_subgroup: None,
-    wgsl: include_str!("../../wgsl/kivi_dequant_keys.wgsl"),
+    wgsl: include_str!("../../wgsl/kivi/kivi_dequant_keys.wgsl"),
     msl_common: &[MSL_KIVI],
-    msl: Some(include_str!("../../msl/kivi_dequant_keys.metal")),
+    msl: Some(include_str!("../../msl/kivi/kivi_dequant_keys.metal")),
     bindings: KIVI_DEQUANT_BINDINGS,
     workgroup_size: 64,
 };
@@ -155,11 +164,12 @@ pub static KIVI_DEQUANT_KEYS: KernelDef = KernelDef {
 /// KIVI value reconstruction (tests and tools).
 pub static KIVI_DEQUANT_VALUES: KernelDef = KernelDef {
     name: "kivi_dequant_values",
+    folder: "kivi",
     wgsl_common: &[DISPATCH, KIVI, KIVI_DEQUANT_IO],
     wgsl_subgroup: None,
-    wgsl: include_str!("../../wgsl/kivi_dequant_values.wgsl"),
+    wgsl: include_str!("../../wgsl/kivi/kivi_dequant_values.wgsl"),
     msl_common: &[MSL_KIVI],
-    msl: Some(include_str!("../../msl/kivi_dequant_values.metal")),
+    msl: Some(include_str!("../../msl/kivi/kivi_dequant_values.metal")),
     bindings: KIVI_DEQUANT_BINDINGS,
     workgroup_size: 64,
 };
@@ -168,9 +178,10 @@ pub static KIVI_DEQUANT_VALUES: KernelDef = KernelDef {
 /// tool, not a kvpack kernel: it is not in [`KERNELS`] and has no MSL.
 pub static COPY: KernelDef = KernelDef {
     name: "copy",
+    folder: "gpu",
     wgsl_common: &[DISPATCH],
     wgsl_subgroup: None,
-    wgsl: include_str!("../../wgsl/copy.wgsl"),
+    wgsl: include_str!("../../wgsl/gpu/copy.wgsl"),
     msl_common: &[],
     msl: None,
     bindings: &[
@@ -181,23 +192,24 @@ pub static COPY: KernelDef = KernelDef {
     workgroup_size: 256,
 };
 
-const ATTEND_PARAMS: &str = include_str!("../../wgsl/common/attend_params.wgsl");
-const ATTEND_CORE: &str = include_str!("../../wgsl/common/attend.wgsl");
+const ATTEND_PARAMS: &str = include_str!("../../wgsl/attend/attend_params.wgsl");
+const ATTEND_CORE: &str = include_str!("../../wgsl/attend/attend_core.wgsl");
 
 /// Attention partials over a KIVI region (packed codes reconstructed in registers).
 pub static ATTEND_KIVI: KernelDef = KernelDef {
     name: "attend_kivi",
+    folder: "attend",
     wgsl_common: &[
         DISPATCH,
         KIVI,
         ATTEND_PARAMS,
         ATTEND_CORE,
-        include_str!("../../wgsl/common/attend_codec_kivi.wgsl"),
+        include_str!("../../wgsl/attend/attend_kivi.wgsl"),
     ],
-    wgsl_subgroup: Some(include_str!("../../wgsl/attend_subgroup.wgsl")),
-    wgsl: include_str!("../../wgsl/attend.wgsl"),
-    msl_common: &[MSL_KIVI, include_str!("../../msl/common/attend.metal")],
-    msl: Some(include_str!("../../msl/attend_kivi.metal")),
+    wgsl_subgroup: Some(include_str!("../../wgsl/attend/attend_subgroup.wgsl")),
+    wgsl: include_str!("../../wgsl/attend/attend_workgroup.wgsl"),
+    msl_common: &[MSL_KIVI, include_str!("../../msl/attend/attend_core.metal")],
+    msl: Some(include_str!("../../msl/attend/attend_kivi.metal")),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,
@@ -213,16 +225,17 @@ pub static ATTEND_KIVI: KernelDef = KernelDef {
 /// Attention partials over f16 rows (the f16 cache, KIVI's residual ring).
 pub static ATTEND_F16: KernelDef = KernelDef {
     name: "attend_f16",
+    folder: "attend",
     wgsl_common: &[
         DISPATCH,
         ATTEND_PARAMS,
         ATTEND_CORE,
-        include_str!("../../wgsl/common/attend_codec_f16.wgsl"),
+        include_str!("../../wgsl/attend/attend_f16.wgsl"),
     ],
-    wgsl_subgroup: Some(include_str!("../../wgsl/attend_subgroup.wgsl")),
-    wgsl: include_str!("../../wgsl/attend.wgsl"),
-    msl_common: &[include_str!("../../msl/common/attend.metal")],
-    msl: Some(include_str!("../../msl/attend_f16.metal")),
+    wgsl_subgroup: Some(include_str!("../../wgsl/attend/attend_subgroup.wgsl")),
+    wgsl: include_str!("../../wgsl/attend/attend_workgroup.wgsl"),
+    msl_common: &[include_str!("../../msl/attend/attend_core.metal")],
+    msl: Some(include_str!("../../msl/attend/attend_f16.metal")),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,
@@ -236,11 +249,12 @@ pub static ATTEND_F16: KernelDef = KernelDef {
 /// Merge of attention partials across chunks (flash-decoding's second pass).
 pub static ATTEND_MERGE: KernelDef = KernelDef {
     name: "attend_merge",
+    folder: "attend",
     wgsl_common: &[DISPATCH, ATTEND_PARAMS],
     wgsl_subgroup: None,
-    wgsl: include_str!("../../wgsl/attend_merge.wgsl"),
-    msl_common: &[include_str!("../../msl/common/attend.metal")],
-    msl: Some(include_str!("../../msl/attend_merge.metal")),
+    wgsl: include_str!("../../wgsl/attend/attend_merge.wgsl"),
+    msl_common: &[include_str!("../../msl/attend/attend_core.metal")],
+    msl: Some(include_str!("../../msl/attend/attend_merge.metal")),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,
@@ -277,27 +291,6 @@ pub static KERNELS: &[&KernelDef] = &[
     &ATTEND_F16,
     &ATTEND_MERGE,
 ];
-
-/// Values fixed for a cache's life that a pipeline is specialized on.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Specialization(pub Vec<(&'static str, u32)>);
-
-/// Cache key of a built pipeline.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PipelineKey {
-    kernel: &'static str,
-    path: KernelPath,
-    spec: Specialization,
-}
-
-/// A built pipeline and its bind group layout.
-#[derive(Debug)]
-pub struct Pipeline {
-    /// The compute pipeline.
-    pub pipeline: wgpu::ComputePipeline,
-    /// Layout of bind group 0.
-    pub layout: wgpu::BindGroupLayout,
-}
 
 /// The WGSL that is compiled for `def` on `path` with `spec`.
 pub fn compose_wgsl(def: &KernelDef, path: KernelPath, spec: &Specialization) -> String {
@@ -337,30 +330,6 @@ pub fn compose_msl(def: &KernelDef, spec: &Specialization) -> Option<String> {
     Some(s)
 }
 
-fn layout_entries(def: &KernelDef) -> Vec<wgpu::BindGroupLayoutEntry> {
-    def.bindings
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupLayoutEntry {
-            binding: i as u32,
-            // COMPUTE only: wgpu's Metal backend miscounts slots when other stages are visible.
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: match b {
-                    Binding::Uniform => wgpu::BufferBindingType::Uniform,
-                    Binding::StorageRead => wgpu::BufferBindingType::Storage { read_only: true },
-                    Binding::StorageReadWrite => {
-                        wgpu::BufferBindingType::Storage { read_only: false }
-                    }
-                },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        })
-        .collect()
-}
-
 /// Runtime checks naga adds to kvpack's WGSL. Bounds checks on buffer accesses stay on (a
 /// kernel bug can never reach memory outside its bindings). Loop bounding is off: it adds a
 /// counter to every loop, which keeps the driver from unrolling the constant-trip loops the
@@ -374,116 +343,3 @@ pub const RUNTIME_CHECKS: wgpu::ShaderRuntimeChecks = wgpu::ShaderRuntimeChecks 
     mesh_shader_primitive_indices_clamp: true,
     int_div_checks: false,
 };
-
-/// The pipeline for `def` on `path`, built on first use and cached in the context.
-pub fn pipeline(
-    ctx: &Context,
-    def: &'static KernelDef,
-    path: KernelPath,
-    spec: &Specialization,
-) -> Result<Arc<Pipeline>> {
-    let gpu = ctx.gpu().ok_or_else(|| Error::PathUnavailable {
-        kernel: def.name,
-        requested: path.to_string(),
-        reason: "no GPU device".into(),
-    })?;
-    if !path.is_gpu() {
-        return Err(Error::PathUnavailable {
-            kernel: def.name,
-            requested: path.to_string(),
-            reason: "the CPU path has no pipeline".into(),
-        });
-    }
-    let key = PipelineKey {
-        kernel: def.name,
-        path,
-        spec: spec.clone(),
-    };
-    if let Some(p) = lock(&gpu.pipelines).get(&key) {
-        return Ok(p.clone());
-    }
-    let built = Arc::new(build(gpu, def, path, spec)?);
-    lock(&gpu.pipelines).insert(key, built.clone());
-    Ok(built)
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding this lock cannot leave the cache inconsistent (inserts are atomic).
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn build(
-    gpu: &crate::context::Gpu,
-    def: &'static KernelDef,
-    path: KernelPath,
-    spec: &Specialization,
-) -> Result<Pipeline> {
-    let device = &gpu.device;
-    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
-    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-        label: Some(def.name),
-        entries: &layout_entries(def),
-    });
-    let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-        label: Some(def.name),
-        bind_group_layouts: &[Some(&layout)],
-        immediate_size: 0,
-    });
-    let (module, entry) = match path {
-        KernelPath::Msl => {
-            let src = compose_msl(def, spec).ok_or_else(|| Error::PathUnavailable {
-                kernel: def.name,
-                requested: path.to_string(),
-                reason: "kernel has no MSL source".into(),
-            })?;
-            let entry_points = [wgpu::PassthroughShaderEntryPoint {
-                name: Cow::Borrowed(def.name),
-                workgroup_size: (def.workgroup_size, 1, 1),
-            }];
-            let desc = wgpu::ShaderModuleDescriptorPassthrough {
-                label: Some(def.name),
-                entry_points: Cow::Borrowed(&entry_points),
-                msl: Some(Cow::Owned(src)),
-                ..Default::default()
-            };
-            // SAFETY: the MSL sources are kvpack's own, reviewed to stay within their buffers
-            // (lengths travel in the uniform at buffer(0)) and emulated on the CPU in tests.
-            (
-                unsafe { device.create_shader_module_passthrough(desc) },
-                def.name,
-            )
-        }
-        _ => {
-            let src = compose_wgsl(def, path, spec);
-            let desc = wgpu::ShaderModuleDescriptor {
-                label: Some(def.name),
-                source: wgpu::ShaderSource::Wgsl(Cow::Owned(src)),
-            };
-            // SAFETY: see `RUNTIME_CHECKS`: buffer bounds checks stay on; the two checks turned
-            // off guard against infinite loops and division by zero, which kvpack's kernels do
-            // not contain (every loop is bounded by a constant or a uniform the host validated,
-            // every divisor is a validated non-zero uniform or a constant).
-            let m = unsafe { device.create_shader_module_trusted(desc, RUNTIME_CHECKS) };
-            (m, "main")
-        }
-    };
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some(def.name),
-        layout: Some(&pl),
-        module: &module,
-        entry_point: Some(entry),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    let e_internal = pollster::block_on(internal.pop());
-    let e_validation = pollster::block_on(validation.pop());
-    if let Some(e) = e_validation.or(e_internal) {
-        return Err(Error::Shader {
-            kernel: def.name,
-            path,
-            message: e.to_string(),
-        });
-    }
-    Ok(Pipeline { pipeline, layout })
-}

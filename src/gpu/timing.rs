@@ -77,12 +77,13 @@ pub fn encode_plan_timed(
             plan.kernel.name
         )));
     }
+    let storage: Vec<super::Bind<'_>> = storage.iter().map(|b| super::Bind::from(*b)).collect();
     encode_plan_with(
         ctx,
         encoder,
         path,
         plan,
-        storage,
+        &storage,
         Some(wgpu::ComputePassTimestampWrites {
             query_set,
             beginning_of_pass_write_index: Some(begin),

@@ -13,10 +13,11 @@ use rayon::prelude::*;
 
 use super::config::{Config, RopePairing, Weights};
 use crate::attention::AttendOptions;
-use crate::cache::{KvLayer, Method};
 use crate::context::{Context, PathChoice};
 use crate::error::{Error, Result};
-use crate::kivi::{Input, MemoryReport};
+use crate::layer::KvLayer;
+use crate::method::Method;
+use crate::store::{Input, MemoryReport};
 
 /// One sequence being decoded: the weights, one cache per layer and the position.
 #[derive(Debug)]
@@ -70,8 +71,8 @@ impl Session {
     }
 
     /// The cache method.
-    pub fn method(&self) -> Method {
-        self.method
+    pub fn method(&self) -> &Method {
+        &self.method
     }
 
     /// The path the caches were asked to run on.

@@ -140,6 +140,47 @@ macro_rules! parity_tests {
     };
 }
 
+/// Instantiates `body(&Target, spec)` for every codec under test × every target: one
+/// `#[test]` per (codec, target), named `body::codec::target`. **Adding a codec to every
+/// generic body is one line here.** `codec_tests!(body, attention)` runs only the methods
+/// whose attention runs on every path today.
+#[macro_export]
+macro_rules! codec_tests {
+    ($body:ident) => {
+        mod $body {
+            $crate::codec_tests!(@codec $body, f16, "f16");
+            $crate::codec_tests!(@codec $body, kivi_2, "kivi:bits=2,group=32,residual=64");
+            $crate::codec_tests!(@codec $body, kivi_4_3_f32, "kivi:kbits=4,vbits=3,group=16,vgroup=24,residual=32,params=f32");
+            $crate::codec_tests!(@codec $body, kivi_1, "kivi:bits=1,group=32,residual=32");
+            $crate::codec_tests!(@codec $body, kivi_keys_f16_values, "kivi:bits=4,group=32/f16:residual=32");
+            $crate::codec_tests!(@codec $body, f16_keys_kivi_values, "f16/kivi:bits=3,group=8,vgroup=16,residual=16");
+        }
+    };
+    ($body:ident, attention) => {
+        mod $body {
+            $crate::codec_tests!(@codec $body, f16, "f16");
+            $crate::codec_tests!(@codec $body, kivi_2, "kivi:bits=2,group=32,residual=64");
+            $crate::codec_tests!(@codec $body, kivi_4_3_f32, "kivi:kbits=4,vbits=3,group=16,vgroup=24,residual=32,params=f32");
+        }
+    };
+    (@codec $body:ident, $name:ident, $spec:expr) => {
+        mod $name {
+            $crate::codec_tests!(@target $body, $spec, cpu);
+            $crate::codec_tests!(@target $body, $spec, wgsl_subgroup);
+            $crate::codec_tests!(@target $body, $spec, wgsl_workgroup);
+        }
+    };
+    (@target $body:ident, $spec:expr, $kind:ident) => {
+        #[test]
+        fn $kind() {
+            let test = concat!(stringify!($body), "[", $spec, "]");
+            if let Some(t) = $crate::common::target(stringify!($kind), test) {
+                super::super::$body(&t, $spec);
+            }
+        }
+    };
+}
+
 /// A fresh seeded RNG; the seed is printed so that a failure can be replayed with
 /// `KVPACK_SEED=<seed>`.
 pub fn rng(test: &str) -> rand::rngs::StdRng {
@@ -341,4 +382,14 @@ pub fn random_qkv(
         .map(|_| rng.random_range(-1.5f32..1.5))
         .collect();
     (q, k, v)
+}
+
+/// The stored words of a KIVI/KIVI layer in KIVI's terms (read back on GPU paths).
+pub fn raw(l: &dyn kvpack::KvLayer) -> kvpack::Result<kvpack::codecs::kivi::RawKivi> {
+    Ok(kvpack::codecs::kivi::RawKivi::from_snapshot(&l.snapshot()?))
+}
+
+/// The KIVI layout of a configuration (what the layer's codecs use).
+pub fn kivi_layout(h: usize, d: usize, cfg: &kvpack::KiviConfig) -> kvpack::codecs::kivi::Layout {
+    kvpack::codecs::kivi::Layout::new(h, d, cfg).expect("layout")
 }

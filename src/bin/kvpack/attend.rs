@@ -3,7 +3,7 @@
 
 use kvpack::attention::gpu::AttendPaths;
 use kvpack::cpu::attend::attend_exact;
-use kvpack::{AttendOptions, Context, KiviConfig, MemoryReport, Method, PathChoice};
+use kvpack::{AttendOptions, Context, MemoryReport, Method, PathChoice};
 use serde_json::{Value, json};
 
 use crate::io::Tensor;
@@ -92,27 +92,6 @@ impl RowStats {
     }
 }
 
-/// The method's name and configuration for the summary.
-fn describe_method(method: &Method) -> (&'static str, Value) {
-    match method {
-        Method::F16 => ("f16", Value::Null),
-        Method::Kivi(cfg) => ("kivi", kivi_config(cfg)),
-    }
-}
-
-fn kivi_config(cfg: &KiviConfig) -> Value {
-    json!({
-        "k_bits": cfg.key_bits,
-        "v_bits": cfg.value_bits,
-        "group": cfg.key_group,
-        "residual": cfg.residual,
-        "params": match cfg.params {
-            kvpack::ParamStorage::F16 => "f16",
-            kvpack::ParamStorage::F32 => "f32",
-        },
-    })
-}
-
 /// Rows `[start, end)` of `x` (elements) as f32, exactly as given.
 fn f32s(x: &Tensor, start: usize, end: usize) -> Vec<f32> {
     (start..end).map(|i| x.values.get(i) as f32).collect()
@@ -180,8 +159,10 @@ pub fn run(
     let mut total = MemoryReport::default();
     let mut all = RowStats::default();
     let mut per_layer = Vec::with_capacity(k.layers);
+    let mut paths = None;
     for l in 0..k.layers {
         let mut layer = method.layer(ctx, hkv, d, choice).map_err(err)?;
+        paths.get_or_insert(layer.paths());
         let (a, b) = (l * kv_layer, (l + 1) * kv_layer);
         layer
             .append(k.values.input(a, b), v.values.input(a, b))
@@ -209,26 +190,26 @@ pub fn run(
         all.merge(&stats);
         out.extend_from_slice(&o);
     }
-    // The paths attention runs on, resolved as the layers resolve them.
-    let paths = AttendPaths::resolve(ctx, choice).map_err(err)?;
-    let (name, config) = describe_method(method);
-    let used = match method {
-        Method::F16 => paths.f16,
-        Method::Kivi(_) => paths.kivi,
-    };
+    let paths = paths.ok_or("the input has no layers")?;
+    let used = paths[0];
+    let (name, config) = crate::roundtrip::method_json(method);
     let adapter = match ctx.adapter_info() {
         Some(info) if used.is_gpu() => info.name.clone(),
         _ => "cpu".to_string(),
     };
     let mut kernels = serde_json::Map::new();
-    if matches!(method, Method::Kivi(_)) {
-        kernels.insert("attend_kivi".into(), json!(paths.kivi.to_string()));
+    if used.is_gpu() {
+        // The attention kernels, resolved as the layers resolve them.
+        let a = AttendPaths::resolve(ctx, choice).map_err(err)?;
+        kernels.insert("attend_kivi".into(), json!(a.kivi.to_string()));
+        kernels.insert("attend_f16".into(), json!(a.f16.to_string()));
+        kernels.insert("attend_merge".into(), json!(a.merge.to_string()));
     }
-    // KIVI's residual window is f16 rows too.
-    kernels.insert("attend_f16".into(), json!(paths.f16.to_string()));
-    kernels.insert("attend_merge".into(), json!(paths.merge.to_string()));
+    kernels.insert("keys".into(), json!(paths[0].to_string()));
+    kernels.insert("values".into(), json!(paths[1].to_string()));
     let summary = json!({
         "method": name,
+        "spec": method.to_string(),
         "config": config,
         "path_requested": choice.to_string(),
         "path": used.to_string(),

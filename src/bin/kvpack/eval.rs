@@ -131,7 +131,7 @@ fn parse_methods(names: &[String]) -> Result<Vec<(String, Method)>, String> {
     for name in names {
         let name = name.trim();
         if name.is_empty() {
-            return Err("--methods has an empty entry".into());
+            return Err("--method has an empty entry".into());
         }
         let m = Method::parse(name).map_err(|e| e.to_string())?;
         if out.iter().any(|(n, _)| n == name) {
@@ -140,9 +140,9 @@ fn parse_methods(names: &[String]) -> Result<Vec<(String, Method)>, String> {
         out.push((name.to_string(), m));
     }
     if out.is_empty() {
-        return Err("--methods lists no method".into());
+        return Err("no --method given".into());
     }
-    match out.iter().position(|(_, m)| *m == Method::F16) {
+    match out.iter().position(|(_, m)| m.is_f16()) {
         Some(0) => {}
         Some(i) => {
             let f16 = out.remove(i);
@@ -150,7 +150,7 @@ fn parse_methods(names: &[String]) -> Result<Vec<(String, Method)>, String> {
         }
         None => {
             eprintln!("kvpack eval: adding f16, the reference the others are compared with");
-            out.insert(0, ("f16".into(), Method::F16));
+            out.insert(0, ("f16".into(), Method::f16()));
         }
     }
     Ok(out)
@@ -347,7 +347,7 @@ fn decode_all(
     for (name, method) in methods {
         bar.set_message(name.clone());
         let is_ref = rows.is_empty();
-        let mut s = Session::new(weights.clone(), ctx, *method, path)
+        let mut s = Session::new(weights.clone(), ctx, method.clone(), path)
             .map_err(|e| format!("{name}: {e}"))?;
         let t0 = Instant::now();
         let (mut nll, mut kl_sum, mut agree) = (0.0f64, 0.0f64, 0usize);

@@ -1,7 +1,6 @@
 //! `kvpack roundtrip`: compress K and V layer by layer, reconstruct, measure.
 
-use kvpack::kivi::Memory;
-use kvpack::{Context, KiviConfig, KiviLayer, MemoryReport, PathChoice};
+use kvpack::{Context, Memory, MemoryReport, Method, PathChoice};
 use serde_json::{Value, json};
 
 use crate::io::Tensor;
@@ -55,6 +54,7 @@ pub fn bytes(m: &Memory) -> Value {
         "value_codes": m.value_codes,
         "value_params": m.value_params,
         "residual": m.residual,
+        "tables": m.tables,
         "total": m.total(),
     })
 }
@@ -76,11 +76,31 @@ fn figures(m: &MemoryReport, ek: Err2, ev: Err2) -> serde_json::Map<String, Valu
     }
 }
 
-/// Runs every layer of `k`/`v` through its own [`KiviLayer`] on `ctx` with `choice`.
+/// The method's name (`kivi`, `f16`, or `KEYS/VALUES` for a pair) and its configuration.
+pub fn method_json(method: &Method) -> (String, Value) {
+    let (k, v) = (method.key(), method.value());
+    let name = if k.method() == v.method() {
+        k.method().to_string()
+    } else {
+        format!("{}/{}", k.method(), v.method())
+    };
+    let side = |c: &dyn kvpack::method::SideConfig| json!({ "method": c.method(), "options": c.to_string() });
+    (
+        name,
+        json!({
+            "spec": method.to_string(),
+            "keys": side(k),
+            "values": side(v),
+            "residual": method.residual(),
+        }),
+    )
+}
+
+/// Runs every layer of `k`/`v` through its own cache of `method` on `ctx` with `choice`.
 pub fn run(
     ctx: &Context,
     choice: PathChoice,
-    cfg: &KiviConfig,
+    method: &Method,
     k: &Tensor,
     v: &Tensor,
     chunk: Option<usize>,
@@ -93,10 +113,10 @@ pub fn run(
     let (mut total, mut ek_all, mut ev_all) =
         (MemoryReport::default(), Err2::default(), Err2::default());
     let mut per_layer = Vec::with_capacity(k.layers);
-    let mut paths = None;
+    let mut described = None;
     for l in 0..k.layers {
-        let mut layer = KiviLayer::with_path(ctx, k.heads, k.dim, cfg, choice)?;
-        paths.get_or_insert(layer.paths());
+        let mut layer = method.layer(ctx, k.heads, k.dim, choice)?;
+        described.get_or_insert((layer.describe(), layer.paths()));
         let base = l * layer_elems;
         let mut t = 0;
         while t < k.tokens {
@@ -117,33 +137,25 @@ pub fn run(
         k_hat.extend_from_slice(&kh);
         v_hat.extend_from_slice(&vh);
     }
-    let paths = paths.ok_or_else(|| kvpack::Error::Config("the input has no layers".into()))?;
-    let gpu = paths.quant_keys.is_gpu();
+    let (described, paths) =
+        described.ok_or_else(|| kvpack::Error::Config("the input has no layers".into()))?;
+    let path = paths[0].to_string();
     let adapter = match ctx.adapter_info() {
-        Some(info) if gpu => info.name.clone(),
+        Some(info) if paths[0].is_gpu() => info.name.clone(),
         _ => "cpu".to_string(),
     };
+    let (name, mut config) = method_json(method);
+    config["chunk"] = json!(chunk);
     let mut summary = serde_json::Map::new();
-    summary.insert("method".into(), json!("kivi"));
-    summary.insert(
-        "config".into(),
-        json!({
-            "k_bits": cfg.key_bits,
-            "v_bits": cfg.value_bits,
-            "group": cfg.key_group,
-            "residual": cfg.residual,
-            "params": match cfg.params { kvpack::ParamStorage::F16 => "f16", kvpack::ParamStorage::F32 => "f32" },
-            "chunk": chunk,
-        }),
-    );
+    summary.insert("method".into(), json!(name));
+    summary.insert("spec".into(), json!(method.to_string()));
+    summary.insert("config".into(), config);
     summary.insert("path_requested".into(), json!(choice.to_string()));
-    summary.insert("path".into(), json!(paths.quant_keys.to_string()));
+    summary.insert("path".into(), json!(path));
+    summary.insert("layer".into(), json!(described));
     summary.insert(
         "kernels".into(),
-        json!({
-            "kivi_quant_keys": paths.quant_keys.to_string(),
-            "kivi_quant_values": paths.quant_values.to_string(),
-        }),
+        json!({ "keys": paths[0].to_string(), "values": paths[1].to_string() }),
     );
     summary.insert("adapter".into(), json!(adapter));
     summary.insert("shape".into(), json!(k.shape));

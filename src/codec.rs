@@ -1,0 +1,251 @@
+//! The [`Codec`] trait: how one side (keys or values) of a layer stores its tokens and how
+//! attention reads them. A layer ([`crate::layer::Layer`]) pairs a key codec with a value
+//! codec (any with any) over the shared store ([`crate::store`]); everything a codec does not
+//! define (segments, residual window, appends, memory, snapshots, the attention core) is
+//! written once there.
+//!
+//! A codec instance is built for one side, one geometry and one path (its kernels resolved
+//! on a [`Context`]) by its row of the method table ([`crate::method`]). What it defines:
+//! - its storage: the block size `G` along tokens ([`Codec::block_tokens`]), the streams of
+//!   one block ([`Codec::streams`]: u32 words per block, all heads), and per-layer tables
+//!   uploaded once ([`Codec::tables`]);
+//! - the CPU reference: [`Codec::encode`] whole blocks, [`Codec::decode`] them back (tools
+//!   and tests; a codec without a reconstruction returns an error);
+//! - its GPU kernels: [`Codec::encode_gpu`] (reads the side's residual ring and the incoming
+//!   rows, writes whole blocks into a segment) and [`Codec::decode_gpu`];
+//! - attention's four hooks (../shared/spec/attention.md): [`Codec::prepare_query`],
+//!   [`Codec::score`] (keys), [`Codec::value`] (values) and [`Codec::finish_output`] on the
+//!   CPU, and the same on the GPU through [`Codec::gpu_attend`].
+
+use std::fmt;
+
+use half::f16;
+
+use crate::attention::gpu::AttendKind;
+use crate::context::{Context, KernelPath};
+use crate::error::{Error, Result};
+use crate::store::memory::StreamKind;
+use crate::store::{Geometry, Side};
+
+/// One stream of a codec's stored form: `words_per_block` u32 words per block of
+/// [`Codec::block_tokens`] tokens (all heads), blocks stored one after another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stream {
+    /// What it holds (`codes`, `params`, `norms`, ...).
+    pub name: &'static str,
+    /// How memory reports count it.
+    pub kind: StreamKind,
+    /// u32 words per block.
+    pub words_per_block: usize,
+}
+
+/// Where a GPU encode reads the f16 rows `[H·D/2 words]` of the tokens it quantizes: token
+/// `s < t_old` is row `s % ring_tokens` of `ring` (the side's residual window), token
+/// `s ≥ t_old` is row `s − inc_start` of `incoming` (this append's upload).
+#[derive(Clone, Copy, Debug)]
+pub struct EncodeSource<'a> {
+    /// The residual ring (a placeholder when no token comes from it).
+    pub ring: &'a wgpu::Buffer,
+    /// Its capacity in rows (at least 1).
+    pub ring_tokens: usize,
+    /// This append's rows (a placeholder when no token comes from it).
+    pub incoming: &'a wgpu::Buffer,
+    /// Absolute token of `incoming`'s first row.
+    pub inc_start: usize,
+    /// Tokens before this one are in the ring.
+    pub t_old: usize,
+    /// Absolute token of the first token encoded (a multiple of the block size).
+    pub start: usize,
+    /// The codec's tables ([`Codec::tables`]; a placeholder word when it has none).
+    pub tables: &'a wgpu::Buffer,
+}
+
+/// One segment of a side's stored words on the GPU: one buffer, each stream at its byte
+/// range, the blocks of tokens `[first_token, first_token + cap)`.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentRef<'a> {
+    /// The buffer.
+    pub buffer: &'a wgpu::Buffer,
+    /// Byte offset and size of each stream inside it (offsets aligned for binding).
+    pub ranges: &'a [(u64, u64)],
+    /// The first block a dispatch reads or writes, counted from the segment's start.
+    pub block: usize,
+    /// The codec's tables ([`Codec::tables`]; a placeholder word when it has none).
+    pub tables: &'a wgpu::Buffer,
+}
+
+impl<'a> SegmentRef<'a> {
+    /// Stream `s` as a binding.
+    pub fn stream(&self, s: usize) -> crate::gpu::Bind<'a> {
+        let (offset, size) = self.ranges[s];
+        crate::gpu::Bind::range(self.buffer, offset, size)
+    }
+}
+
+/// The stored words of one side as the CPU sees them: per stream, the words of the blocks
+/// `[0, quantized / G)`.
+pub type Words<'a> = [&'a [u32]];
+
+/// One side of a layer's cache: see the module docs.
+pub trait Codec: Send + Sync + fmt::Debug {
+    /// The method-table name this codec belongs to (`f16`, `kivi`, ...).
+    fn method(&self) -> &'static str;
+    /// Its settings in the method grammar (`bits=4,group=32,params=f16`), for `describe()`.
+    fn settings(&self) -> String;
+    /// The side it stores.
+    fn side(&self) -> Side;
+    /// The layer's shape.
+    fn geometry(&self) -> Geometry;
+    /// The path its kernels run on (the CPU reference or one GPU path).
+    fn path(&self) -> KernelPath;
+    /// Tokens per block (G): a side quantizes whole blocks.
+    fn block_tokens(&self) -> usize;
+    /// The streams of one block.
+    fn streams(&self) -> &[Stream];
+    /// Per-layer constants (u32 words) the kernels read; uploaded once, counted as tables.
+    fn tables(&self) -> &[u32] {
+        &[]
+    }
+
+    /// CPU reference: encodes `blocks` whole blocks whose first token is the absolute token
+    /// `first`; `x(t, h, d)` is the f16-rounded input of token `first + t`. `out[s]` receives
+    /// `blocks · words_per_block` words of stream `s` (its previous content is replaced).
+    fn encode(
+        &self,
+        first: usize,
+        blocks: usize,
+        x: &dyn Fn(usize, usize, usize) -> f32,
+        out: &mut [Vec<u32>],
+    ) -> Result<()>;
+
+    /// CPU reference: reconstructs `blocks` blocks from `words` (each stream's words of those
+    /// blocks) into `out` `[blocks·G][H][D]` f32.
+    fn decode(&self, words: &Words<'_>, blocks: usize, out: &mut [f32]) -> Result<()>;
+
+    /// Records the GPU encode of `blocks` blocks from `src` into `dst` (its `block` is the
+    /// first block written). `status` is a zero-cleared word the kernels may flag.
+    fn encode_gpu(
+        &self,
+        ctx: &Context,
+        enc: &mut wgpu::CommandEncoder,
+        src: &EncodeSource<'_>,
+        dst: &SegmentRef<'_>,
+        blocks: usize,
+        status: &wgpu::Buffer,
+    ) -> Result<()>;
+
+    /// Whether [`Codec::encode_gpu`] can flag a failure in its status word (then a blocking
+    /// append reads it back before it commits, and a recorded append is refused).
+    fn needs_status(&self) -> bool {
+        false
+    }
+
+    /// The error for a non-zero status word after encoding from absolute token `first`.
+    fn status_error(&self, status: u32, first: usize) -> Error {
+        Error::Gpu {
+            during: "encode",
+            message: format!(
+                "{} {} encode flagged status {status:#x} at token {first}",
+                self.method(),
+                self.side().name()
+            ),
+        }
+    }
+
+    /// Whether the codec reconstructs on the GPU ([`Codec::decode_gpu`]); else a GPU layer's
+    /// reconstruction reads the words back and runs [`Codec::decode`].
+    fn gpu_decodes(&self) -> bool {
+        false
+    }
+
+    /// Records the GPU reconstruction of `blocks` blocks of `src` (from its `block`) into
+    /// `out` `[blocks·G][H][D]` f32 (codecs whose [`Codec::gpu_decodes`] is true).
+    fn decode_gpu(
+        &self,
+        ctx: &Context,
+        enc: &mut wgpu::CommandEncoder,
+        src: &SegmentRef<'_>,
+        blocks: usize,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        let _ = (ctx, enc, src, blocks, out);
+        Err(Error::PathUnavailable {
+            kernel: self.method(),
+            requested: self.path().to_string(),
+            reason: "this codec has no GPU reconstruction kernel".into(),
+        })
+    }
+
+    /// Attention hook 1 (keys): the query row `q` `[D]` of KV head `h` in the form
+    /// [`Codec::score`] reads (default: `q` itself).
+    fn prepare_query(&self, h: usize, q: &[f32], out: &mut Vec<f32>) {
+        let _ = h;
+        out.clear();
+        out.extend_from_slice(q);
+    }
+
+    /// Attention hook 2 (keys): the estimates of ⟨q, k_j⟩ (unscaled) for quantized token `j`
+    /// of head `h`, one per prepared query of the head's group (`out[i]` for `preps[i]`),
+    /// from the stored words. `scratch` is the caller's reusable buffer. Default: the dot
+    /// product with the reconstructed key (reconstructed once), summed in channel order.
+    fn score(
+        &self,
+        words: &Words<'_>,
+        preps: &[Vec<f32>],
+        j: usize,
+        h: usize,
+        scratch: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
+        scratch.resize(self.geometry().dim, 0.0);
+        self.row(words, j, h, scratch);
+        for (o, p) in out.iter_mut().zip(preps) {
+            *o = p.iter().zip(scratch.iter()).map(|(a, b)| a * b).sum();
+        }
+    }
+
+    /// Width of the space values accumulate in (default D; a rotating codec may use P).
+    fn value_dim(&self) -> usize {
+        self.geometry().dim
+    }
+
+    /// Attention hook 3 (values): v̂_j of head `h` in the accumulation space
+    /// ([`Codec::value_dim`] floats). Default: the reconstructed value.
+    fn value(&self, words: &Words<'_>, j: usize, h: usize, out: &mut [f32]) {
+        self.row(words, j, h, out);
+    }
+
+    /// Attention hook 4 (values): maps a normalized accumulator `[value_dim]` of head `h` to
+    /// the output `[D]` (linear). Default: identity.
+    fn finish_output(&self, h: usize, acc: &[f32], out: &mut [f32]) {
+        let _ = h;
+        out.copy_from_slice(&acc[..out.len()]);
+    }
+
+    /// The reconstruction of one quantized token `j` of head `h` (`[D]`), for the default
+    /// hooks. Codecs without a reconstruction override the hooks instead.
+    fn row(&self, words: &Words<'_>, j: usize, h: usize, out: &mut [f32]);
+
+    /// How the GPU attention kernels read this side (until every codec has hooks of its own
+    /// in the shared core, a closed set).
+    fn gpu_attend(&self) -> AttendKind;
+}
+
+/// The common check of a codec built for a GPU path: the context must have a device.
+pub(crate) fn require_gpu(ctx: &Context, what: &'static str) -> Result<()> {
+    crate::gpu::gpu_of(ctx, what).map(|_| ())
+}
+
+/// f16 rows of tokens `[first, first + n)` of an f16-rounded input closure, for codecs that
+/// store f16 (the baseline codec) or tests.
+pub fn rows_from(g: Geometry, n: usize, x: &dyn Fn(usize, usize, usize) -> f32) -> Vec<f16> {
+    let mut out = Vec::with_capacity(n * g.token_elems());
+    for t in 0..n {
+        for h in 0..g.heads {
+            for d in 0..g.dim {
+                out.push(f16::from_f32(x(t, h, d)));
+            }
+        }
+    }
+    out
+}

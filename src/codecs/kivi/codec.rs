@@ -1,0 +1,304 @@
+//! The [`Codec`] of one KIVI side: keys (per channel over blocks of `G` tokens; streams
+//! `codes` `[H][D][key_group_words]` and `params` `[H][D][1 or 2]` per block) or values (per
+//! token over channel groups; streams `codes` `[G][H][value_row_words]` and `params`
+//! `[G][H][value_groups][1 or 2]` per block of `G` tokens). Layout: [`super::layout`].
+
+use super::config::KiviSide;
+use super::layout::{Layout, ParamStorage};
+use super::plans::{self, QuantSource};
+use crate::attention::gpu::AttendKind;
+use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
+use crate::context::{Context, KernelPath, PathChoice};
+use crate::cpu::kivi::kivi_group as g;
+use crate::cpu::kivi::kivi_quant_keys::ParamOverflow;
+use crate::cpu::kivi::{
+    kivi_dequant_keys, kivi_dequant_values, kivi_quant_keys, kivi_quant_values,
+};
+use crate::error::{Error, Result};
+use crate::gpu::{self, Bind, registry};
+use crate::store::memory::StreamKind;
+use crate::store::{Geometry, Side};
+
+/// One KIVI side (see the module docs).
+#[derive(Debug)]
+pub struct KiviCodec {
+    cfg: KiviSide,
+    l: Layout,
+    quant: KernelPath,
+    dequant: KernelPath,
+    streams: [Stream; 2],
+}
+
+/// The error of a group whose (scale, lo) f16 storage cannot hold.
+pub(crate) fn overflow_error(o: ParamOverflow, what: &str) -> Error {
+    Error::Config(format!(
+        "{what} group at token {}, head {}, index {} has a scale or lo that f16 parameter storage \
+         cannot hold (use f32 parameters or more bits)",
+        o.token, o.head, o.index
+    ))
+}
+
+impl KiviCodec {
+    /// The codec for `cfg` with layout `l`, its kernels resolved on `ctx` for `choice`.
+    pub fn new(ctx: &Context, cfg: KiviSide, l: Layout, choice: PathChoice) -> Result<Self> {
+        let (quant_def, dequant_def) = match cfg.side {
+            Side::Keys => (&registry::KIVI_QUANT_KEYS, &registry::KIVI_DEQUANT_KEYS),
+            Side::Values => (plans::values_kernel(&l), &registry::KIVI_DEQUANT_VALUES),
+        };
+        let quant = ctx.resolve(quant_def, choice)?;
+        let dequant = ctx.resolve(dequant_def, choice)?;
+        if quant.is_gpu() {
+            crate::codec::require_gpu(ctx, "kivi cache")?;
+        }
+        let (codes, params) = match cfg.side {
+            Side::Keys => (l.key_block_words(), l.key_block_param_words()),
+            Side::Values => (
+                l.key_group * l.value_token_words(),
+                l.key_group * l.value_token_param_words(),
+            ),
+        };
+        Ok(Self {
+            cfg,
+            l,
+            quant,
+            dequant,
+            streams: [
+                Stream {
+                    name: "codes",
+                    kind: StreamKind::Codes,
+                    words_per_block: codes,
+                },
+                Stream {
+                    name: "params",
+                    kind: StreamKind::Params,
+                    words_per_block: params,
+                },
+            ],
+        })
+    }
+
+    /// The KIVI layout (its side's fields).
+    pub fn layout(&self) -> &Layout {
+        &self.l
+    }
+}
+
+impl Codec for KiviCodec {
+    fn method(&self) -> &'static str {
+        "kivi"
+    }
+
+    fn settings(&self) -> String {
+        self.cfg.to_string()
+    }
+
+    fn side(&self) -> Side {
+        self.cfg.side
+    }
+
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            heads: self.l.heads,
+            dim: self.l.dim,
+        }
+    }
+
+    fn path(&self) -> KernelPath {
+        self.quant
+    }
+
+    fn block_tokens(&self) -> usize {
+        self.l.key_group
+    }
+
+    fn streams(&self) -> &[Stream] {
+        &self.streams
+    }
+
+    fn encode(
+        &self,
+        first: usize,
+        blocks: usize,
+        x: &dyn Fn(usize, usize, usize) -> f32,
+        out: &mut [Vec<u32>],
+    ) -> Result<()> {
+        let l = &self.l;
+        let [codes, params] = out else {
+            return Err(Error::LengthMismatch {
+                what: "kivi streams",
+                expected: 2,
+                actual: out.len(),
+            });
+        };
+        *codes = vec![0u32; blocks * self.streams[0].words_per_block];
+        *params = vec![0u32; blocks * self.streams[1].words_per_block];
+        let shift = |o: ParamOverflow| ParamOverflow {
+            token: o.token + first,
+            ..o
+        };
+        match self.cfg.side {
+            Side::Keys => kivi_quant_keys::kivi_quant_keys(l, blocks, x, codes, params)
+                .map_err(|o| overflow_error(shift(o), "key")),
+            Side::Values => {
+                kivi_quant_values::kivi_quant_values(l, blocks * l.key_group, x, codes, params)
+                    .map_err(|o| overflow_error(shift(o), "value"))
+            }
+        }
+    }
+
+    fn decode(&self, words: &Words<'_>, blocks: usize, out: &mut [f32]) -> Result<()> {
+        let l = &self.l;
+        match self.cfg.side {
+            Side::Keys => kivi_dequant_keys::kivi_dequant_keys(l, blocks, words[0], words[1], out),
+            Side::Values => kivi_dequant_values::kivi_dequant_values(
+                l,
+                blocks * l.key_group,
+                words[0],
+                words[1],
+                out,
+            ),
+        }
+        Ok(())
+    }
+
+    fn encode_gpu(
+        &self,
+        ctx: &Context,
+        enc: &mut wgpu::CommandEncoder,
+        src: &EncodeSource<'_>,
+        dst: &SegmentRef<'_>,
+        blocks: usize,
+        status: &wgpu::Buffer,
+    ) -> Result<()> {
+        let qs = QuantSource {
+            start: src.start,
+            t_old: src.t_old,
+            inc_start: src.inc_start,
+            ring_tokens: src.ring_tokens,
+        };
+        let plan = match self.cfg.side {
+            Side::Keys => plans::plan_quant_keys_from(&self.l, blocks, qs, dst.block),
+            Side::Values => plans::plan_quant_values_from(
+                &self.l,
+                blocks * self.l.key_group,
+                qs,
+                dst.block * self.l.key_group,
+            ),
+        };
+        gpu::encode_plan_bound(
+            ctx,
+            enc,
+            self.quant,
+            &plan,
+            &[
+                Bind::from(src.ring),
+                Bind::from(src.incoming),
+                dst.stream(0),
+                dst.stream(1),
+                Bind::from(status),
+            ],
+        )
+    }
+
+    fn needs_status(&self) -> bool {
+        // Only 1-bit codes can make a scale (the whole range) that f16 storage cannot hold.
+        self.l.params == ParamStorage::F16 && self.cfg.bits == 1
+    }
+
+    fn status_error(&self, status: u32, first: usize) -> Error {
+        if status & 2 != 0 {
+            return Error::Gpu {
+                during: "kivi quantize",
+                message: "this device does not lay subgroups out in invocation order; the subgroup variant of \
+                          kivi_quant_values cannot run here: use PathChoice::WgslWorkgroup"
+                    .into(),
+            };
+        }
+        overflow_error(
+            ParamOverflow {
+                token: first,
+                head: 0,
+                index: 0,
+            },
+            &format!(
+                "a {} (first token of the failed flush; exact group on the CPU path)",
+                if self.cfg.side == Side::Keys {
+                    "key"
+                } else {
+                    "value"
+                }
+            ),
+        )
+    }
+
+    fn decode_gpu(
+        &self,
+        ctx: &Context,
+        enc: &mut wgpu::CommandEncoder,
+        src: &SegmentRef<'_>,
+        blocks: usize,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        let l = &self.l;
+        let plan = match self.cfg.side {
+            Side::Keys => plans::plan_dequant_keys(l, blocks * l.key_group, src.block),
+            Side::Values => {
+                plans::plan_dequant_values(l, blocks * l.key_group, src.block * l.key_group)
+            }
+        };
+        gpu::encode_plan_bound(
+            ctx,
+            enc,
+            self.dequant,
+            &plan,
+            &[src.stream(0), src.stream(1), Bind::from(out)],
+        )
+    }
+
+    fn gpu_decodes(&self) -> bool {
+        true
+    }
+
+    fn row(&self, words: &Words<'_>, j: usize, h: usize, out: &mut [f32]) {
+        let l = &self.l;
+        match self.cfg.side {
+            Side::Keys => {
+                let (gk, wpg, pw) = (l.key_group, l.key_group_words(), l.params.words());
+                let blk = j / gk;
+                for (d, o) in out.iter_mut().enumerate() {
+                    let gi = (blk * l.heads + h) * l.dim + d;
+                    let (scale, lo) = g::load_params(&words[1][gi * pw..], l.params);
+                    *o = g::reconstruct(
+                        g::get_code(&words[0][gi * wpg..], j % gk, l.key_bits),
+                        scale,
+                        lo,
+                    );
+                }
+            }
+            Side::Values => {
+                let (gv, gw, ng, rw, pw) = (
+                    l.value_group,
+                    l.value_group_words(),
+                    l.value_groups(),
+                    l.value_row_words(),
+                    l.params.words(),
+                );
+                let row = &words[0][(j * l.heads + h) * rw..][..rw];
+                for (d, o) in out.iter_mut().enumerate() {
+                    let jg = d / gv;
+                    let (scale, lo) =
+                        g::load_params(&words[1][((j * l.heads + h) * ng + jg) * pw..], l.params);
+                    *o = g::reconstruct(
+                        g::get_code(&row[jg * gw..], d - jg * gv, l.value_bits),
+                        scale,
+                        lo,
+                    );
+                }
+            }
+        }
+    }
+
+    fn gpu_attend(&self) -> AttendKind {
+        AttendKind::Kivi(self.l)
+    }
+}

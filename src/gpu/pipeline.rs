@@ -1,0 +1,149 @@
+//! Pipelines built on first use and cached per device (keyed by kernel, path and
+//! specialization), inside error scopes: a shader or pipeline the device rejects is
+//! [`Error::Shader`], never a panic.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::cache::{Pipeline, PipelineKey, Specialization};
+use super::registry::{Binding, KernelDef, RUNTIME_CHECKS, compose_msl, compose_wgsl};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::path::KernelPath;
+
+fn layout_entries(def: &KernelDef) -> Vec<wgpu::BindGroupLayoutEntry> {
+    def.bindings
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupLayoutEntry {
+            binding: i as u32,
+            // COMPUTE only: wgpu's Metal backend miscounts slots when other stages are visible.
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: match b {
+                    Binding::Uniform => wgpu::BufferBindingType::Uniform,
+                    Binding::StorageRead => wgpu::BufferBindingType::Storage { read_only: true },
+                    Binding::StorageReadWrite => {
+                        wgpu::BufferBindingType::Storage { read_only: false }
+                    }
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        })
+        .collect()
+}
+
+/// The pipeline for `def` on `path`, built on first use and cached in the context.
+pub fn pipeline(
+    ctx: &Context,
+    def: &'static KernelDef,
+    path: KernelPath,
+    spec: &Specialization,
+) -> Result<Arc<Pipeline>> {
+    let gpu = ctx.gpu().ok_or_else(|| Error::PathUnavailable {
+        kernel: def.name,
+        requested: path.to_string(),
+        reason: "no GPU device".into(),
+    })?;
+    if !path.is_gpu() {
+        return Err(Error::PathUnavailable {
+            kernel: def.name,
+            requested: path.to_string(),
+            reason: "the CPU path has no pipeline".into(),
+        });
+    }
+    let key = PipelineKey {
+        kernel: def.name,
+        path,
+        spec: spec.clone(),
+    };
+    if let Some(p) = lock(&gpu.pipelines).get(&key) {
+        return Ok(p.clone());
+    }
+    let built = Arc::new(build(gpu, def, path, spec)?);
+    lock(&gpu.pipelines).insert(key, built.clone());
+    Ok(built)
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding this lock cannot leave the cache inconsistent (inserts are atomic).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn build(
+    gpu: &crate::context::Gpu,
+    def: &'static KernelDef,
+    path: KernelPath,
+    spec: &Specialization,
+) -> Result<Pipeline> {
+    let device = &gpu.device;
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(def.name),
+        entries: &layout_entries(def),
+    });
+    let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(def.name),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let (module, entry) = match path {
+        KernelPath::Msl => {
+            let src = compose_msl(def, spec).ok_or_else(|| Error::PathUnavailable {
+                kernel: def.name,
+                requested: path.to_string(),
+                reason: "kernel has no MSL source".into(),
+            })?;
+            let entry_points = [wgpu::PassthroughShaderEntryPoint {
+                name: Cow::Borrowed(def.name),
+                workgroup_size: (def.workgroup_size, 1, 1),
+            }];
+            let desc = wgpu::ShaderModuleDescriptorPassthrough {
+                label: Some(def.name),
+                entry_points: Cow::Borrowed(&entry_points),
+                msl: Some(Cow::Owned(src)),
+                ..Default::default()
+            };
+            // SAFETY: the MSL sources are kvpack's own, reviewed to stay within their buffers
+            // (lengths travel in the uniform at buffer(0)) and emulated on the CPU in tests.
+            (
+                unsafe { device.create_shader_module_passthrough(desc) },
+                def.name,
+            )
+        }
+        _ => {
+            let src = compose_wgsl(def, path, spec);
+            let desc = wgpu::ShaderModuleDescriptor {
+                label: Some(def.name),
+                source: wgpu::ShaderSource::Wgsl(Cow::Owned(src)),
+            };
+            // SAFETY: see `RUNTIME_CHECKS`: buffer bounds checks stay on; the two checks turned
+            // off guard against infinite loops and division by zero, which kvpack's kernels do
+            // not contain (every loop is bounded by a constant or a uniform the host validated,
+            // every divisor is a validated non-zero uniform or a constant).
+            let m = unsafe { device.create_shader_module_trusted(desc, RUNTIME_CHECKS) };
+            (m, "main")
+        }
+    };
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(def.name),
+        layout: Some(&pl),
+        module: &module,
+        entry_point: Some(entry),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let e_internal = pollster::block_on(internal.pop());
+    let e_validation = pollster::block_on(validation.pop());
+    if let Some(e) = e_validation.or(e_internal) {
+        return Err(Error::Shader {
+            kernel: def.name,
+            path,
+            message: e.to_string(),
+        });
+    }
+    Ok(Pipeline { pipeline, layout })
+}

@@ -1,0 +1,736 @@
+//! [`KvLayer`]: one layer's cache, whatever the method, and [`Layer`], its one
+//! implementation: a key codec and a value codec over the shared store.
+//!
+//! The layer owns the token count and the residual window R; each side (keys, values) is
+//! stored by its codec in a [`crate::store::cpu::CpuSide`] or a
+//! [`crate::store::gpu::GpuSide`]. Appends validate first (shapes, NaN/Inf, f16 range, the
+//! token limit), then run both sides' phase 1 (encode and allocate), then commit both: an
+//! error anywhere before the commit leaves the layer as it was.
+
+use std::sync::Arc;
+
+use half::f16;
+
+use crate::attention::{self, AttendOptions};
+use crate::codec::Codec;
+use crate::context::{Context, PathChoice};
+use crate::cpu::attend::SideView;
+use crate::error::{Error, Result};
+use crate::gpu;
+use crate::method::Method;
+use crate::store::cpu::CpuSide;
+use crate::store::gpu::GpuSide;
+use crate::store::{
+    Geometry, Input, Memory, MemoryReport, Side, SideWords, Snapshot, check_token_limit,
+    quantized_len,
+};
+
+/// One layer's cache, whatever the method: what a model's attention needs from it. Lets
+/// tools and models swap methods (and the f16 baseline) without knowing their storage.
+pub trait KvLayer: Send + Sync + std::fmt::Debug {
+    /// Appends `[n, H, D]` K and V (blocking on GPU paths). On any error nothing changes.
+    fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()>;
+    /// [`KvLayer::append`] recorded into the caller's encoder (GPU layers). The layer counts
+    /// the tokens at once: submit the encoder before the next call that reads or appends,
+    /// and never drop it unsubmitted.
+    fn encode_append(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        k: Input<'_>,
+        v: Input<'_>,
+    ) -> Result<()>;
+    /// Attention of host queries `[Tq, Hq, D]` (query row i at position T − Tq + i) over the
+    /// cache as stored; `[Tq, Hq, D]` f32.
+    fn attend(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>>;
+    /// Attention recorded into the caller's encoder (GPU paths): `q` `[tq, Hq, D]` f32 and
+    /// `out` `[tq, Hq, D]` f32 are device buffers.
+    fn encode_attend(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &AttendOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()>;
+    /// Bytes held and the ratio against f16.
+    fn memory(&self) -> MemoryReport;
+    /// Tokens held.
+    fn len(&self) -> usize;
+    /// True before the first append.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// A CPU copy of the stored words (read back on GPU paths): for tests and tools.
+    fn snapshot(&self) -> Result<Snapshot>;
+    /// The reconstruction of the whole cache as f32 `[T, H, D]` (K̂, V̂): decoded blocks,
+    /// then the f16 window (tests and tools; attention never does this).
+    fn reconstruct(&self) -> Result<(Vec<f32>, Vec<f32>)>;
+    /// The CPU reference of attention over this layer's stored words (read back on GPU
+    /// paths): what [`KvLayer::attend`] must agree with.
+    fn attend_reference(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>>;
+    /// The method.
+    fn method(&self) -> &Method;
+    /// The path the key side's and the value side's kernels run on.
+    fn paths(&self) -> [crate::path::KernelPath; 2];
+    /// The method, the path of each side and the residual window, in words.
+    fn describe(&self) -> String;
+}
+
+struct GpuStore {
+    sides: [GpuSide; 2],
+    choice: PathChoice,
+}
+
+enum Store {
+    Cpu([CpuSide; 2]),
+    Gpu(Box<GpuStore>),
+}
+
+impl Method {
+    /// A new empty layer of this method for `heads` KV heads of width `dim` on `path`.
+    pub fn layer(
+        &self,
+        ctx: &Context,
+        heads: usize,
+        dim: usize,
+        path: PathChoice,
+    ) -> Result<Box<dyn KvLayer>> {
+        Ok(Box::new(Layer::new(ctx, heads, dim, self, path)?))
+    }
+}
+
+/// One layer's cache: see the module docs.
+pub struct Layer {
+    ctx: Context,
+    method: Method,
+    g: Geometry,
+    residual: usize,
+    codecs: [Arc<dyn Codec>; 2],
+    tokens: usize,
+    store: Store,
+}
+
+impl std::fmt::Debug for Layer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Layer")
+            .field("method", &self.method.to_string())
+            .field("geometry", &self.g)
+            .field("tokens", &self.tokens)
+            .finish()
+    }
+}
+
+/// Least common multiple.
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut x: usize, mut y: usize| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    a / gcd(a, b) * b
+}
+
+impl Layer {
+    /// An empty layer of `method` for `heads` KV heads of width `dim` on `choice` (an error
+    /// when a kernel cannot run there).
+    pub fn new(
+        ctx: &Context,
+        heads: usize,
+        dim: usize,
+        method: &Method,
+        choice: PathChoice,
+    ) -> Result<Self> {
+        let g = Geometry::new(heads, dim)?;
+        let r = method.residual();
+        let codecs = [
+            method.key().build(ctx, g, r, choice)?,
+            method.value().build(ctx, g, r, choice)?,
+        ];
+        if codecs[0].path().is_gpu() != codecs[1].path().is_gpu() {
+            return Err(Error::Config(
+                "keys and values must both run on the CPU or both on the GPU".into(),
+            ));
+        }
+        let store = if codecs[0].path().is_gpu() {
+            // Both sides split their segments at the same tokens.
+            let unit = lcm(codecs[0].block_tokens(), codecs[1].block_tokens());
+            let mut seg_tokens = usize::MAX;
+            for c in &codecs {
+                seg_tokens =
+                    seg_tokens.min(GpuSide::max_segment_blocks(ctx, &**c)? * c.block_tokens());
+            }
+            let seg_tokens = seg_tokens / unit * unit;
+            if seg_tokens == 0 {
+                return Err(Error::Limit {
+                    what: "one block of both sides in a segment",
+                    needed: unit as u64,
+                    limit: seg_tokens as u64,
+                });
+            }
+            let side =
+                |c: &Arc<dyn Codec>| GpuSide::new(ctx, &**c, r, seg_tokens / c.block_tokens());
+            Store::Gpu(Box::new(GpuStore {
+                sides: [side(&codecs[0])?, side(&codecs[1])?],
+                choice,
+            }))
+        } else {
+            Store::Cpu([CpuSide::new(&*codecs[0]), CpuSide::new(&*codecs[1])])
+        };
+        Ok(Self {
+            ctx: ctx.clone(),
+            method: method.clone(),
+            g,
+            residual: r,
+            codecs,
+            tokens: 0,
+            store,
+        })
+    }
+
+    /// A KIVI layer (both sides) with `cfg`.
+    pub fn kivi(
+        ctx: &Context,
+        heads: usize,
+        dim: usize,
+        cfg: &crate::codecs::kivi::KiviConfig,
+        choice: PathChoice,
+    ) -> Result<Self> {
+        Self::new(ctx, heads, dim, &Method::kivi(cfg)?, choice)
+    }
+
+    /// The uncompressed f16 layer.
+    pub fn f16(ctx: &Context, heads: usize, dim: usize, choice: PathChoice) -> Result<Self> {
+        Self::new(ctx, heads, dim, &Method::f16(), choice)
+    }
+
+    /// The fixed shape.
+    pub fn geometry(&self) -> Geometry {
+        self.g
+    }
+
+    /// The residual window R.
+    pub fn residual(&self) -> usize {
+        self.residual
+    }
+
+    /// The codec of one side.
+    pub fn codec(&self, side: Side) -> &dyn Codec {
+        &*self.codecs[side as usize]
+    }
+
+    /// Tokens of `side` in its codec's stored form (`Q` of that side).
+    pub fn quantized_len(&self, side: Side) -> usize {
+        quantized_len(
+            self.tokens,
+            self.residual,
+            self.codecs[side as usize].block_tokens(),
+        )
+    }
+
+    /// Checks shapes, values and the token limit, and rounds to f16 (nothing is stored).
+    fn validate(&self, k: Input<'_>, v: Input<'_>) -> Result<(Vec<f16>, Vec<f16>)> {
+        let row = self.g.token_elems();
+        if k.len() % row != 0 {
+            return Err(Error::Shape {
+                what: "k",
+                message: format!(
+                    "{} values is not a whole number of [H={}, D={}] rows",
+                    k.len(),
+                    self.g.heads,
+                    self.g.dim
+                ),
+            });
+        }
+        if v.len() != k.len() {
+            return Err(Error::Shape {
+                what: "v",
+                message: format!("v has {} values, k has {}", v.len(), k.len()),
+            });
+        }
+        check_token_limit(self.tokens, k.len() / row)?;
+        Ok((k.to_f16("k")?, v.to_f16("v")?))
+    }
+
+    fn append_rows(&mut self, rows: [&[f16]; 2]) -> Result<()> {
+        let (t, r) = (self.tokens, self.residual);
+        match &mut self.store {
+            Store::Cpu(sides) => {
+                let pk = sides[0].prepare(&self.ctx, &*self.codecs[0], r, t, rows[0])?;
+                let pv = sides[1].prepare(&self.ctx, &*self.codecs[1], r, t, rows[1])?;
+                sides[0].commit(pk);
+                sides[1].commit(pv);
+            }
+            Store::Gpu(s) => {
+                let p = [
+                    s.sides[0].prepare(&*self.codecs[0], r, t, rows[0])?,
+                    s.sides[1].prepare(&*self.codecs[1], r, t, rows[1])?,
+                ];
+                let checked: Vec<usize> = (0..2)
+                    .filter(|&i| self.codecs[i].needs_status() && GpuSide::encodes(&p[i]))
+                    .collect();
+                let ctx = self.ctx.clone();
+                let sides = &s.sides;
+                let encode = |enc: &mut wgpu::CommandEncoder| -> Result<()> {
+                    for ((side, codec), p) in sides.iter().zip(&self.codecs).zip(&p) {
+                        side.record_encode(&**codec, p, enc)?;
+                    }
+                    Ok(())
+                };
+                let commit = |enc: &mut wgpu::CommandEncoder| {
+                    for (side, p) in sides.iter().zip(&p) {
+                        side.record_commit(p, enc);
+                    }
+                };
+                if checked.is_empty() {
+                    gpu::submit_blocking(&ctx, "append", |enc| {
+                        encode(enc)?;
+                        commit(enc);
+                        Ok(())
+                    })?;
+                } else {
+                    // Phase 1, then the status words, then the commit.
+                    gpu::submit_blocking(&ctx, "append (encode)", encode)?;
+                    for &i in &checked {
+                        let status = s.sides[i].read_status()?;
+                        if status != 0 {
+                            return Err(self.codecs[i].status_error(
+                                status,
+                                quantized_len(t, r, self.codecs[i].block_tokens()),
+                            ));
+                        }
+                    }
+                    gpu::submit_blocking(&ctx, "append (commit)", |enc| {
+                        commit(enc);
+                        Ok(())
+                    })?;
+                }
+                let [pk, pv] = p;
+                s.sides[0].apply(pk);
+                s.sides[1].apply(pv);
+            }
+        }
+        self.tokens += rows[0].len() / self.g.token_elems();
+        Ok(())
+    }
+
+    fn side_words(&self, i: usize) -> Result<SideWords> {
+        let q = quantized_len(self.tokens, self.residual, self.codecs[i].block_tokens());
+        Ok(match &self.store {
+            Store::Cpu(sides) => SideWords {
+                quantized: q,
+                streams: sides[i].streams.clone(),
+                residual: sides[i].resid.clone(),
+            },
+            Store::Gpu(s) => SideWords {
+                quantized: q,
+                streams: s.sides[i].read_streams(&*self.codecs[i], q)?,
+                residual: s.sides[i].read_ring(q, self.tokens)?,
+            },
+        })
+    }
+
+    fn check_attend(&self, q_len: usize, hq: usize, opts: &AttendOptions) -> Result<usize> {
+        attention::check_query(q_len, hq, self.g.heads, self.g.dim, self.tokens, opts)
+    }
+
+    fn unsupported(&self, why: &str) -> Error {
+        Error::Config(format!(
+            "GPU attention over `{}` is not available yet: {why} (use the CPU path)",
+            self.method
+        ))
+    }
+
+    /// The KIVI layout the attention kernel reads for a KIVI/KIVI layer (`None` for f16/f16;
+    /// an error for pairings the kernels cannot read yet).
+    fn attend_layout(&self) -> Result<Option<crate::codecs::kivi::Layout>> {
+        use crate::attention::gpu::AttendKind;
+        let [qk, qv] = [0, 1]
+            .map(|i| quantized_len(self.tokens, self.residual, self.codecs[i].block_tokens()));
+        if qk != qv {
+            return Err(self.unsupported("its key and value sides quantize different blocks"));
+        }
+        match (self.codecs[0].gpu_attend(), self.codecs[1].gpu_attend()) {
+            (AttendKind::Kivi(lk), AttendKind::Kivi(lv)) => {
+                if lk.params != lv.params || lk.key_group != lv.key_group {
+                    return Err(self
+                        .unsupported("its KIVI sides differ in parameter storage or token group"));
+                }
+                Ok(Some(crate::codecs::kivi::Layout {
+                    value_bits: lv.value_bits,
+                    value_group: lv.value_group,
+                    ..lk
+                }))
+            }
+            (AttendKind::F16, AttendKind::F16) => Ok(None),
+            _ => Err(self.unsupported("its key and value codecs differ")),
+        }
+    }
+
+    /// The GPU regions of attention: one per segment (both sides packed), then the windows.
+    fn regions<'a>(
+        &'a self,
+        s: &'a GpuStore,
+        combined: Option<&'a crate::codecs::kivi::Layout>,
+    ) -> Result<Vec<attention::gpu::Region<'a>>> {
+        use crate::attention::gpu::{Region, Source};
+        let qk = quantized_len(self.tokens, self.residual, self.codecs[0].block_tokens());
+        let row_words = self.g.row_words();
+        let [sk, sv] = &s.sides;
+        let seg_tokens = sk.seg_blocks * self.codecs[0].block_tokens();
+        let mut regions = Vec::new();
+        for (i, (ks, vs)) in sk.segments.iter().zip(&sv.segments).enumerate() {
+            let start = i * seg_tokens;
+            if start >= qk {
+                break;
+            }
+            let (kseg, vseg) = (ks.at(0, &sk.tables), vs.at(0, &sv.tables));
+            let source = match combined {
+                Some(layout) => Source::Kivi {
+                    layout,
+                    key_codes: kseg.stream(0),
+                    key_params: kseg.stream(1),
+                    value_codes: vseg.stream(0),
+                    value_params: vseg.stream(1),
+                },
+                None => Source::F16 {
+                    k_rows: kseg.stream(0),
+                    v_rows: vseg.stream(0),
+                    row_words,
+                    ring_tokens: 0,
+                },
+            };
+            regions.push(Region {
+                start,
+                end: (start + seg_tokens).min(qk),
+                seg_offset: 0,
+                source,
+            });
+        }
+        if self.tokens > qk {
+            let (Some(rk), Some(rv)) = (&sk.ring, &sv.ring) else {
+                return Err(Error::Gpu {
+                    during: "attention",
+                    message: "residual tokens without a ring (a kvpack bug)".into(),
+                });
+            };
+            if rk.cap != rv.cap {
+                return Err(self.unsupported("its key and value windows differ"));
+            }
+            regions.push(Region {
+                start: qk,
+                end: self.tokens,
+                seg_offset: 0,
+                source: Source::F16 {
+                    k_rows: gpu::Bind::from(&rk.buffer),
+                    v_rows: gpu::Bind::from(&rv.buffer),
+                    row_words,
+                    ring_tokens: rk.cap,
+                },
+            });
+        }
+        Ok(regions)
+    }
+
+    fn call(&self, tq: usize, hq: usize, opts: &AttendOptions) -> attention::gpu::Call {
+        attention::gpu::Call {
+            tq,
+            hq,
+            hkv: self.g.heads,
+            dim: self.g.dim,
+            tokens: self.tokens,
+            opts: *opts,
+        }
+    }
+
+    fn cpu_attend(
+        &self,
+        snap: Option<&Snapshot>,
+        q: &[f32],
+        hq: usize,
+        opts: &AttendOptions,
+    ) -> Result<Vec<f32>> {
+        let views = |s: &Snapshot| -> Result<Vec<f32>> {
+            let k = SideView::new(&*self.codecs[0], &s.keys);
+            let v = SideView::new(&*self.codecs[1], &s.values);
+            Ok(crate::cpu::attend::attend(&k, &v, self.tokens, q, hq, opts))
+        };
+        match (&self.store, snap) {
+            (Store::Cpu(sides), None) => {
+                let side = |i: usize| SideView {
+                    codec: &*self.codecs[i],
+                    words: sides[i].streams.iter().map(Vec::as_slice).collect(),
+                    quantized: quantized_len(
+                        self.tokens,
+                        self.residual,
+                        self.codecs[i].block_tokens(),
+                    ),
+                    residual: &sides[i].resid,
+                };
+                Ok(crate::cpu::attend::attend(
+                    &side(0),
+                    &side(1),
+                    self.tokens,
+                    q,
+                    hq,
+                    opts,
+                ))
+            }
+            (_, Some(s)) => views(s),
+            (Store::Gpu(_), None) => views(&self.snapshot()?),
+        }
+    }
+}
+
+impl KvLayer for Layer {
+    fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
+        let (k16, v16) = self.validate(k, v)?;
+        if k16.is_empty() {
+            return Ok(());
+        }
+        self.append_rows([&k16, &v16])
+    }
+
+    fn encode_append(
+        &mut self,
+        enc: &mut wgpu::CommandEncoder,
+        k: Input<'_>,
+        v: Input<'_>,
+    ) -> Result<()> {
+        let (k16, v16) = self.validate(k, v)?;
+        let Store::Gpu(s) = &mut self.store else {
+            return Err(Error::PathUnavailable {
+                kernel: self.codecs[0].method(),
+                requested: PathChoice::Cpu.to_string(),
+                reason: "encode_append() records GPU work; this layer runs on the CPU".into(),
+            });
+        };
+        if k16.is_empty() {
+            return Ok(());
+        }
+        let (t, r) = (self.tokens, self.residual);
+        let rows = [&k16[..], &v16[..]];
+        let p = [
+            s.sides[0].prepare(&*self.codecs[0], r, t, rows[0])?,
+            s.sides[1].prepare(&*self.codecs[1], r, t, rows[1])?,
+        ];
+        for (codec, p) in self.codecs.iter().zip(&p) {
+            if codec.needs_status() && GpuSide::encodes(p) {
+                return Err(Error::Config(format!(
+                    "{} {}: this configuration can overflow its parameter storage and needs the status check of \
+                     the blocking append(); encode_append() records without reading back",
+                    codec.method(),
+                    codec.side().name()
+                )));
+            }
+        }
+        for ((side, codec), p) in s.sides.iter().zip(&self.codecs).zip(&p) {
+            side.record_encode(&**codec, p, enc)?;
+        }
+        for (side, p) in s.sides.iter().zip(&p) {
+            side.record_commit(p, enc);
+        }
+        let [pk, pv] = p;
+        s.sides[0].apply(pk);
+        s.sides[1].apply(pv);
+        self.tokens += k16.len() / self.g.token_elems();
+        Ok(())
+    }
+
+    fn attend(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
+        self.check_attend(q.len(), hq, opts)?;
+        attention::check_finite(q)?;
+        match &self.store {
+            Store::Cpu(_) => self.cpu_attend(None, q, hq, opts),
+            Store::Gpu(s) => {
+                let paths = attention::gpu::AttendPaths::resolve(&self.ctx, s.choice)?;
+                let combined = self.attend_layout()?;
+                let regions = self.regions(s, combined.as_ref())?;
+                let call = self.call(q.len() / (hq * self.g.dim), hq, opts);
+                attention::gpu::run(&self.ctx, &paths, &call, &regions, q)
+            }
+        }
+    }
+
+    fn encode_attend(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &AttendOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        self.check_attend(tq * hq * self.g.dim, hq, opts)?;
+        let Store::Gpu(s) = &self.store else {
+            return Err(Error::PathUnavailable {
+                kernel: "attend",
+                requested: PathChoice::Cpu.to_string(),
+                reason: "encode_attend() records GPU work; this layer runs on the CPU".into(),
+            });
+        };
+        let paths = attention::gpu::AttendPaths::resolve(&self.ctx, s.choice)?;
+        let combined = self.attend_layout()?;
+        let regions = self.regions(s, combined.as_ref())?;
+        attention::gpu::encode(
+            &self.ctx,
+            enc,
+            &paths,
+            &self.call(tq, hq, opts),
+            &regions,
+            q,
+            out,
+        )
+    }
+
+    fn memory(&self) -> MemoryReport {
+        let t = self.tokens;
+        let (mut held, mut payload) = (Memory::default(), Memory::default());
+        let mut q_min = t;
+        for (i, c) in self.codecs.iter().enumerate() {
+            let side = c.side();
+            let q = quantized_len(t, self.residual, c.block_tokens());
+            q_min = q_min.min(q);
+            let blocks = q / c.block_tokens();
+            for st in c.streams() {
+                payload.add_stream(side, st.kind, (blocks * st.words_per_block * 4) as u64);
+            }
+            payload.residual += ((t - q) * self.g.token_elems() * 2) as u64;
+            let tables = (c.tables().len() * 4) as u64;
+            payload.tables += tables;
+            match &self.store {
+                Store::Cpu(sides) => {
+                    let (per, resid) = sides[i].held();
+                    for (st, b) in c.streams().iter().zip(per) {
+                        held.add_stream(side, st.kind, b);
+                    }
+                    held.residual += resid;
+                    held.tables += tables;
+                }
+                Store::Gpu(s) => {
+                    let (per, ring, tables) = s.sides[i].held(c.streams().len());
+                    for (st, b) in c.streams().iter().zip(per) {
+                        held.add_stream(side, st.kind, b);
+                    }
+                    held.residual += ring;
+                    held.tables += tables;
+                }
+            }
+        }
+        MemoryReport::new(
+            t,
+            q_min,
+            held,
+            payload,
+            (2 * t * self.g.token_elems() * 2) as u64,
+        )
+    }
+
+    fn len(&self) -> usize {
+        self.tokens
+    }
+
+    fn snapshot(&self) -> Result<Snapshot> {
+        Ok(Snapshot {
+            tokens: self.tokens,
+            keys: self.side_words(0)?,
+            values: self.side_words(1)?,
+        })
+    }
+
+    fn reconstruct(&self) -> Result<(Vec<f32>, Vec<f32>)> {
+        let row = self.g.token_elems();
+        let mut out = [vec![0f32; self.tokens * row], vec![0f32; self.tokens * row]];
+        let gpu_side = match &self.store {
+            Store::Gpu(s) => Some(s),
+            Store::Cpu(_) => None,
+        };
+        for (i, c) in self.codecs.iter().enumerate() {
+            let gb = c.block_tokens();
+            let q = quantized_len(self.tokens, self.residual, gb);
+            let x = &mut out[i];
+            match gpu_side {
+                Some(s) if c.gpu_decodes() => {
+                    let side = &s.sides[i];
+                    let seg_tokens = side.seg_blocks * gb;
+                    // Pieces whose f32 output fits one binding.
+                    let piece = ((self.ctx.max_storage_binding_size() / (row * 4) as u64) as usize
+                        / gb)
+                        .max(1)
+                        * gb;
+                    let mut a = 0;
+                    while a < q {
+                        let si = a / seg_tokens;
+                        let b = ((si + 1) * seg_tokens).min(q).min(a + piece);
+                        let bytes = ((b - a) * row * 4) as u64;
+                        let buf = gpu::storage_buffer(&self.ctx, "kvpack reconstruction", bytes)?;
+                        let seg = &side.segments[si];
+                        gpu::submit_blocking(&self.ctx, "reconstruct", |enc| {
+                            c.decode_gpu(
+                                &self.ctx,
+                                enc,
+                                &seg.at((a - si * seg_tokens) / gb, &side.tables),
+                                (b - a) / gb,
+                                &buf,
+                            )
+                        })?;
+                        let back = gpu::readback(&self.ctx, &buf, bytes)?;
+                        x[a * row..b * row].copy_from_slice(bytemuck::cast_slice(&back));
+                        a = b;
+                    }
+                    let resid = s.sides[i].read_ring(q, self.tokens)?;
+                    for (o, r) in x[q * row..].iter_mut().zip(resid) {
+                        *o = r.to_f32();
+                    }
+                }
+                _ => {
+                    let w = self.side_words(i)?;
+                    c.decode(&w.words(), q / gb, &mut x[..q * row])?;
+                    for (o, r) in x[q * row..].iter_mut().zip(&w.residual) {
+                        *o = r.to_f32();
+                    }
+                }
+            }
+        }
+        let [k, v] = out;
+        Ok((k, v))
+    }
+
+    fn attend_reference(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
+        self.check_attend(q.len(), hq, opts)?;
+        attention::check_finite(q)?;
+        self.cpu_attend(None, q, hq, opts)
+    }
+
+    fn method(&self) -> &Method {
+        &self.method
+    }
+
+    fn paths(&self) -> [crate::path::KernelPath; 2] {
+        [self.codecs[0].path(), self.codecs[1].path()]
+    }
+
+    fn describe(&self) -> String {
+        let side = |c: &Arc<dyn Codec>| {
+            let s = c.settings();
+            format!(
+                "{} {}{} on {}",
+                c.side().name(),
+                c.method(),
+                if s.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {s}")
+                },
+                c.path()
+            )
+        };
+        format!(
+            "{}; {}; residual window {} tokens",
+            side(&self.codecs[0]),
+            side(&self.codecs[1]),
+            self.residual
+        )
+    }
+}

@@ -1,0 +1,175 @@
+//! The method table and the spec grammar's parser and writer (see [`super`]).
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::types::{Method, MethodRow, Options, SideConfig, Sides};
+use crate::error::{Error, Result};
+use crate::store::Side;
+
+/// Every method, in the order `kvpack methods` lists them.
+pub static METHODS: &[&MethodRow] = &[&crate::codecs::f16::ROW, &crate::codecs::kivi::ROW];
+
+/// The row named `name`, or an error listing the methods.
+pub fn row(name: &str) -> Result<&'static MethodRow> {
+    METHODS
+        .iter()
+        .copied()
+        .find(|r| r.name == name)
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "unknown method `{name}` (methods: {}; `kvpack methods` lists their options)",
+                METHODS
+                    .iter()
+                    .map(|r| r.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+}
+
+/// Splits `name:k=v,...` (or a short form) into the row and its options.
+fn parse_side(s: &str) -> Result<(&'static MethodRow, Options)> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(Error::Config("empty method spec".into()));
+    }
+    for r in METHODS {
+        if let Some(opts) = (r.short)(s) {
+            return Ok((r, opts?));
+        }
+    }
+    let (name, rest) = s.split_once(':').unwrap_or((s, ""));
+    let r = row(name)?;
+    let mut opts = Options::default();
+    for kv in rest.split(',').filter(|x| !x.trim().is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| Error::Config(format!("`{kv}` in `{s}` is not key=value")))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k != "residual" && !r.options.iter().any(|o| o.key == k) {
+            return Err(Error::Config(format!(
+                "{}: unknown option `{k}` (options: {}, residual)",
+                r.name,
+                r.options
+                    .iter()
+                    .map(|o| o.key)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        opts.0.push((k.to_string(), v.to_string()));
+    }
+    Ok((r, opts))
+}
+
+fn take_residual(method: &str, opts: &mut Options) -> Result<Option<usize>> {
+    let r = opts.number::<usize>(method, "residual")?;
+    opts.0.retain(|(k, _)| k != "residual");
+    Ok(r)
+}
+
+impl FromStr for Method {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let (key, value, residual) = match s.split_once('/') {
+            None => {
+                let (r, mut opts) = parse_side(s)?;
+                if r.sides == Sides::KeysOnly {
+                    return Err(Error::Config(format!(
+                        "{} stores keys only: give a value method too, e.g. `{s}/kivi:bits=4`",
+                        r.name
+                    )));
+                }
+                let res = take_residual(r.name, &mut opts)?;
+                (
+                    (r.parse)(Side::Keys, true, &opts)?,
+                    (r.parse)(Side::Values, true, &opts)?,
+                    res.unwrap_or(r.default_residual),
+                )
+            }
+            Some((ks, vs)) => {
+                let (kr, mut ko) = parse_side(ks)?;
+                let (vr, mut vo) = parse_side(vs)?;
+                if vr.sides == Sides::KeysOnly {
+                    return Err(Error::Config(format!(
+                        "{} stores keys only and cannot be the value method of `{s}`",
+                        vr.name
+                    )));
+                }
+                let (rk, rv) = (
+                    take_residual(kr.name, &mut ko)?,
+                    take_residual(vr.name, &mut vo)?,
+                );
+                let res = match (rk, rv) {
+                    (Some(a), Some(b)) if a != b => {
+                        return Err(Error::Config(format!(
+                            "`{s}`: the residual window is one number per layer (residual={a} and residual={b})"
+                        )));
+                    }
+                    (Some(a), _) | (None, Some(a)) => a,
+                    (None, None) => kr.default_residual.max(vr.default_residual),
+                };
+                (
+                    (kr.parse)(Side::Keys, false, &ko)?,
+                    (vr.parse)(Side::Values, false, &vo)?,
+                    res,
+                )
+            }
+        };
+        Ok(Self {
+            key,
+            value,
+            residual,
+        })
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let side = |c: &dyn SideConfig| {
+            let o = c.to_string();
+            if o.is_empty() {
+                c.method().to_string()
+            } else {
+                format!("{}:{o}", c.method())
+            }
+        };
+        let (k, v) = (side(&*self.key), side(&*self.value));
+        let default = |c: &dyn SideConfig| row(c.method()).map_or(0, |r| r.default_residual);
+        let sep = |s: &str| if s.contains(':') { "," } else { ":" };
+        if k == v {
+            if self.residual == default(&*self.key) {
+                write!(f, "{k}")
+            } else {
+                write!(f, "{k}{}residual={}", sep(&k), self.residual)
+            }
+        } else if self.residual == default(&*self.key).max(default(&*self.value)) {
+            write!(f, "{k}/{v}")
+        } else {
+            write!(f, "{k}{}residual={}/{v}", sep(&k), self.residual)
+        }
+    }
+}
+
+/// `kvpack methods`: every method with its options and defaults, one block per method.
+pub fn describe_methods() -> String {
+    let mut out = String::new();
+    for r in METHODS {
+        out.push_str(&format!(
+            "{}{}: {}\n  residual=<tokens>  default {}: the newest tokens kept in f16 (one number per layer)\n",
+            r.name,
+            if r.sides == Sides::KeysOnly { " (keys only)" } else { "" },
+            r.summary,
+            r.default_residual
+        ));
+        for o in r.options {
+            out.push_str(&format!("  {}={:<10} {}\n", o.key, o.default, o.help));
+        }
+    }
+    out.push_str(
+        "spec: NAME[:key=value,...] for both sides, or KEYS/VALUES (e.g. kivi:bits=4/f16); short forms kivi-B, kivi-B-G-R\n",
+    );
+    out
+}

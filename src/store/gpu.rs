@@ -1,0 +1,484 @@
+//! One side of a layer on a GPU path: the codec's streams in segment buffers and the f16
+//! residual window in a ring, all on the device. Nothing dequantized is ever kept.
+//!
+//! **Segments.** Quantized tokens live in segments of at most `seg_blocks` blocks, sized so
+//! that one segment buffer fits the device's storage-binding limit (a cache outgrows any single
+//! binding). A segment is **one buffer** holding every stream of the codec, stream `s` at a
+//! byte range aligned for binding: `[stream 0: cap · w0 words][pad][stream 1: cap · w1]...`,
+//! `cap` the segment's capacity in blocks. The last segment grows by [`super::grown_capacity`]
+//! into a new buffer; its history moves by device copies, never a re-upload.
+//!
+//! **Ring.** The f16 rows `[H·D/2 words]` of tokens `[Q, T)`: token `s` sits in row
+//! `s % cap`. The ring starts empty and grows like the segments, up to `R + G − 1` rows (a
+//! cache of 51 tokens holds 51 rows plus the growth slack, not `R + G`); growing re-lays the
+//! live rows into the new buffer by device copies.
+//!
+//! **Appends** ([`GpuSide::prepare`] → [`GpuSide::record_encode`] →
+//! [`GpuSide::record_commit`] → [`GpuSide::apply`]): every buffer the append needs (grown
+//! segments, a grown ring, uploads) is allocated in `prepare`, inside out-of-memory error
+//! scopes, before anything is recorded; `apply` swaps the new buffers in. A failure before
+//! `apply` leaves the side exactly as it was.
+
+use half::f16;
+
+use super::input::{f16_rows_to_words, words_to_f16_rows};
+use super::{Geometry, grown_capacity, quantized_len};
+use crate::codec::{Codec, EncodeSource, SegmentRef};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::gpu;
+
+/// One segment buffer and its stream ranges.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub buffer: wgpu::Buffer,
+    /// Capacity in blocks.
+    pub cap: usize,
+    /// Byte (offset, size) of each stream.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+impl Segment {
+    /// This segment from `block` on, with the side's `tables`.
+    pub(crate) fn at<'a>(&'a self, block: usize, tables: &'a wgpu::Buffer) -> SegmentRef<'a> {
+        SegmentRef {
+            buffer: &self.buffer,
+            ranges: &self.ranges,
+            block,
+            tables,
+        }
+    }
+}
+
+/// The residual ring.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    pub buffer: wgpu::Buffer,
+    /// Capacity in rows (tokens).
+    pub cap: usize,
+}
+
+/// Stored words of one side on the GPU (see the module docs).
+#[derive(Debug)]
+pub(crate) struct GpuSide {
+    ctx: Context,
+    g: Geometry,
+    /// Blocks per full segment.
+    pub seg_blocks: usize,
+    pub segments: Vec<Segment>,
+    pub ring: Option<Ring>,
+    /// The codec's tables (one word when it has none).
+    pub tables: wgpu::Buffer,
+    tables_bytes: u64,
+    /// Zero-cleared before an encode; the codec's kernels may flag it.
+    status: wgpu::Buffer,
+    /// Bound where a dispatch needs a buffer that carries nothing (no ring yet, no incoming rows).
+    placeholder: wgpu::Buffer,
+}
+
+/// The byte ranges of `cap` blocks of each stream in one segment buffer, and its size.
+fn layout(words_per_block: &[usize], cap: usize, align: u64) -> (Vec<(u64, u64)>, u64) {
+    let mut at = 0u64;
+    let mut ranges = Vec::with_capacity(words_per_block.len());
+    for &w in words_per_block {
+        at = at.div_ceil(align) * align;
+        let size = ((cap * w * 4) as u64).max(4);
+        ranges.push((at, size));
+        at += size;
+    }
+    (ranges, at)
+}
+
+/// One encode dispatch's tokens `[a, b)` (whole blocks inside one segment) and its upload of
+/// the incoming rows `[first, b)` (`None` when every token comes from the ring).
+struct Piece {
+    a: usize,
+    b: usize,
+    first: usize,
+    incoming: Option<wgpu::Buffer>,
+}
+
+/// Everything one append of one side allocated (see [`GpuSide::prepare`]).
+pub(crate) struct GpuPending {
+    t_old: usize,
+    t_new: usize,
+    q_old: usize,
+    q_new: usize,
+    /// Grown or new segments, by index.
+    segments: Vec<(usize, Segment)>,
+    pieces: Vec<Piece>,
+    /// A grown ring (the live rows are copied into it by the commit).
+    ring: Option<Ring>,
+    /// The rows that stay in the window, `[max(Q_new, T_old), T_new)`.
+    ring_rows: Option<wgpu::Buffer>,
+}
+
+impl GpuSide {
+    /// An empty side for `codec` with residual window `r`, whose segments hold at most
+    /// `seg_blocks` blocks. The ring's largest size (`R + G − 1` rows) must fit one binding.
+    pub(crate) fn new(
+        ctx: &Context,
+        codec: &dyn Codec,
+        r: usize,
+        seg_blocks: usize,
+    ) -> Result<Self> {
+        let g = codec.geometry();
+        let ring_max = ((r + codec.block_tokens()).saturating_sub(1) * g.row_words() * 4) as u64;
+        if ring_max > ctx.max_storage_binding_size() {
+            return Err(Error::Limit {
+                what: "the residual window (R + G - 1 f16 rows)",
+                needed: ring_max,
+                limit: ctx.max_storage_binding_size(),
+            });
+        }
+        let tables = codec.tables();
+        let (tables_buf, tables_bytes) = if tables.is_empty() {
+            (gpu::storage_buffer(ctx, "kvpack no tables", 4)?, 0)
+        } else {
+            let b = gpu::upload(ctx, "kvpack codec tables", bytemuck::cast_slice(tables))?;
+            let n = b.size();
+            (b, n)
+        };
+        Ok(Self {
+            ctx: ctx.clone(),
+            g,
+            seg_blocks,
+            segments: Vec::new(),
+            ring: None,
+            tables: tables_buf,
+            tables_bytes,
+            status: gpu::storage_buffer(ctx, "kvpack status", 4)?,
+            placeholder: gpu::storage_buffer(ctx, "kvpack placeholder", 4)?,
+        })
+    }
+
+    /// The most blocks one segment of `codec` may hold within `max_binding` bytes (and
+    /// 2^24 tokens), or the `Error::Limit` of a single block that does not fit.
+    pub(crate) fn max_segment_blocks(ctx: &Context, codec: &dyn Codec) -> Result<usize> {
+        let words: Vec<usize> = codec.streams().iter().map(|s| s.words_per_block).collect();
+        let align = ctx.storage_offset_alignment();
+        let limit = ctx.max_storage_binding_size();
+        let per_block = (words.iter().sum::<usize>() * 4) as u64;
+        let slack = align * words.len() as u64;
+        let blocks = (limit.saturating_sub(slack) / per_block.max(1))
+            .min((1 << 24) / codec.block_tokens() as u64) as usize;
+        if blocks == 0 || layout(&words, blocks, align).1 > limit {
+            return Err(Error::Limit {
+                what: "one block of a cache segment",
+                needed: per_block + slack,
+                limit,
+            });
+        }
+        Ok(blocks)
+    }
+
+    fn alloc_segment(&self, codec: &dyn Codec, cap: usize) -> Result<Segment> {
+        let words: Vec<usize> = codec.streams().iter().map(|s| s.words_per_block).collect();
+        let (ranges, size) = layout(&words, cap, self.ctx.storage_offset_alignment());
+        Ok(Segment {
+            buffer: gpu::storage_buffer(&self.ctx, "kvpack segment", size)?,
+            cap,
+            ranges,
+        })
+    }
+
+    fn row_bytes(&self) -> u64 {
+        (self.g.row_words() * 4) as u64
+    }
+
+    /// Phase 1 (allocations only) of appending the f16 rows `new` `[n][H][D]` after `t_old`
+    /// tokens with residual window `r`.
+    pub(crate) fn prepare(
+        &self,
+        codec: &dyn Codec,
+        r: usize,
+        t_old: usize,
+        new: &[f16],
+    ) -> Result<GpuPending> {
+        let row = self.g.token_elems();
+        let n = new.len() / row;
+        let gb = codec.block_tokens();
+        let t_new = t_old + n;
+        let (q_old, q_new) = (quantized_len(t_old, r, gb), quantized_len(t_new, r, gb));
+        let ctx = &self.ctx;
+        let rows =
+            |a: usize, b: usize| f16_rows_to_words(row, &new[(a - t_old) * row..(b - t_old) * row]);
+        // Pieces: within one segment, and their uploads within the binding limit.
+        let seg_tokens = self.seg_blocks * gb;
+        let per_upload = (ctx.max_storage_binding_size() / self.row_bytes()) as usize / gb * gb;
+        if q_new > q_old && per_upload == 0 {
+            return Err(Error::Limit {
+                what: "one block of f16 rows",
+                needed: self.row_bytes() * gb as u64,
+                limit: ctx.max_storage_binding_size(),
+            });
+        }
+        let mut pieces = Vec::new();
+        let mut a = q_old;
+        while a < q_new {
+            let b = ((a / seg_tokens + 1) * seg_tokens)
+                .min(q_new)
+                .min(a + per_upload);
+            let first = a.max(t_old);
+            let incoming = if first < b {
+                Some(gpu::upload(
+                    ctx,
+                    "kvpack incoming rows",
+                    bytemuck::cast_slice(&rows(first, b)),
+                )?)
+            } else {
+                None
+            };
+            pieces.push(Piece {
+                a,
+                b,
+                first,
+                incoming,
+            });
+            a = b;
+        }
+        // Segments: new ones, or the last one grown.
+        let mut segments = Vec::new();
+        let q_blocks = q_new / gb;
+        for s in 0..q_blocks.div_ceil(self.seg_blocks) {
+            let need = (q_blocks - s * self.seg_blocks).min(self.seg_blocks);
+            let have = self.segments.get(s).map_or(0, |g| g.cap);
+            if need > have {
+                let cap = grown_capacity(have, need).min(self.seg_blocks);
+                segments.push((s, self.alloc_segment(codec, cap)?));
+            }
+        }
+        // Ring: the rows of [Q_new, T_new) must fit.
+        let need = t_new - q_new;
+        let have = self.ring.as_ref().map_or(0, |r| r.cap);
+        let ring = if need > have {
+            let most = (r + gb - 1).max(need);
+            let cap = grown_capacity(have, need).min(most);
+            Some(Ring {
+                buffer: gpu::storage_buffer(
+                    ctx,
+                    "kvpack residual ring",
+                    cap as u64 * self.row_bytes(),
+                )?,
+                cap,
+            })
+        } else {
+            None
+        };
+        let first_kept = q_new.max(t_old);
+        let ring_rows = if first_kept < t_new {
+            Some(gpu::upload(
+                ctx,
+                "kvpack residual rows",
+                bytemuck::cast_slice(&rows(first_kept, t_new)),
+            )?)
+        } else {
+            None
+        };
+        Ok(GpuPending {
+            t_old,
+            t_new,
+            q_old,
+            q_new,
+            segments,
+            pieces,
+            ring,
+            ring_rows,
+        })
+    }
+
+    /// Whether this append encodes anything (and so clears and may flag the status word).
+    pub(crate) fn encodes(p: &GpuPending) -> bool {
+        p.q_new > p.q_old
+    }
+
+    /// Records phase 1: the grown segments' history copies, then the codec's encode of every
+    /// piece (reading the ring as it is) into the segments the append will commit.
+    pub(crate) fn record_encode(
+        &self,
+        codec: &dyn Codec,
+        p: &GpuPending,
+        enc: &mut wgpu::CommandEncoder,
+    ) -> Result<()> {
+        if p.q_new == p.q_old {
+            return Ok(());
+        }
+        let gb = codec.block_tokens();
+        let q_blocks_old = p.q_old / gb;
+        for (s, seg) in &p.segments {
+            if let Some(old) = self.segments.get(*s) {
+                let used = q_blocks_old
+                    .saturating_sub(s * self.seg_blocks)
+                    .min(old.cap);
+                for (st, ((from, _), (to, _))) in old.ranges.iter().zip(&seg.ranges).enumerate() {
+                    let bytes = (used * codec.streams()[st].words_per_block * 4) as u64;
+                    if bytes > 0 {
+                        enc.copy_buffer_to_buffer(&old.buffer, *from, &seg.buffer, *to, bytes);
+                    }
+                }
+            }
+        }
+        enc.clear_buffer(&self.status, 0, None);
+        let seg_tokens = self.seg_blocks * gb;
+        let (ring, ring_tokens) = match &self.ring {
+            Some(r) => (&r.buffer, r.cap),
+            None => (&self.placeholder, 1),
+        };
+        for piece in &p.pieces {
+            let si = piece.a / seg_tokens;
+            let seg = p
+                .segments
+                .iter()
+                .find(|(i, _)| *i == si)
+                .map(|(_, s)| s)
+                .or_else(|| self.segments.get(si))
+                .ok_or_else(|| Error::Gpu {
+                    during: "append",
+                    message: format!("segment {si} missing (a kvpack bug)"),
+                })?;
+            let src = EncodeSource {
+                ring,
+                ring_tokens,
+                incoming: piece.incoming.as_ref().unwrap_or(&self.placeholder),
+                inc_start: piece.first,
+                t_old: p.t_old,
+                start: piece.a,
+                tables: &self.tables,
+            };
+            let dst = seg.at((piece.a - si * seg_tokens) / gb, &self.tables);
+            codec.encode_gpu(
+                &self.ctx,
+                enc,
+                &src,
+                &dst,
+                (piece.b - piece.a) / gb,
+                &self.status,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Reads the status word the encode left (blocking).
+    pub(crate) fn read_status(&self) -> Result<u32> {
+        let b = gpu::readback(&self.ctx, &self.status, 4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// Records phase 2: the live rows re-laid into a grown ring, then the rows that stay in
+    /// the window written into the (new) ring.
+    pub(crate) fn record_commit(&self, p: &GpuPending, enc: &mut wgpu::CommandEncoder) {
+        let rb = self.row_bytes();
+        let (dst, cap) = match (&p.ring, &self.ring) {
+            (Some(r), _) | (None, Some(r)) => (&r.buffer, r.cap),
+            (None, None) => return,
+        };
+        if let (Some(new), Some(old)) = (&p.ring, &self.ring) {
+            // Live rows [Q_new, T_old) move from slot s % C to s % C'.
+            let mut s = p.q_new;
+            while s < p.t_old {
+                let run = (p.t_old - s)
+                    .min(old.cap - s % old.cap)
+                    .min(new.cap - s % new.cap);
+                enc.copy_buffer_to_buffer(
+                    &old.buffer,
+                    (s % old.cap) as u64 * rb,
+                    &new.buffer,
+                    (s % new.cap) as u64 * rb,
+                    run as u64 * rb,
+                );
+                s += run;
+            }
+        }
+        if let Some(rows) = &p.ring_rows {
+            let first = p.q_new.max(p.t_old);
+            let mut s = first;
+            while s < p.t_new {
+                let run = (p.t_new - s).min(cap - s % cap);
+                enc.copy_buffer_to_buffer(
+                    rows,
+                    (s - first) as u64 * rb,
+                    dst,
+                    (s % cap) as u64 * rb,
+                    run as u64 * rb,
+                );
+                s += run;
+            }
+        }
+    }
+
+    /// Swaps in what the append allocated (after its commands were recorded).
+    pub(crate) fn apply(&mut self, p: GpuPending) {
+        for (s, seg) in p.segments {
+            if s < self.segments.len() {
+                self.segments[s] = seg;
+            } else {
+                self.segments.push(seg);
+            }
+        }
+        if let Some(r) = p.ring {
+            self.ring = Some(r);
+        }
+    }
+
+    /// The stored words of the first `q` tokens (whole blocks), per stream (blocking).
+    pub(crate) fn read_streams(&self, codec: &dyn Codec, q: usize) -> Result<Vec<Vec<u32>>> {
+        let gb = codec.block_tokens();
+        let blocks = q / gb;
+        let mut out = vec![Vec::new(); codec.streams().len()];
+        for (si, seg) in self.segments.iter().enumerate() {
+            let first = si * self.seg_blocks;
+            if first >= blocks {
+                break;
+            }
+            let used = (blocks - first).min(seg.cap);
+            for (st, (offset, _)) in seg.ranges.iter().enumerate() {
+                let words = used * codec.streams()[st].words_per_block;
+                let bytes =
+                    gpu::readback_range(&self.ctx, &seg.buffer, *offset, (words * 4) as u64)?;
+                out[st].extend_from_slice(&bytemuck::pod_collect_to_vec::<u8, u32>(&bytes));
+            }
+        }
+        Ok(out)
+    }
+
+    /// f16 rows of tokens `[q, t)` from the ring (blocking).
+    pub(crate) fn read_ring(&self, q: usize, t: usize) -> Result<Vec<f16>> {
+        let row = self.g.token_elems();
+        let Some(ring) = &self.ring else {
+            return Ok(Vec::new());
+        };
+        if t <= q {
+            return Ok(Vec::new());
+        }
+        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(
+            &self.ctx,
+            &ring.buffer,
+            ring.cap as u64 * self.row_bytes(),
+        )?);
+        let rw = self.g.row_words();
+        let mut out = Vec::with_capacity((t - q) * row);
+        for s in q..t {
+            let slot = s % ring.cap;
+            out.extend(words_to_f16_rows(
+                row,
+                &words[slot * rw..(slot + 1) * rw],
+                1,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Bytes held: per stream (its share of every segment, alignment padding included), the
+    /// ring, the tables.
+    pub(crate) fn held(&self, streams: usize) -> (Vec<u64>, u64, u64) {
+        let mut per = vec![0u64; streams];
+        for seg in &self.segments {
+            for (st, (offset, _)) in seg.ranges.iter().enumerate() {
+                let end = seg.ranges.get(st + 1).map_or(seg.buffer.size(), |r| r.0);
+                per[st] += end - offset;
+            }
+        }
+        let ring = self.ring.as_ref().map_or(0, |r| r.buffer.size());
+        (per, ring, self.tables_bytes)
+    }
+}

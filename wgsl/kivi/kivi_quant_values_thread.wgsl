@@ -1,0 +1,73 @@
+// kivi_quant_values_thread: per-token value quantization for value groups of at most 64
+// channels: one invocation owns one (token, head, group), keeps the group in registers and
+// packs its codes itself. No cross-invocation operation, so one source serves both WGSL
+// variants. (Measured on an H200: with one channel per invocation, the subgroup-cooperative
+// kernel spends its time on per-element shuffles and barriers for groups this small; it
+// serves groups of 65..=256 channels.)
+// Layout: src/codecs/kivi/layout.rs. CPU reference: src/cpu/kivi/kivi_quant_values.rs.
+// Bindings: wgsl/kivi/kivi_quant_io.wgsl. Specialized on VALUE_GROUP and VALUE_BITS (fixed
+// for a cache's life), so every loop below has a constant trip count and unrolls into
+// registers.
+//
+// Dispatch: one invocation per group g = (token * H + head) * n_groups + group,
+// WORKGROUP_SIZE per workgroup, workgroups split over (x, y).
+
+const WMAX: u32 = (VALUE_GROUP * VALUE_BITS + 31u) / 32u;
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = linear_workgroup(wg, nwg) * WORKGROUP_SIZE + lid;
+    if (g >= P.count * P.heads * P.n_groups) {
+        return;
+    }
+    let j = g % P.n_groups;
+    let th = g / P.n_groups;
+    let h = th % P.heads;
+    let t = th / P.heads;
+    let s = P.src_start + t;
+    let c0 = j * VALUE_GROUP;
+    let n = min(VALUE_GROUP, P.dim - c0);
+    let e0 = h * P.dim + c0;
+
+    var xs: array<f32, VALUE_GROUP>;
+    var lo = 3.0e38;
+    var hi = -3.0e38;
+    for (var c = 0u; c < VALUE_GROUP; c++) {
+        if (c < n) {
+            let x = load_x(s, e0 + c);
+            xs[c] = x;
+            lo = min(lo, x);
+            hi = max(hi, x);
+        }
+    }
+    let scale = kivi_scale(lo, hi, P.inv_levels);
+    store_params(th * P.n_groups + j + P.dst_offset * P.heads * P.n_groups, scale, lo);
+    let levels = (1u << VALUE_BITS) - 1u;
+    var words: array<u32, WMAX>;
+    for (var w = 0u; w < WMAX; w++) {
+        words[w] = 0u;
+    }
+    for (var c = 0u; c < VALUE_GROUP; c++) {
+        if (c < n) {
+            let code = kivi_code(xs[c], scale, lo, levels);
+            let start = c * VALUE_BITS;
+            let w = start >> 5u;
+            let off = start & 31u;
+            words[w] |= code << off;
+            if (off + VALUE_BITS > 32u) {
+                words[w + 1u] |= code >> (32u - off);
+            }
+        }
+    }
+    let base = ((P.dst_offset + t) * P.heads + h) * P.row_words + j * P.group_words;
+    let used = (n * VALUE_BITS + 31u) / 32u;
+    for (var w = 0u; w < WMAX; w++) {
+        if (w < used) {
+            codes[base + w] = words[w];
+        }
+    }
+}
