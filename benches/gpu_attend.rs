@@ -38,7 +38,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use half::f16;
-use kvpack::attention::gpu::{AttendPaths, Call};
+use kvpack::attention::plan::{CacheShape, Call, plan, split_target};
 use kvpack::context::{Context, KernelPath, PathChoice};
 use kvpack::gpu::{self, DispatchPlan, registry};
 use kvpack::{AttendOptions, Input, KvLayer, Method};
@@ -59,8 +59,8 @@ const G: usize = 32;
 /// Distinct query (and output) buffers each attention arm rotates through.
 const Q_ROTATION: usize = 4;
 /// Design variants: (name suffix, description).
-const STAGED: (&str, &str) = (" (staged)", "tiles staged");
-const SMALL: (&str, &str) = (" (8 KiB wg)", "8 KiB workgroup storage: 1 row/workgroup");
+const LONG: (&str, &str) = (" (2x split)", "splits of twice the automatic tokens");
+const SHORT: (&str, &str) = (" (1/2 split)", "splits of half the automatic tokens");
 
 struct Opts {
     quick: bool,
@@ -313,24 +313,43 @@ fn build_layer(
     Ok(layer)
 }
 
-/// The chunk traffic of one call (partials written and read back), as `attention::gpu`
-/// plans it for an unsegmented cache: one region (f16) or quantized + residual (KIVI).
-fn partials_estimate(ctx: &Context, method: &Method, t: usize, tq: usize) -> (u64, usize) {
+/// The partials traffic of one call (written and read back) and its dispatches, as
+/// `attention::plan` plans it for an unsegmented cache of `method` (`opts`' split size).
+fn partials_estimate(
+    ctx: &Context,
+    method: &Method,
+    t: usize,
+    tq: usize,
+    opts: AttendOptions,
+) -> (u64, usize) {
     let call = Call {
         tq,
         hq: HQ,
         hkv: HKV,
         dim: DIM,
         tokens: t,
-        opts: attend_opts(),
+        opts,
     };
-    // Unstaged (the default): no stage beside the rows.
-    let chunk = call.chunk_tokens(call.rows_per_workgroup(ctx.max_workgroup_storage_size(), 0));
-    let q = kvpack::store::quantized_len(t, method.residual(), method.key().block_tokens());
-    let regions: Vec<usize> = if q == t { vec![t] } else { vec![q, t - q] };
-    let nc: usize = regions.iter().map(|r| r.div_ceil(chunk)).sum();
-    let passes = regions.iter().filter(|&&r| r > 0).count() + 1;
-    ((2 * tq * HQ * nc * (DIM + 2) * 4) as u64, passes)
+    let q = |g: usize| kvpack::store::quantized_len(t, method.residual(), g);
+    let (qk, qv) = (
+        q(method.key().block_tokens()),
+        q(method.value().block_tokens()),
+    );
+    let shape = CacheShape {
+        qk,
+        qv,
+        seg_tokens: usize::MAX / 2,
+        ring_cap: [t - qk, t - qv].map(|c| c.max(1)),
+        row_words: HKV * DIM / 2,
+        value_dim: DIM,
+    };
+    match plan(&call, &shape, split_target(ctx.adapter_info()), u64::MAX) {
+        Ok(p) => (
+            2 * p.partial_bytes,
+            p.dispatches.len() + usize::from(p.merge.is_some()),
+        ),
+        Err(_) => (0, 0),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -358,13 +377,12 @@ fn attend_arm(
         )?);
     }
     let cache_bytes = layer.memory().payload.total();
-    let (partial_bytes, passes) = partials_estimate(ctx, &Method::parse(method)?, t, tq);
-    let paths = AttendPaths::resolve(ctx, choice)?;
-    let path = if method == "f16" {
-        paths.f16
-    } else {
-        paths.kivi
-    };
+    let (partial_bytes, passes) =
+        partials_estimate(ctx, &Method::parse(method)?, t, tq, attend_opts());
+    let path = layer
+        .attend_kernels()?
+        .first()
+        .map_or(kvpack::KernelPath::Cpu, |k| k.1);
     Ok(Arm {
         name: if tq == TQ {
             format!("{method} T={} [{path}]", fmt_tokens(t))
@@ -568,8 +586,6 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
 
     // Attention arms.
     let t0 = Instant::now();
-    let small = ctx.with_max_workgroup_storage_size(8 * 1024)?;
-    let ctx_default = ctx.clone();
     let mut attend_arms = Vec::new();
     for &t in &tokens {
         for &m in &methods {
@@ -605,24 +621,30 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                     &mut rng,
                 )?);
             }
-            // A/B of the design choices, kivi-4: tiles staged in workgroup memory
-            // (`stage_tiles`, decode and prefill), and for prefill the same device limited to
-            // 8 KiB of workgroup storage, where the planner takes one query row per workgroup
-            // (the kernel as it was before several rows per workgroup).
+            // A/B of the split size (decode, kivi-4): twice and half the automatic tokens per
+            // split (the work of one workgroup; `chunk_tokens`).
             if m == "kivi-4" {
-                let mut variants = vec![(TQ, &ctx_default, STAGED)];
-                if prefill && t >= TQ_PREFILL {
-                    variants.push((TQ_PREFILL, &ctx_default, STAGED));
-                    variants.push((TQ_PREFILL, &small, SMALL));
-                }
-                for (tq, cx, (suffix, what)) in variants {
-                    let mut a = attend_arm(cx, m, PathChoice::Wgsl, t, tq, k, v, &mut rng)?;
+                let call = Call {
+                    tq: TQ,
+                    hq: HQ,
+                    hkv: HKV,
+                    dim: DIM,
+                    tokens: t,
+                    opts: attend_opts(),
+                };
+                let auto = call.split_tokens(split_target(ctx.adapter_info()));
+                for (tokens_per_split, (suffix, what)) in
+                    [(auto * 2, LONG), ((auto / 2).div_ceil(32) * 32, SHORT)]
+                {
+                    let mut a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?;
                     a.name += suffix;
                     if let Work::Attend(x) = &mut a.work {
                         x.variant = Some(what);
-                        if suffix == STAGED.0 {
-                            x.opts.stage_tiles = Some(true);
-                        }
+                        x.opts.chunk_tokens = Some(tokens_per_split.max(32));
+                        let (pb, passes) =
+                            partials_estimate(ctx, &Method::parse(m)?, t, TQ, x.opts);
+                        x.partial_bytes = pb;
+                        x.passes = passes;
                     }
                     attend_arms.push(a);
                 }

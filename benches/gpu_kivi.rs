@@ -424,7 +424,7 @@ fn unfused_arm(
             dummy.clone(),
         ]);
     }
-    let pack_path = ctx.resolve(&registry::BITPACK, PathChoice::Wgsl)?;
+    let pack_path = ctx.resolve(&kvpack::bitpack::BITPACK, PathChoice::Wgsl)?;
     let p = |mode, n, binds: [usize; 3]| Pass {
         path,
         plan: unfused_plan(mode, n, bits, which),
@@ -513,8 +513,8 @@ fn pack_arms(
         fill_from(ctx, &seed_buf, &codes)?;
         instances.push(vec![codes, words]);
     }
-    let path = ctx.resolve(&registry::BITPACK, PathChoice::Wgsl)?;
-    let upath = ctx.resolve(&registry::BITUNPACK, PathChoice::Wgsl)?;
+    let path = ctx.resolve(&kvpack::bitpack::BITPACK, PathChoice::Wgsl)?;
+    let upath = ctx.resolve(&kvpack::bitpack::BITUNPACK, PathChoice::Wgsl)?;
     // Pack every instance once, so no unpack ever reads a stream that was not written.
     for inst in &instances {
         gpu::submit_blocking(ctx, "bench bitpack init", |enc| {
@@ -770,12 +770,18 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     }
 
     // KIVI arms: one input pool per T, shared by keys and values at 2 and 4 bits.
-    let keys_path = ctx.resolve(&registry::KIVI_QUANT_KEYS, PathChoice::Wgsl)?;
-    let values_thread_path = ctx.resolve(&registry::KIVI_QUANT_VALUES_THREAD, PathChoice::Wgsl)?;
+    let keys_path = ctx.resolve(
+        &kvpack::codecs::kivi::kernels::KIVI_QUANT_KEYS,
+        PathChoice::Wgsl,
+    )?;
+    let values_thread_path = ctx.resolve(
+        &kvpack::codecs::kivi::kernels::KIVI_QUANT_VALUES_THREAD,
+        PathChoice::Wgsl,
+    )?;
     let unfused_path = ctx.resolve(&KIVI_UNFUSED, PathChoice::Wgsl)?;
     let mut value_paths = Vec::new();
     for choice in [PathChoice::WgslSubgroup, PathChoice::WgslWorkgroup] {
-        match ctx.resolve(&registry::KIVI_QUANT_VALUES, choice) {
+        match ctx.resolve(&kvpack::codecs::kivi::kernels::KIVI_QUANT_VALUES, choice) {
             Ok(p) => value_paths.push(p),
             Err(e) => println!("  skipping kivi_quant_values {choice}: {e}"),
         }

@@ -9,7 +9,8 @@
 use crate::context::{Context, KernelPath, PathChoice};
 use crate::cpu;
 use crate::error::{Error, Result};
-use crate::gpu::{self, DispatchPlan, registry};
+use crate::gpu::registry::{self, Binding, DISPATCH, KernelDef};
+use crate::gpu::{self, DispatchPlan};
 
 pub use cpu::bitpack::packed_words;
 
@@ -79,8 +80,8 @@ impl BitPacker {
     pub fn with_path(ctx: &Context, choice: PathChoice) -> Result<Self> {
         Ok(Self {
             ctx: ctx.clone(),
-            pack_path: ctx.resolve(&registry::BITPACK, choice)?,
-            unpack_path: ctx.resolve(&registry::BITUNPACK, choice)?,
+            pack_path: ctx.resolve(&BITPACK, choice)?,
+            unpack_path: ctx.resolve(&BITUNPACK, choice)?,
         })
     }
 
@@ -192,7 +193,7 @@ impl BitPacker {
 /// Storage bindings: 1 = codes, 2 = words.
 pub fn plan_pack(n: usize, bits: u32) -> Result<DispatchPlan> {
     let params = BitpackParams::new(n, bits)?;
-    let def = &registry::BITPACK;
+    let def = &BITPACK;
     Ok(DispatchPlan {
         kernel: def,
         spec: registry::Specialization::default(),
@@ -205,7 +206,7 @@ pub fn plan_pack(n: usize, bits: u32) -> Result<DispatchPlan> {
 /// Storage bindings: 1 = words, 2 = codes.
 pub fn plan_unpack(n: usize, bits: u32) -> Result<DispatchPlan> {
     let params = BitpackParams::new(n, bits)?;
-    let def = &registry::BITUNPACK;
+    let def = &BITUNPACK;
     Ok(DispatchPlan {
         kernel: def,
         spec: registry::Specialization::default(),
@@ -215,3 +216,37 @@ pub fn plan_unpack(n: usize, bits: u32) -> Result<DispatchPlan> {
             .div_ceil(u64::from(def.workgroup_size)),
     })
 }
+
+/// `bitpack`: codes (bytes, 4 per u32) → dense LSB-first bitstream.
+pub static BITPACK: KernelDef = KernelDef {
+    name: "bitpack",
+    folder: "bitpack",
+    wgsl_common: &[DISPATCH],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../wgsl/bitpack/bitpack.wgsl"),
+    msl_common: &[],
+    msl: Some(include_str!("../msl/bitpack/bitpack.metal")),
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+    ],
+    workgroup_size: 64,
+};
+
+/// `bitunpack`: dense bitstream → codes (bytes, 4 per u32).
+pub static BITUNPACK: KernelDef = KernelDef {
+    name: "bitunpack",
+    folder: "bitpack",
+    wgsl_common: &[DISPATCH],
+    wgsl_subgroup: None,
+    wgsl: include_str!("../wgsl/bitpack/bitunpack.wgsl"),
+    msl_common: &[],
+    msl: Some(include_str!("../msl/bitpack/bitunpack.metal")),
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+    ],
+    workgroup_size: 64,
+};

@@ -15,13 +15,14 @@
 //!   rows, writes whole blocks into a segment) and [`Codec::decode_gpu`];
 //! - attention's four hooks (../shared/spec/attention.md): [`Codec::prepare_query`],
 //!   [`Codec::score`] (keys), [`Codec::value`] (values) and [`Codec::finish_output`] on the
-//!   CPU, and the same on the GPU through [`Codec::gpu_attend`].
+//!   CPU, and the same on the GPU ([`Codec::attend_hooks`]: its `attend_k`/`attend_v` sources
+//!   composed with the shared core, its specialization and uniform).
 
 use std::fmt;
 
 use half::f16;
 
-use crate::attention::gpu::AttendKind;
+use crate::attention::kernel::AttendHooks;
 use crate::context::{Context, KernelPath};
 use crate::error::{Error, Result};
 use crate::store::memory::StreamKind;
@@ -226,9 +227,34 @@ pub trait Codec: Send + Sync + fmt::Debug {
     /// hooks. Codecs without a reconstruction override the hooks instead.
     fn row(&self, words: &Words<'_>, j: usize, h: usize, out: &mut [f32]);
 
-    /// How the GPU attention kernels read this side (until every codec has hooks of its own
-    /// in the shared core, a closed set).
-    fn gpu_attend(&self) -> AttendKind;
+    /// The GPU hooks of attention (`wgsl/<codec>/attend_{k,v}.wgsl`, `msl/<codec>/...`):
+    /// composed with the shared core and the other side's hooks.
+    fn attend_hooks(&self) -> &'static AttendHooks;
+
+    /// The specialization constants its hook of this side reads (named per side, e.g.
+    /// `ATT_KBITS` for keys), fixed for the cache's life.
+    fn attend_spec(&self) -> Vec<(&'static str, u32)> {
+        Vec::new()
+    }
+
+    /// Its hook's uniform (bytes, the layout of the hook file's struct) for a segment whose
+    /// streams sit at these byte ranges (`None`: no segment holds quantized tokens of this
+    /// dispatch). Default: the streams' first words, four u32 (zero-padded).
+    fn attend_uniform(&self, ranges: Option<&[(u64, u64)]>) -> Vec<u8> {
+        let words: Vec<u32> = match ranges {
+            Some(r) => r.iter().map(|(o, _)| (*o / 4) as u32).collect(),
+            None => Vec::new(),
+        };
+        let mut w = words;
+        w.resize(4, 0);
+        bytemuck::cast_slice(&w).to_vec()
+    }
+
+    /// Workgroup memory (vec4 entries) its key hook's prepared query takes (0: it scores with
+    /// the scaled query itself).
+    fn attend_prep_width(&self) -> usize {
+        0
+    }
 }
 
 /// The common check of a codec built for a GPU path: the context must have a device.

@@ -73,6 +73,8 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     fn method(&self) -> &Method;
     /// The path the key side's and the value side's kernels run on.
     fn paths(&self) -> [crate::path::KernelPath; 2];
+    /// The attention kernels this layer runs and their paths (the CPU reference: none).
+    fn attend_kernels(&self) -> Result<Vec<(&'static str, crate::path::KernelPath)>>;
     /// The method, the path of each side and the residual window, in words.
     fn describe(&self) -> String;
 }
@@ -335,106 +337,8 @@ impl Layer {
         attention::check_query(q_len, hq, self.g.heads, self.g.dim, self.tokens, opts)
     }
 
-    fn unsupported(&self, why: &str) -> Error {
-        Error::Config(format!(
-            "GPU attention over `{}` is not available yet: {why} (use the CPU path)",
-            self.method
-        ))
-    }
-
-    /// The KIVI layout the attention kernel reads for a KIVI/KIVI layer (`None` for f16/f16;
-    /// an error for pairings the kernels cannot read yet).
-    fn attend_layout(&self) -> Result<Option<crate::codecs::kivi::Layout>> {
-        use crate::attention::gpu::AttendKind;
-        let [qk, qv] = [0, 1]
-            .map(|i| quantized_len(self.tokens, self.residual, self.codecs[i].block_tokens()));
-        if qk != qv {
-            return Err(self.unsupported("its key and value sides quantize different blocks"));
-        }
-        match (self.codecs[0].gpu_attend(), self.codecs[1].gpu_attend()) {
-            (AttendKind::Kivi(lk), AttendKind::Kivi(lv)) => {
-                if lk.params != lv.params || lk.key_group != lv.key_group {
-                    return Err(self
-                        .unsupported("its KIVI sides differ in parameter storage or token group"));
-                }
-                Ok(Some(crate::codecs::kivi::Layout {
-                    value_bits: lv.value_bits,
-                    value_group: lv.value_group,
-                    ..lk
-                }))
-            }
-            (AttendKind::F16, AttendKind::F16) => Ok(None),
-            _ => Err(self.unsupported("its key and value codecs differ")),
-        }
-    }
-
-    /// The GPU regions of attention: one per segment (both sides packed), then the windows.
-    fn regions<'a>(
-        &'a self,
-        s: &'a GpuStore,
-        combined: Option<&'a crate::codecs::kivi::Layout>,
-    ) -> Result<Vec<attention::gpu::Region<'a>>> {
-        use crate::attention::gpu::{Region, Source};
-        let qk = quantized_len(self.tokens, self.residual, self.codecs[0].block_tokens());
-        let row_words = self.g.row_words();
-        let [sk, sv] = &s.sides;
-        let seg_tokens = sk.seg_blocks * self.codecs[0].block_tokens();
-        let mut regions = Vec::new();
-        for (i, (ks, vs)) in sk.segments.iter().zip(&sv.segments).enumerate() {
-            let start = i * seg_tokens;
-            if start >= qk {
-                break;
-            }
-            let (kseg, vseg) = (ks.at(0, &sk.tables), vs.at(0, &sv.tables));
-            let source = match combined {
-                Some(layout) => Source::Kivi {
-                    layout,
-                    key_codes: kseg.stream(0),
-                    key_params: kseg.stream(1),
-                    value_codes: vseg.stream(0),
-                    value_params: vseg.stream(1),
-                },
-                None => Source::F16 {
-                    k_rows: kseg.stream(0),
-                    v_rows: vseg.stream(0),
-                    row_words,
-                    ring_tokens: 0,
-                },
-            };
-            regions.push(Region {
-                start,
-                end: (start + seg_tokens).min(qk),
-                seg_offset: 0,
-                source,
-            });
-        }
-        if self.tokens > qk {
-            let (Some(rk), Some(rv)) = (&sk.ring, &sv.ring) else {
-                return Err(Error::Gpu {
-                    during: "attention",
-                    message: "residual tokens without a ring (a kvpack bug)".into(),
-                });
-            };
-            if rk.cap != rv.cap {
-                return Err(self.unsupported("its key and value windows differ"));
-            }
-            regions.push(Region {
-                start: qk,
-                end: self.tokens,
-                seg_offset: 0,
-                source: Source::F16 {
-                    k_rows: gpu::Bind::from(&rk.buffer),
-                    v_rows: gpu::Bind::from(&rv.buffer),
-                    row_words,
-                    ring_tokens: rk.cap,
-                },
-            });
-        }
-        Ok(regions)
-    }
-
-    fn call(&self, tq: usize, hq: usize, opts: &AttendOptions) -> attention::gpu::Call {
-        attention::gpu::Call {
+    fn call(&self, tq: usize, hq: usize, opts: &AttendOptions) -> attention::plan::Call {
+        attention::plan::Call {
             tq,
             hq,
             hkv: self.g.heads,
@@ -442,6 +346,34 @@ impl Layer {
             tokens: self.tokens,
             opts: *opts,
         }
+    }
+
+    /// What the attention kernels read of the GPU store: both sides' segments and rings, and
+    /// the cache's shape.
+    fn attend_inputs<'a>(
+        &'a self,
+        s: &'a GpuStore,
+    ) -> (
+        [attention::gpu::SideBuffers<'a>; 2],
+        attention::plan::CacheShape,
+    ) {
+        let side = |i: usize| {
+            let g = &s.sides[i];
+            attention::gpu::SideBuffers {
+                codec: &*self.codecs[i],
+                segments: g.segments.iter().map(|seg| seg.at(0, &g.tables)).collect(),
+                ring: g.ring.as_ref().map(|r| &r.buffer),
+            }
+        };
+        let shape = attention::plan::CacheShape {
+            qk: self.quantized_len(Side::Keys),
+            qv: self.quantized_len(Side::Values),
+            seg_tokens: s.sides[0].seg_blocks * self.codecs[0].block_tokens(),
+            ring_cap: [0, 1].map(|i| s.sides[i].ring.as_ref().map_or(1, |r| r.cap)),
+            row_words: self.g.row_words(),
+            value_dim: self.codecs[1].value_dim(),
+        };
+        ([side(0), side(1)], shape)
     }
 
     fn cpu_attend(
@@ -544,11 +476,17 @@ impl KvLayer for Layer {
         match &self.store {
             Store::Cpu(_) => self.cpu_attend(None, q, hq, opts),
             Store::Gpu(s) => {
-                let paths = attention::gpu::AttendPaths::resolve(&self.ctx, s.choice)?;
-                let combined = self.attend_layout()?;
-                let regions = self.regions(s, combined.as_ref())?;
+                let (sides, shape) = self.attend_inputs(s);
                 let call = self.call(q.len() / (hq * self.g.dim), hq, opts);
-                attention::gpu::run(&self.ctx, &paths, &call, &regions, q)
+                attention::gpu::run(
+                    &self.ctx,
+                    s.choice,
+                    &call,
+                    &shape,
+                    [&sides[0], &sides[1]],
+                    s.sides[0].placeholder(),
+                    q,
+                )
             }
         }
     }
@@ -570,15 +508,15 @@ impl KvLayer for Layer {
                 reason: "encode_attend() records GPU work; this layer runs on the CPU".into(),
             });
         };
-        let paths = attention::gpu::AttendPaths::resolve(&self.ctx, s.choice)?;
-        let combined = self.attend_layout()?;
-        let regions = self.regions(s, combined.as_ref())?;
+        let (sides, shape) = self.attend_inputs(s);
         attention::gpu::encode(
             &self.ctx,
             enc,
-            &paths,
+            s.choice,
             &self.call(tq, hq, opts),
-            &regions,
+            &shape,
+            [&sides[0], &sides[1]],
+            s.sides[0].placeholder(),
             q,
             out,
         )
@@ -709,6 +647,19 @@ impl KvLayer for Layer {
 
     fn paths(&self) -> [crate::path::KernelPath; 2] {
         [self.codecs[0].path(), self.codecs[1].path()]
+    }
+
+    fn attend_kernels(&self) -> Result<Vec<(&'static str, crate::path::KernelPath)>> {
+        let Store::Gpu(s) = &self.store else {
+            return Ok(Vec::new());
+        };
+        let (k, v) = (&*self.codecs[0], &*self.codecs[1]);
+        let paths = attention::gpu::AttendPaths::resolve(&self.ctx, k, v, s.choice)?;
+        let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
+        Ok(vec![
+            (attention::kernel::partials(kh, vh).name, paths.partials),
+            (attention::kernel::merge(kh, vh).name, paths.merge),
+        ])
     }
 
     fn describe(&self) -> String {

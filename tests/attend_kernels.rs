@@ -1,41 +1,39 @@
-//! The attention kernels one by one (`attend_kivi`, `attend_f16`, `attend_merge`), on every
-//! path including the MSL emulator: a KIVI layer is built on the CPU, its stored words are laid
-//! out as the GPU store lays them out (packed segments, possibly split into two regions with
-//! a segment offset; the f16 residual in a ring of `ring_tokens` rows, token s in slot
-//! s % C, the other slots NaN; for one case linear f16 rows at a segment offset, as the f16
-//! cache stores them), the partials plans of `attention::gpu::plans_for` and the merge plan
-//! run with poisoned outputs (NaN partials, so that an unwritten chunk shows), and the output
-//! is compared with the CPU reference on the same words: relative L2 ≤ 1e-4 per
-//! row (spec/attention.md; chunking changes the f32 summation order, so not bit-exact). The CPU
-//! target checks the reference against exact f64 attention on the layer's reconstruction.
+//! The attention kernels one by one (`attend_<k>_<v>`, `attend_merge_<k>_<v>`), on every path
+//! including the MSL emulator: a layer is built on the CPU, its stored words (a snapshot) are
+//! laid out as the GPU store lays them out — each side's streams in one segment buffer per
+//! segment index (a small segment size splits the cache into several), each side's residual in
+//! a ring whose other slots hold NaN (so that a wrong slot shows), rings that wrap — the plans
+//! of `attention::plan` run with poisoned outputs (NaN partials and output: an unwritten record
+//! shows), and the output is compared with the CPU reference on the same words: relative L2
+//! ≤ 1e-4 per row (spec/attention.md; splits change the f32 summation order). The CPU target
+//! checks the reference against exact f64 attention on the layer's reconstruction.
 
 mod common;
 
-use common::rel_l2_rows;
-
-use common::{POISON, Target, run_plan};
-use kvpack::attention::gpu::{Call, PlanLimits, RegionDesc, SourceKind, plans_for};
-use kvpack::codecs::kivi::plans::rows_to_words;
-use kvpack::codecs::kivi::{Layout, RawKivi};
+use common::{POISON, Target, rel_l2_rows, run_plan};
+use kvpack::attention::gpu::dispatch_plans;
+use kvpack::attention::plan::{CacheShape, Call, plan};
+use kvpack::codec::Codec;
 use kvpack::cpu::attend::attend_exact;
-use kvpack::{AttendOptions, Context, Input, KiviConfig, KvLayer, Layer, ParamStorage, PathChoice};
+use kvpack::store::{Side, SideWords, Snapshot};
+use kvpack::{AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
 use rand::Rng;
 
 struct Case {
     what: &'static str,
+    method: &'static str,
     t: usize,
     tq: usize,
     hq: usize,
     hkv: usize,
     d: usize,
     opts: AttendOptions,
-    cfg: KiviConfig,
-    /// Split the packed tokens into two regions at token `.0`, the second region's buffers
-    /// starting at key block `.1` (so its seg_offset is `.0 - .1 * Gk`).
-    split: Option<(usize, usize)>,
-    /// Store the residual as linear f16 rows (ring_tokens 0, as the f16 cache does) from row
-    /// `seg_offset` on, instead of the ring.
-    linear: Option<usize>,
+    /// Tokens per segment (both sides), a multiple of 32 and of the block sizes.
+    seg_tokens: usize,
+    /// Extra ring rows beyond what the window needs (the ring wraps at other places).
+    ring_extra: usize,
+    /// Workgroups the plan aims at (small: long splits; large: many splits).
+    target: usize,
 }
 
 fn cases() -> Vec<Case> {
@@ -44,89 +42,82 @@ fn cases() -> Vec<Case> {
         sinks,
         ..Default::default()
     };
-    let f32p = |c: KiviConfig| KiviConfig {
-        params: ParamStorage::F32,
-        ..c
-    };
     let base = Case {
         what: "",
+        method: "kivi:bits=2,group=32,residual=32",
         t: 1,
         tq: 1,
         hq: 9,
         hkv: 3,
         d: 64,
         opts: AttendOptions::default(),
-        cfg: KiviConfig::uniform(2, 32, 32),
-        split: None,
-        linear: None,
+        seg_tokens: 1 << 20,
+        ring_extra: 0,
+        target: 256,
     };
     vec![
         Case {
-            what: "T=1 Tq=1 9/3 D=64 (ring only)",
+            what: "one token, ring only (direct)",
             ..base
         },
         Case {
-            what: "T=40 Tq=5 8/8 D=128 R=0",
-            t: 40,
-            tq: 5,
-            hq: 8,
+            what: "decode 32/8 D=128 kivi-4 two segments",
+            method: "kivi:bits=4,group=32,residual=64",
+            t: 700,
+            hq: 32,
             hkv: 8,
             d: 128,
-            cfg: KiviConfig::uniform(4, 32, 0),
+            seg_tokens: 256,
             ..base
         },
         Case {
-            what: "T=40 Tq=5 32/8 D=64 b3 G=16 R=16 (ring wraps)",
-            t: 40,
-            tq: 5,
-            hq: 32,
+            what: "decode D=64 GQA 3 kivi-2 wrapped ring",
+            t: 333,
+            ring_extra: 17,
+            ..base
+        },
+        Case {
+            what: "prefill Tq=7 window 100 sinks 4",
+            method: "kivi:bits=4,group=32,residual=64",
+            t: 1000,
+            tq: 7,
+            opts: w(100, 4),
+            target: 40,
+            ..base
+        },
+        Case {
+            what: "kivi 3-bit keys, 8-bit values, G=16 (generic and whole-word paths), f32 params",
+            method: "kivi:kbits=3,vbits=8,group=16,residual=48,params=f32",
+            t: 421,
+            tq: 2,
+            hq: 8,
             hkv: 8,
             d: 64,
-            cfg: KiviConfig::uniform(3, 16, 16),
             ..base
         },
         Case {
-            what: "T=710 Tq=5 32/8 D=128, two segments (seg_offset 44), ring wraps",
-            t: 710,
-            tq: 5,
-            hq: 32,
-            hkv: 8,
-            d: 128,
-            cfg: KiviConfig::uniform(2, 32, 32),
-            split: Some((300, 8)),
-            ..base
-        },
-        Case {
-            what: "T=700 Tq=1 9/3 D=64 window 100 sinks 4, f32 params, ring of 3 chunks",
-            t: 700,
-            cfg: f32p(KiviConfig::uniform(4, 32, 128)),
-            opts: w(100, 4),
-            ..base
-        },
-        Case {
-            what: "T=700 Tq=5 8/8 D=64 window 64, G=64 R=64",
-            t: 700,
-            tq: 5,
+            what: "kivi G=4 (token-by-token keys), 1-bit values (part-word), GQA 8",
+            method: "kivi:bits=1,group=4,residual=8",
+            t: 150,
             hq: 8,
-            hkv: 8,
-            cfg: KiviConfig::uniform(2, 64, 64),
-            opts: w(64, 0),
+            hkv: 1,
             ..base
         },
         Case {
-            what: "T=100 Tq=5 9/3 D=128 b3 Gv=48 (ragged value group) scale 0.05, linear f16 rows at row 3",
-            linear: Some(3),
-            t: 100,
-            tq: 5,
-            d: 128,
-            cfg: KiviConfig {
-                key_bits: 3,
-                key_group: 32,
-                value_bits: 3,
-                value_group: 48,
-                residual: 32,
-                params: ParamStorage::F16,
-            },
+            what: "D=41 (channels past D), kivi-2",
+            t: 260,
+            hq: 4,
+            hkv: 2,
+            d: 41,
+            ..base
+        },
+        Case {
+            what: "D=80 kivi-4, scale 0.05",
+            method: "kivi:bits=4,group=32,residual=32",
+            t: 300,
+            hq: 6,
+            hkv: 2,
+            d: 80,
             opts: AttendOptions {
                 scale: Some(0.05),
                 ..Default::default()
@@ -134,34 +125,39 @@ fn cases() -> Vec<Case> {
             ..base
         },
         Case {
-            what: "T=300 Tq=37 8/8 D=64 window 50 sinks 2 (prefill blocks, the last partial)",
-            t: 300,
-            tq: 37,
-            hq: 8,
-            hkv: 8,
-            cfg: KiviConfig::uniform(4, 32, 64),
-            opts: w(50, 2),
-            ..base
-        },
-        Case {
-            what: "T=90 Tq=9 8/4 D=128 (8 rows of 2 heads, then 1)",
-            t: 90,
-            tq: 9,
-            hq: 8,
-            hkv: 4,
-            d: 128,
-            cfg: KiviConfig::uniform(2, 32, 32),
-            ..base
-        },
-        Case {
-            what: "T=130 Tq=2 16/4 D=256 b3 f32 params, two segments (seg_offset 18)",
-            t: 130,
-            tq: 2,
-            hq: 16,
-            hkv: 4,
+            what: "D=256 GQA 2 kivi-4, two segments",
+            method: "kivi:bits=4,group=32,residual=32",
+            t: 520,
+            hq: 4,
+            hkv: 2,
             d: 256,
-            cfg: f32p(KiviConfig::uniform(3, 32, 32)),
-            split: Some((50, 1)),
+            seg_tokens: 256,
+            ..base
+        },
+        Case {
+            what: "f16 cache, three segments",
+            method: "f16",
+            t: 700,
+            tq: 3,
+            hq: 8,
+            hkv: 4,
+            seg_tokens: 256,
+            ..base
+        },
+        Case {
+            what: "kivi keys / f16 values (ring and codec splits differ per side)",
+            method: "kivi:bits=4,group=32/f16:residual=64",
+            t: 311,
+            tq: 2,
+            ..base
+        },
+        Case {
+            what: "f16 keys / kivi values, window 64",
+            method: "f16/kivi:bits=2,group=8,vgroup=16,residual=16",
+            t: 289,
+            tq: 3,
+            opts: w(64, 0),
+            ring_extra: 5,
             ..base
         },
     ]
@@ -171,170 +167,147 @@ fn qkv(rng: &mut impl Rng, c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     common::random_qkv(rng, c.t, c.tq, c.hq, c.hkv, c.d)
 }
 
-fn as_bytes(w: &[u32]) -> Vec<u8> {
+/// One segment buffer's bytes and its streams' byte ranges.
+type SegmentBytes = (Vec<u8>, Vec<(u64, u64)>);
+
+fn bytes(w: &[u32]) -> Vec<u8> {
     bytemuck::cast_slice(w).to_vec()
 }
 
-/// The packed words of tokens `[tok0, tok1)` (a multiple of Gk at `tok0`) as a segment's
-/// buffers: key codes, key params, value codes, value params.
-fn segment(l: &Layout, raw: &RawKivi, tok0: usize, tok1: usize) -> Vec<Vec<u8>> {
-    let gk = l.key_group;
-    assert_eq!(tok0 % gk, 0);
-    let (b0, b1) = (tok0 / gk, tok1.div_ceil(gk));
-    vec![
-        as_bytes(&raw.key_codes[b0 * l.key_block_words()..b1 * l.key_block_words()]),
-        as_bytes(&raw.key_params[b0 * l.key_block_param_words()..b1 * l.key_block_param_words()]),
-        as_bytes(&raw.value_codes[tok0 * l.value_token_words()..tok1 * l.value_token_words()]),
-        as_bytes(
-            &raw.value_params
-                [tok0 * l.value_token_param_words()..tok1 * l.value_token_param_words()],
-        ),
-    ]
-}
-
-/// The residual ring of K or V: token s (in [Q, T)) in slot s % C, the other slots NaN.
-fn ring(l: &Layout, q_len: usize, rows: &[half::f16]) -> Vec<u8> {
-    let (c, rw) = (l.ring_tokens(), l.residual_row_words());
-    let words = rows_to_words(l, rows);
-    let n = words.len() / rw;
-    assert!(n <= c, "the residual fits in the ring");
-    let mut out = vec![0x7e00_7e00u32; c * rw];
-    for s in q_len..q_len + n {
-        let slot = s % c;
-        out[slot * rw..(slot + 1) * rw].copy_from_slice(&words[(s - q_len) * rw..][..rw]);
+/// One side's segment buffers (streams of blocks of tokens [d·S, min((d+1)·S, Q)), each at a
+/// 16-byte aligned word offset) and their byte ranges.
+fn segments(codec: &dyn Codec, w: &SideWords, seg_tokens: usize) -> Vec<SegmentBytes> {
+    let g = codec.block_tokens();
+    let mut out = Vec::new();
+    let mut a = 0;
+    while a < w.quantized {
+        let b = (a + seg_tokens).min(w.quantized);
+        let mut buf: Vec<u32> = Vec::new();
+        let mut ranges = Vec::new();
+        for (st, words) in codec.streams().iter().zip(&w.streams) {
+            let wpb = st.words_per_block;
+            buf.resize(buf.len().div_ceil(4) * 4, POISON);
+            let part = &words[a / g * wpb..b / g * wpb];
+            ranges.push(((buf.len() * 4) as u64, (part.len() * 4) as u64));
+            buf.extend_from_slice(part);
+        }
+        out.push((bytes(&buf), ranges));
+        a = b;
     }
-    as_bytes(&out)
+    out
 }
 
-/// The residual of K or V as linear rows from row `seg_offset` on, NaN rows around it.
-fn linear(l: &Layout, seg_offset: usize, rows: &[half::f16]) -> Vec<u8> {
-    let rw = l.residual_row_words();
-    let mut out = vec![0x7e00_7e00u32; seg_offset * rw];
-    out.extend(rows_to_words(l, rows));
-    out.extend(std::iter::repeat_n(0x7e00_7e00u32, 2 * rw));
-    as_bytes(&out)
+/// A ring of `cap` f16 rows holding tokens [q, t) at slot s % cap, the other slots NaN.
+fn ring(w: &SideWords, t: usize, cap: usize, row: usize) -> Vec<u8> {
+    let rw = row.div_ceil(2);
+    let mut words = vec![0x7e00_7e00u32; cap * rw];
+    for s in w.quantized..t {
+        let r = &w.residual[(s - w.quantized) * row..][..row];
+        let slot = (s % cap) * rw;
+        words[slot..slot + rw].fill(0);
+        for (e, x) in r.iter().enumerate() {
+            words[slot + e / 2] |= u32::from(x.to_bits()) << (16 * (e % 2));
+        }
+    }
+    bytes(&words)
 }
 
-/// Runs the attention kernels of one call on `t`: regions' plans, then the merge.
+/// Runs the kernels of one call on `t` over the layer's words laid out as described above.
 fn on_target(
     t: &Target,
     c: &Case,
     layer: &Layer,
-    raw: &RawKivi,
+    snap: &Snapshot,
     q: &[f32],
-    wg_storage: u32,
-    stage_tiles: Option<bool>,
-) -> (Vec<f32>, usize, u32, bool) {
-    let l = &common::kivi_layout(c.hkv, c.d, &c.cfg);
-    let qn = layer.memory().quantized;
-    // Regions (non-empty only) and their buffers, as the GPU store lays them out.
-    let mut regions: Vec<(RegionDesc<'_>, Vec<Vec<u8>>)> = Vec::new();
-    let kivi = SourceKind::Kivi(l);
-    match c.split {
-        Some((s1, b0)) if s1 < qn => {
-            let r0 = b0 * l.key_group;
-            assert!(r0 <= s1);
-            let region = |start, end, seg_offset| RegionDesc {
-                start,
-                end,
-                seg_offset,
-                kind: kivi,
-            };
-            regions.push((region(0, s1, 0), segment(l, raw, 0, s1)));
-            regions.push((region(s1, qn, s1 - r0), segment(l, raw, r0, qn)));
-        }
-        _ if qn > 0 => {
-            let desc = RegionDesc {
-                start: 0,
-                end: qn,
-                seg_offset: 0,
-                kind: kivi,
-            };
-            regions.push((desc, segment(l, raw, 0, qn)));
-        }
-        _ => {}
-    }
-    if c.t > qn {
-        let row_words = l.residual_row_words();
-        let (desc, bufs) = match c.linear {
-            Some(seg_offset) => (
-                RegionDesc {
-                    start: qn,
-                    end: c.t,
-                    seg_offset,
-                    kind: SourceKind::F16 {
-                        row_words,
-                        ring_tokens: 0,
-                    },
-                },
-                vec![
-                    linear(l, seg_offset, &raw.residual_k),
-                    linear(l, seg_offset, &raw.residual_v),
-                ],
-            ),
-            None => (
-                RegionDesc {
-                    start: qn,
-                    end: c.t,
-                    seg_offset: 0,
-                    kind: SourceKind::F16 {
-                        row_words,
-                        ring_tokens: l.ring_tokens(),
-                    },
-                },
-                vec![ring(l, qn, &raw.residual_k), ring(l, qn, &raw.residual_v)],
-            ),
-        };
-        regions.push((desc, bufs));
-    }
+) -> (Vec<f32>, usize, bool) {
+    let (k, v) = (layer.codec(Side::Keys), layer.codec(Side::Values));
+    let row = c.hkv * c.d;
+    let caps = [&snap.keys, &snap.values].map(|w| (c.t - w.quantized).max(1) + c.ring_extra);
+    let shape = CacheShape {
+        qk: snap.keys.quantized,
+        qv: snap.values.quantized,
+        seg_tokens: c.seg_tokens,
+        ring_cap: caps,
+        row_words: row.div_ceil(2),
+        value_dim: v.value_dim(),
+    };
     let call = Call {
         tq: c.tq,
         hq: c.hq,
         hkv: c.hkv,
         dim: c.d,
         tokens: c.t,
-        opts: AttendOptions {
-            stage_tiles,
-            ..c.opts
-        },
+        opts: c.opts,
     };
-    let descs: Vec<RegionDesc<'_>> = regions.iter().map(|r| r.0).collect();
-    let limits = PlanLimits {
-        max_binding: 1 << 30,
-        max_workgroup_storage: wg_storage,
+    let p = plan(&call, &shape, c.target, 1 << 30).expect("plan");
+    let wide = match t {
+        Target::Wgsl(ctx, _) => kvpack::attention::gpu::wide_subgroups(ctx),
+        _ => true, // MSL: SIMD groups of 32
     };
-    let (partial_plans, merge, partial_bytes) = plans_for(&call, &descs, limits).expect("plans");
-    assert_eq!(partial_plans.len(), regions.len());
-    let nan_words = (partial_bytes / 4) as usize;
-    let mut partials = as_bytes(&vec![0x7fc0_0000u32; nan_words]);
-    let qb: Vec<u8> = bytemuck::cast_slice(q).to_vec();
-    let mut chunks = 0;
-    for (plan, (desc, bufs)) in partial_plans.iter().zip(&regions) {
-        let mut storage = vec![qb.clone(), partials];
-        storage.extend(bufs.iter().cloned());
-        run_plan(t, plan, &mut storage)
-            .unwrap_or_else(|e| panic!("{} {}: partials {:?}: {e}", t.name(), c.what, desc));
-        partials = storage.swap_remove(1);
-        let p: &kvpack::attention::gpu::AttendParams = bytemuck::from_bytes(&plan.uniform);
-        chunks += p.n_chunks as usize;
+    let (dispatches, merge) = dispatch_plans(&call, &p, k, v, wide);
+    let (ks, vs) = (
+        segments(k, &snap.keys, c.seg_tokens),
+        segments(v, &snap.values, c.seg_tokens),
+    );
+    let rings = [
+        ring(&snap.keys, c.t, caps[0], row),
+        ring(&snap.values, c.t, caps[1], row),
+    ];
+    let out_len = c.tq * c.hq * c.d * 4;
+    let poison_f32 = |n: usize| bytes(&vec![0x7fc0_0000u32; n.div_ceil(4)]);
+    let mut partials = if p.merge.is_some() {
+        poison_f32(p.partial_bytes as usize)
+    } else {
+        poison_f32(out_len)
+    };
+    let placeholder = bytes(&[0u32]);
+    let uni = |codec: &dyn Codec, s: Option<&SegmentBytes>| {
+        codec.attend_uniform(s.map(|x| x.1.as_slice()))
+    };
+    for (d, dp) in p.dispatches.iter().zip(&dispatches) {
+        let (kseg, vseg) = (ks.get(d.segment), vs.get(d.segment));
+        let mut bufs = vec![
+            uni(k, kseg),
+            uni(v, vseg),
+            bytes(bytemuck::cast_slice(q)),
+            std::mem::take(&mut partials),
+            kseg.map_or(placeholder.clone(), |s| s.0.clone()),
+            placeholder.clone(),
+            vseg.map_or(placeholder.clone(), |s| s.0.clone()),
+            placeholder.clone(),
+            rings[0].clone(),
+            rings[1].clone(),
+        ];
+        run_plan(t, dp, &mut bufs)
+            .unwrap_or_else(|e| panic!("{} {}: partials: {e}", t.name(), c.what));
+        partials = std::mem::take(&mut bufs[3]);
     }
-    let mut storage = vec![partials, as_bytes(&vec![POISON; q.len()])];
-    run_plan(t, &merge, &mut storage)
-        .unwrap_or_else(|e| panic!("{} {}: merge: {e}", t.name(), c.what));
-    let spec = |name: &str| {
-        partial_plans
-            .iter()
-            .flat_map(|p| p.spec.0.iter())
-            .filter(|(n, _)| *n == name)
-            .map(|(_, v)| *v)
-            .max()
-            .unwrap_or(0)
+    let direct = merge.is_none();
+    let out = match merge {
+        None => partials,
+        Some(mp) => {
+            let last = ks.last();
+            let mut bufs = vec![
+                uni(k, last),
+                uni(v, vs.last()),
+                partials,
+                poison_f32(out_len),
+                placeholder.clone(),
+                placeholder.clone(),
+                placeholder.clone(),
+                placeholder.clone(),
+                placeholder.clone(),
+                placeholder.clone(),
+            ];
+            run_plan(t, &mp, &mut bufs)
+                .unwrap_or_else(|e| panic!("{} {}: merge: {e}", t.name(), c.what));
+            std::mem::take(&mut bufs[3])
+        }
     };
     (
-        bytemuck::pod_collect_to_vec(&storage[1]),
-        chunks,
-        spec("ATT_ROWS"),
-        spec("ATT_STAGE") == 1,
+        bytemuck::pod_collect_to_vec(&out[..out_len]),
+        p.dispatches.len(),
+        direct,
     )
 }
 
@@ -343,14 +316,12 @@ fn attend_kernels_match_reference(t: &Target) {
     let cpu = Context::cpu();
     for c in cases() {
         let (q, k, v) = qkv(&mut rng, &c);
-        let mut layer = Layer::kivi(&cpu, c.hkv, c.d, &c.cfg, PathChoice::Cpu).expect("layer");
+        let method = Method::parse(c.method).expect("method");
+        let mut layer = Layer::new(&cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");
         layer
             .append(Input::F32(&k), Input::F32(&v))
             .expect("append");
-        let raw = common::raw(&layer).expect("raw");
-        let reference = layer
-            .attend_reference(&q, c.hq, &c.opts)
-            .expect("reference");
+        let reference = layer.attend(&q, c.hq, &c.opts).expect("reference");
         if let Target::Cpu(_) = t {
             // Independent: exact f64 attention over the cache's own reconstruction.
             let (kh, vh) = layer.reconstruct().expect("reconstruct");
@@ -360,34 +331,24 @@ fn attend_kernels_match_reference(t: &Target) {
             assert!(err <= 1e-4, "cpu {}: worst row rel L2 {err:e}", c.what);
             continue;
         }
-        // The device's workgroup storage (Apple's 32 KiB for the emulated MSL) with tiles
-        // staged (where the layout allows) and not, and for prefill rows 8 KiB: fewer query
-        // rows per workgroup.
-        let device = match t {
-            Target::Wgsl(ctx, _) => ctx.max_workgroup_storage_size(),
-            _ => 32 * 1024,
-        };
-        let mut variants = vec![(device, Some(true)), (device, None)];
-        if c.tq > 1 {
-            variants.push((8 * 1024, None));
-        }
-        for (wg, stage) in variants {
-            let (out, chunks, rows, staged) = on_target(t, &c, &layer, &raw, &q, wg, stage);
-            assert_eq!(out.len(), reference.len());
-            let err = rel_l2_rows(&out, &reference, c.d);
-            eprintln!(
-                "attend_kernels[{}] {} (rows/workgroup {rows}, staged {staged}): Q={} chunks={chunks} worst row rel L2 {err:e}",
-                t.name(),
-                c.what,
-                layer.memory().quantized
-            );
-            assert!(
-                err <= 1e-4,
-                "{} {} (rows/workgroup {rows}): worst row rel L2 {err:e} against the reference",
-                t.name(),
-                c.what
-            );
-        }
+        let snap = layer.snapshot().expect("snapshot");
+        let (out, dispatches, direct) = on_target(t, &c, &layer, &snap, &q);
+        let err = rel_l2_rows(&out, &reference, c.d);
+        eprintln!(
+            "attend_kernels[{}] {} ({}): Qk={} Qv={} {dispatches} dispatches, direct {direct}: worst row rel L2 {err:e}",
+            t.name(),
+            c.what,
+            c.method,
+            snap.keys.quantized,
+            snap.values.quantized
+        );
+        assert!(
+            err <= 1e-4,
+            "{} {} ({}): worst row rel L2 {err:e} against the reference",
+            t.name(),
+            c.what,
+            c.method
+        );
     }
 }
 parity_tests!(attend_kernels_match_reference, msl);

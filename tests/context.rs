@@ -2,7 +2,7 @@
 
 mod common;
 
-use kvpack::gpu::registry::{BITPACK, KERNELS};
+use kvpack::bitpack::BITPACK;
 use kvpack::{Context, KernelPath, Origin, PathChoice};
 
 #[test]
@@ -10,7 +10,7 @@ fn cpu_context_runs_everything_on_the_cpu() {
     let ctx = Context::cpu();
     assert_eq!(ctx.origin(), &Origin::CpuRequested);
     assert!(ctx.device().is_none());
-    for k in KERNELS {
+    for k in kvpack::kernels::all() {
         assert_eq!(
             ctx.resolve(k, PathChoice::Auto).expect("auto"),
             KernelPath::Cpu
@@ -66,7 +66,7 @@ fn auto_picks_the_subgroup_variant_when_subgroups_are_enabled() {
         text.contains(&info.name) && text.contains("max_storage_buffer_binding_size"),
         "{text}"
     );
-    assert_eq!(d.kernels.len(), KERNELS.len());
+    assert_eq!(d.kernels.len(), kvpack::kernels::all().len());
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn auto_picks_the_workgroup_variant_without_subgroups() {
         Err(r) => return common::skip("auto_picks_workgroup", &r),
     };
     assert!(!ctx.features().contains(wgpu::Features::SUBGROUP));
-    for k in KERNELS {
+    for k in kvpack::kernels::all() {
         assert_eq!(
             ctx.resolve(k, PathChoice::Auto).expect("auto"),
             KernelPath::WgslWorkgroup

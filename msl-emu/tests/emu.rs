@@ -79,8 +79,8 @@ fn groups_for(n_words: u32, split_y: bool) -> [u32; 3] {
 #[test]
 fn bitpack_and_bitunpack_match_reference() {
     let t0 = std::time::Instant::now();
-    let pack = kvpack_kernel("bitpack.metal", "bitpack");
-    let unpack = kvpack_kernel("bitunpack.metal", "bitunpack");
+    let pack = kvpack_kernel("bitpack/bitpack.metal", "bitpack");
+    let unpack = kvpack_kernel("bitpack/bitunpack.metal", "bitunpack");
     eprintln!("compile bitpack+bitunpack: {:?}", t0.elapsed());
     let mut rng = Rng(7);
     for &(n, b) in &[
@@ -136,7 +136,7 @@ fn bitpack_and_bitunpack_match_reference() {
 
 #[test]
 fn bitpack_rejects_too_large_threadgroup() {
-    let pack = kvpack_kernel("bitpack.metal", "bitpack");
+    let pack = kvpack_kernel("bitpack/bitpack.metal", "bitpack");
     assert_eq!(pack.max_total_threads_per_threadgroup(), Some(64));
     let mut p = bytes_u32(&[4, 8, 1, 0]);
     let mut c = vec![0u8; 4];

@@ -1,293 +1,131 @@
-// Attention over a compressed cache, shared MSL core (../shared/spec/attention.md). Twin of
-// wgsl/attend/attend_params.wgsl + wgsl/attend/attend_core.wgsl; CPU reference src/cpu/attend.rs.
-// Concatenated before msl/attend/attend_kivi.metal and msl/attend/attend_f16.metal by src/gpu/registry.rs
-// (after msl/kivi/kivi_common.metal for attend_kivi).
+// Attention over a compressed cache, the shared core in MSL (../shared/spec/attention.md): the
+// twin of wgsl/attend/attend_core.wgsl, same mapping (read it first: lanes, tiles, splits,
+// bindings, dispatch); CPU reference src/cpu/attend.rs. Composed by src/attention/kernel.rs:
+// this file, the key codec's hooks (msl/<codec>/attend_k.metal), the value codec's
+// (attend_v.metal), attend_shared.metal, then attend_main.metal (the partials kernel) or
+// attend_merge.metal. A SIMD group (32 lanes on Apple GPUs) is a slice: every cross-lane step
+// is a simd_shuffle, no barrier inside the tile loop.
 //
-// A codec file defines `struct AttendCodec` (its device pointers; `static constexpr bool
-// kStages`), `struct AttendStage` (its threadgroup staging memory, if any) and
-//   float codec_key(thread const AttendCodec&, constant AttendParams&,
-//                   threadgroup const AttendStage&, uint pos, uint h, uint d)
-//   float codec_value(... likewise)
-//   void codec_stage(thread const AttendCodec&, constant AttendParams&, threadgroup AttendStage&,
-//                    uint t0, uint n, uint h, uint lid)   // called when kStages, see the WGSL
-// (k̂ / v̂ of absolute token pos, KV head h, channel d, reconstructed in registers), then its
-// kernel, which declares the threadgroup memory (`threadgroup AttendShared sh;` and
-// `threadgroup AttendStage st;`) and calls attend_main.
-//
-// [[buffer(0)]] A:        AttendParams (constant)            keep in sync with src/attention/gpu.rs
-// [[buffer(1)]] q:        float [Tq][Hq][D]
-// [[buffer(2)]] partials: float [Tq][Hq][nc_total][D + 2]   (m, l, acc[D]) per chunk
-// [[buffer(3..)]]         the codec's buffers
-//
-// Dispatch: one threadgroup of 128 threads (4 SIMD groups of 32 = the WGSL core's 4 slices)
-// per (block of ATT_ROWS query rows b, KV head h, chunk c), linear index (b * Hkv + h) *
-// n_chunks + c; the block's query vectors (its rows × the Hq/Hkv query heads of h, vector
-// v = row v / qg, head v % qg; at most ATTEND_QV_MAX) share every loaded key and value. A
-// chunk is `chunk_tokens` consecutive positions of this dispatch's region [region_start,
-// region_end); tiles of 32 tokens: scores (4 SIMD groups split D), online softmax per query
-// vector (SIMD group = vector, four at a time; reductions by simd_shuffle_xor butterflies),
-// value accumulation (one thread per channel). ATT_ROWS is a specialization (#define
-// prepended by src/gpu/registry.rs), chosen per call by src/attention/gpu.rs.
+// What a key hook file defines:  typedef ... KParams; K_PREP, K_PREP_W (#define);
+//   template <typename Sh> void k_prepare(constant AttendParams&, constant KParams&,
+//       device const uint* kseg, device const uint* ktab, threadgroup Sh& S, uint lid, uint h);
+//   template <typename Sh> void k_score(constant AttendParams&, constant KParams&,
+//       device const uint* kseg, threadgroup const Sh& S, uint row, uint last, uint cg, uint h,
+//       thread float4* acc /* [8] */);   (rows past `last` read row `last`)
+// a value hook file:  typedef ... VParams; V_W, V_CPL (#define); struct VState;
+//   void v_reset(thread VState&); void v_scale(thread VState&, float4);
+//   float4 v_out(thread const VState&, uint i);
+//   void v_accum(constant AttendParams&, constant VParams&, device const uint* vseg,
+//       thread VState&, uint row, uint last, uint cg, uint h, thread const float4* p /* [8] */);
+//   template <typename Sh> void v_finish(constant AttendParams&, constant VParams&,
+//       device const uint* vtab, threadgroup Sh& S, uint lid, uint h);
 #include <metal_stdlib>
 using namespace metal;
 
-// Keep in sync with AttendParams in src/attention/gpu.rs and wgsl/attend/attend_params.wgsl.
+// Keep in sync with AttendParams in src/attention/plan.rs and wgsl/attend/attend_params.wgsl.
 struct AttendParams {
     uint tq;
     uint hq;
     uint hkv;
-    uint dim;
-    uint qgroup;       // Hq / Hkv (<= 8)
-    uint q_pos0;       // position of query row 0 = T - Tq
-    uint window;       // 0: no sliding window
+    uint qg;
+    uint q_pos0;
+    uint window;
     uint sinks;
-    float scale;
-    uint chunk_tokens;
-    uint n_chunks;     // chunks in this dispatch
-    uint chunk_base;   // global index of this dispatch's first chunk
-    uint nc_total;     // chunks over all dispatches of this call
-    uint region_start; // absolute position of the region's first token
-    uint region_end;
-    uint seg_offset;   // row (token) index of region_start inside the codec's buffers
-    uint ring_tokens;  // f16 codec: ring capacity (0: rows are linear)
-    uint kbits;
-    uint kgroup;
-    uint kgroup_words;
-    uint vbits;
-    uint vgroup;
-    uint vgroup_words;
-    uint vrow_words;
-    uint vn_groups;
-    uint row_words;    // f16 codec: words per token row (H*D halves)
-    uint pad0;
-    uint pad1;
+    float scale_log2;
+    uint vec_total;
+    uint vblocks;
+    uint tok0;
+    uint tok_end;
+    uint qk;
+    uint qv;
+    uint c_end;
+    uint r0;
+    uint n_split_c;
+    uint split_c;
+    uint n_split_r;
+    uint split_r;
+    uint part_c;
+    uint part_r;
+    uint n_parts;
+    uint n_parts_c;
+    uint ring_cap_k;
+    uint ring_cap_v;
+    uint row_words;
+    uint direct;
+    uint t_total;
+    uint p0;
+    uint p1;
+    uint p2;
 };
 
-#define ATTEND_TILE 32u
-#define ATTEND_QV_MAX 16u
-#define ATTEND_D_MAX 256u
-// Specialization (src/attention/gpu.rs): ATT_DIM = D, ATT_QG = Hq / Hkv, ATT_ROWS = query rows
-// per threadgroup; they size the threadgroup memory. attend_merge includes this file for
-// AttendParams only and defines none of them.
-#ifdef ATT_ROWS
-#define ATTEND_QV (ATT_QG * ATT_ROWS)
 #define ATTEND_DIM ATT_DIM
-#else
-#define ATTEND_QV 1u
-#define ATTEND_DIM 1u
-#define ATT_ROWS 1u
-#endif
-#define ATTEND_THREADS 128u
-// Finite "minus infinity", as in the WGSL. Every exp whose argument may involve it is
-// precise::exp: under fast math exp(x) may be computed as exp2(x * log2(e)), and
-// -3e38 * log2(e) overflows to -inf, where fast exp2 is not guaranteed to give 0.
-#define ATTEND_NEG (-3.0e38f)
-
-// Threadgroup memory of one threadgroup (the host keeps it within the device's limit when it
-// picks ATT_ROWS), declared once in the kernel.
-struct AttendShared {
-    float qsh[ATTEND_QV * ATTEND_DIM];          // [QV][D] scaled queries
-    float red[ATTEND_QV * 4u * ATTEND_TILE];    // [QV][4][TILE] partial dots
-    float psh[ATTEND_QV * ATTEND_TILE];         // [QV][TILE] softmax weights
-    float m_run[ATTEND_QV];
-    float l_run[ATTEND_QV];
-    float corr_sh[ATTEND_QV];
-};
+#define ATTEND_SLICES (WORKGROUP_SIZE / 32u)
+#define ATTEND_TILE 32u
+#define ATTEND_R_CPL ((ATTEND_DIM + 7u) / 8u)
+// Finite "minus infinity": 2^(NEG - m) is 0. Every exp2 whose argument may be that large is
+// precise::exp2 (fast math may not get huge arguments right).
+#define ATTEND_NEG (-1.0e30f)
 
 // f16 bits (low half of h) -> f32.
-static inline float attend_half_to_float(uint h) {
-    return float(as_type<half>(ushort(h & 0xffffu)));
+static inline float attend_half(uint w, uint e) {
+    return float(as_type<half>(ushort((e & 1u) != 0u ? (w >> 16u) : (w & 0xffffu))));
 }
 
-// Reductions over one SIMD group (32 lanes = one slice): xor butterflies leave the same
-// bits in every lane (each step adds the same two operands, in either order).
-static inline float attend_slice_max(float v) {
-    for (ushort off = 16; off > 0; off >>= 1) {
-        v = max(v, simd_shuffle_xor(v, off));
+// The f16 rows' accumulator (ring splits; the f16 codec's values): channels cg·R_CPL.. .
+struct RState {
+    float4 o[ATTEND_R_CPL];
+};
+
+static inline void r_reset(thread RState& r) {
+    for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
+        r.o[i] = float4(0.0f);
     }
-    return v;
 }
 
-static inline float attend_slice_sum(float v) {
-    for (ushort off = 16; off > 0; off >>= 1) {
-        v += simd_shuffle_xor(v, off);
+static inline void r_scale(thread RState& r, float4 c) {
+    for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
+        r.o[i] *= c;
     }
-    return v;
 }
 
-static inline bool attend_is_visible(constant AttendParams& A, uint pos, uint p, uint c_end) {
-    // pos < c_end: never count a token of the next chunk (chunk_tokens is a multiple of the
-    // tile on the host, so this only guards the kernel against other hosts).
-    if (pos > p || pos >= A.region_end || pos >= c_end) {
+// A lane's partial scores of 8 f16 rows (first words w0[j] of `rows`): channels cg·R_CPL..
+// of head h; qs is zero past D.
+template <typename Sh>
+static inline void f16_score(device const uint* rows, thread const uint* w0, threadgroup const Sh& S,
+                             uint cg, uint h, thread float4* acc) {
+    const uint c0 = cg * ATTEND_R_CPL;
+    for (uint j = 0u; j < 8u; ++j) {
+        float4 a = float4(0.0f);
+        for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
+            const uint e = h * ATTEND_DIM + min(c0 + i, ATTEND_DIM - 1u);
+            a += S.qs[c0 + i] * attend_half(rows[w0[j] + (e >> 1u)], e);
+        }
+        acc[j] = a;
+    }
+}
+
+static inline void f16_accum(device const uint* rows, thread const uint* w0, thread RState& r,
+                             uint cg, uint h, thread const float4* p) {
+    const uint c0 = cg * ATTEND_R_CPL;
+    for (uint j = 0u; j < 8u; ++j) {
+        for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
+            const uint e = h * ATTEND_DIM + min(c0 + i, ATTEND_DIM - 1u);
+            r.o[i] += p[j] * attend_half(rows[w0[j] + (e >> 1u)], e);
+        }
+    }
+}
+
+// The first words of the rows of tokens pos0 .. pos0 + 7 in a ring of `cap` rows; tokens past
+// `last` read row `last` (outside the split: weight 0; a slot past the window may hold anything).
+static inline void attend_ring_rows(constant AttendParams& A, uint pos0, uint last, uint cap, thread uint* w0) {
+    for (uint j = 0u; j < 8u; ++j) {
+        w0[j] = (min(pos0 + j, last) % cap) * A.row_words;
+    }
+}
+
+static inline bool attend_visible(constant AttendParams& A, uint pos, uint p) {
+    if (pos > p) {
         return false;
     }
-    if (A.window == 0u) {
-        return true;
-    }
-    return pos + A.window > p || pos < A.sinks;
-}
-
-// lid: thread index in the threadgroup; slice/lane: SIMD group and lane (lid = slice * 32 +
-// lane on Apple GPUs); wid: linear threadgroup index. A template on the codec type so that
-// codec_key / codec_value, defined after this file by the kernel, are found at instantiation
-// (argument-dependent lookup) and attend_merge, which includes this file for AttendParams,
-// instantiates nothing.
-template <typename Codec, typename Stage>
-static void attend_main(constant AttendParams& A,
-                        device const float* q,
-                        device float* partials,
-                        thread const Codec& codec,
-                        threadgroup AttendShared& S,
-                        threadgroup Stage& st,
-                        uint lid,
-                        uint slice,
-                        uint lane,
-                        uint wid) {
-    static_assert(ATTEND_QV >= 1u && ATTEND_QV <= ATTEND_QV_MAX, "ATT_QG * ATT_ROWS out of range");
-    const uint per_block = A.hkv * A.n_chunks;
-    if (wid >= ((A.tq + ATT_ROWS - 1u) / ATT_ROWS) * per_block) {
-        return; // uniform: depends on the threadgroup only
-    }
-    const uint c = wid % A.n_chunks;
-    const uint h = (wid / A.n_chunks) % A.hkv;
-    const uint i0 = (wid / per_block) * ATT_ROWS;
-    const uint rows = min(ATT_ROWS, A.tq - i0);
-    const uint p_first = A.q_pos0 + i0; // position of the block's first query row
-    const uint p_last = p_first + rows - 1u;
-    const uint d_n = A.dim;
-    const uint qg = A.qgroup;
-    const uint qv = ATTEND_QV; // == qg * ATT_ROWS (A.qgroup == ATT_QG)
-
-    // Query vectors of the block, scaled once (rows past Tq: zeros, never output).
-    for (uint x = lid; x < qv * d_n; x += ATTEND_THREADS) {
-        const uint v = x / d_n;
-        const uint dd = x % d_n;
-        const uint r = v / qg;
-        S.qsh[v * ATTEND_DIM + dd] =
-            r < rows ? q[((i0 + r) * A.hq + h * qg + v % qg) * d_n + dd] * A.scale : 0.0f;
-    }
-    if (lid < ATTEND_QV) {
-        S.m_run[lid] = ATTEND_NEG;
-        S.l_run[lid] = 0.0f;
-        S.corr_sh[lid] = 1.0f;
-    }
-    float acc[2u * ATTEND_QV]; // [QV][D_MAX / 128]
-    for (uint x = 0u; x < 2u * ATTEND_QV; ++x) {
-        acc[x] = 0.0f;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-
-    const uint c_start = A.region_start + c * A.chunk_tokens;
-    const uint c_end = min(c_start + A.chunk_tokens, A.region_end);
-    const uint part_len = (d_n + 3u) / 4u;
-    for (uint t0 = c_start; t0 < c_end; t0 += ATTEND_TILE) {
-        // Skip tiles no query row of the block can see (uniform per threadgroup).
-        const uint t_last = min(t0 + ATTEND_TILE, c_end) - 1u;
-        bool seen = t0 <= p_last;
-        if (A.window != 0u) {
-            seen = seen && (t_last + A.window > p_first || t0 < A.sinks);
-        }
-        if (!seen) {
-            continue;
-        }
-        // 0. A staging codec copies the tile's packed words into threadgroup memory (the
-        // previous seen tile ended with a barrier, so every thread is done reading it).
-        if (Codec::kStages) {
-            codec_stage(codec, A, st, t0, t_last + 1u - t0, h, lid);
-            threadgroup_barrier(mem_flags::mem_threadgroup);
-        }
-        // 1. Scores: thread (slice, lane) = (part of D, token t0 + lane).
-        const uint pos = t0 + lane;
-        // A token of the chunk some row may see (each vector's own visibility, window
-        // included, is applied in the softmax below).
-        const bool readable = pos < c_end && pos < A.region_end && pos <= p_last;
-        const uint d0 = slice * part_len;
-        const uint d1 = min(d0 + part_len, d_n);
-        float dots[ATTEND_QV];
-        for (uint g = 0u; g < ATTEND_QV; ++g) {
-            dots[g] = 0.0f;
-        }
-        if (readable) {
-            for (uint dd = d0; dd < d1; ++dd) {
-                const float k = codec_key(codec, A, st, pos, h, dd);
-                for (uint g = 0u; g < qv; ++g) {
-                    dots[g] += S.qsh[g * ATTEND_DIM + dd] * k;
-                }
-            }
-        }
-        for (uint g = 0u; g < qv; ++g) {
-            S.red[(g * 4u + slice) * ATTEND_TILE + lane] = dots[g];
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        // 2. Online softmax: SIMD group = query vector (four at a time), lane = token.
-        for (uint g0 = 0u; g0 < qv; g0 += 4u) {
-            const uint g = g0 + slice;
-            const bool live = g < qv && g / qg < rows;
-            const bool vis = live && attend_is_visible(A, pos, p_first + g / qg, c_end);
-            float s = ATTEND_NEG;
-            if (live && vis) {
-                const uint b = g * 4u * ATTEND_TILE + lane;
-                s = S.red[b] + S.red[b + ATTEND_TILE] + S.red[b + 2u * ATTEND_TILE] +
-                    S.red[b + 3u * ATTEND_TILE];
-            }
-            float m_old = ATTEND_NEG;
-            if (live) {
-                m_old = S.m_run[g];
-            }
-            const float m_tile = attend_slice_max(s);
-            const float m_new = max(m_old, m_tile);
-            float w = 0.0f;
-            if (live && vis) {
-                w = exp(s - m_new); // s is a real score and m_new >= s
-            }
-            const float l_tile = attend_slice_sum(w);
-            // every lane has read m_run before lane 0 updates it
-            threadgroup_barrier(mem_flags::mem_threadgroup);
-            if (live) {
-                S.psh[g * ATTEND_TILE + lane] = w;
-                if (lane == 0u) {
-                    const float corr = precise::exp(m_old - m_new);
-                    S.corr_sh[g] = corr;
-                    S.l_run[g] = S.l_run[g] * corr + l_tile;
-                    S.m_run[g] = m_new;
-                }
-            }
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        // 3. Values: thread = channel(s); every token of the tile, every query vector.
-        const uint n_tile = min(ATTEND_TILE, c_end - t0);
-        for (uint k = 0u; k * ATTEND_THREADS < d_n; ++k) {
-            const uint dd = lid + ATTEND_THREADS * k;
-            if (dd < d_n) {
-                for (uint g = 0u; g < qv; ++g) {
-                    acc[g * 2u + k] *= S.corr_sh[g];
-                }
-                for (uint j = 0u; j < n_tile; ++j) {
-                    if (S.psh[j] != 0.0f || qv > 1u) {
-                        const float v = codec_value(codec, A, st, t0 + j, h, dd);
-                        for (uint g = 0u; g < qv; ++g) {
-                            acc[g * 2u + k] += S.psh[g * ATTEND_TILE + j] * v;
-                        }
-                    }
-                }
-            }
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-    }
-    // 4. This chunk's (m, l, acc) per query vector of the block's rows.
-    const uint stride = d_n + 2u;
-    for (uint g = 0u; g < rows * qg; ++g) {
-        const uint pi =
-            (((i0 + g / qg) * A.hq + h * qg + g % qg) * A.nc_total + A.chunk_base + c) * stride;
-        if (lid == 0u) {
-            partials[pi] = S.m_run[g];
-            partials[pi + 1u] = S.l_run[g];
-        }
-        for (uint k = 0u; k * ATTEND_THREADS < d_n; ++k) {
-            const uint dd = lid + ATTEND_THREADS * k;
-            if (dd < d_n) {
-                partials[pi + 2u + dd] = acc[g * 2u + k];
-            }
-        }
-    }
+    return A.window == 0u || pos + A.window > p || pos < A.sinks;
 }

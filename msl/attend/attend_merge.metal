@@ -1,48 +1,68 @@
-// attend_merge: combines the chunks' (m, l, acc) of every (query row, query head) and
-// normalizes: out = Σ_c acc_c·e^(m_c − M) / Σ_c l_c·e^(m_c − M), M = max_c m_c. Twin of
-// wgsl/attend/attend_merge.wgsl; CPU reference: the single-pass online softmax of src/cpu/attend.rs
-// (same result up to f32 summation order). Uses AttendParams of msl/attend/attend_core.metal.
-//
-// [[buffer(0)]] A:        AttendParams (constant; tq, hq, dim, nc_total used)
-// [[buffer(1)]] partials: float [Tq][Hq][nc_total][D + 2]
-// [[buffer(2)]] out:      float [Tq][Hq][D]
-//
-// Dispatch: one threadgroup of WORKGROUP_SIZE (64) per (query row, query head), linear index
-// i * Hq + head. A chunk that saw no token has m = ATTEND_NEG and l = 0: its weight
-// e^(NEG − M) is 0 (precise::exp: see msl/attend/attend_core.metal).
+// The attention merge kernel (ATTEND_NAME): the splits' partial records of every query vector
+// combined and normalized, the value codec's part through its finish hook. Twin of
+// wgsl/attend/attend_merge.wgsl (read it: formula, roles of bindings 3 and 4, dispatch).
 
 [[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]
-kernel void attend_merge(constant AttendParams& A [[buffer(0)]],
-                         device const float* partials [[buffer(1)]],
-                         device float* out [[buffer(2)]],
-                         uint3 wg [[threadgroup_position_in_grid]],
-                         uint3 nwg [[threadgroups_per_grid]],
-                         uint lid [[thread_index_in_threadgroup]]) {
+kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
+                        constant KParams& KP [[buffer(1)]],
+                        constant VParams& VP [[buffer(2)]],
+                        device const float* parts [[buffer(3)]],
+                        device float* out [[buffer(4)]],
+                        device const uint* kseg [[buffer(5)]],
+                        device const uint* ktab [[buffer(6)]],
+                        device const uint* vseg [[buffer(7)]],
+                        device const uint* vtab [[buffer(8)]],
+                        device const uint* ringk [[buffer(9)]],
+                        device const uint* ringv [[buffer(10)]],
+                        uint3 wg [[threadgroup_position_in_grid]],
+                        uint3 nwg [[threadgroups_per_grid]],
+                        uint lid [[thread_index_in_threadgroup]]) {
+    threadgroup AttendShared S;
     const uint wid = wg.y * nwg.x + wg.x;
-    if (wid >= A.tq * A.hq) {
-        return;
+    if (wid >= A.hkv * A.vec_total) {
+        return; // uniform
     }
-    const uint stride = A.dim + 2u;
-    const uint base = wid * A.nc_total * stride;
-    float m = ATTEND_NEG;
-    for (uint c = 0u; c < A.nc_total; ++c) {
-        m = max(m, partials[base + c * stride]);
+    const uint h = wid / A.vec_total;
+    const uint v = wid % A.vec_total;
+    const uint pw = ATTEND_WIDE + 2u;
+    const uint base = wid * A.n_parts * pw;
+    float mm = ATTEND_NEG;
+    for (uint s = 0u; s < A.n_parts; ++s) {
+        mm = max(mm, parts[base + s * pw]);
     }
-    float l = 0.0f;
-    for (uint c = 0u; c < A.nc_total; ++c) {
-        const uint b = base + c * stride;
-        l += partials[b + 1u] * precise::exp(partials[b] - m);
+    float ll = 0.0f;
+    for (uint s = 0u; s < A.n_parts; ++s) {
+        ll += parts[base + s * pw + 1u] * precise::exp2(parts[base + s * pw] - mm);
     }
-    for (uint d = lid; d < A.dim; d += WORKGROUP_SIZE) {
-        float y = 0.0f;
-        for (uint c = 0u; c < A.nc_total; ++c) {
-            const uint b = base + c * stride;
-            y += partials[b + 2u + d] * precise::exp(partials[b] - m);
+    const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
+    float ring[2];
+    for (uint k = 0u; k < 2u; ++k) {
+        const uint c = lid + k * WORKGROUP_SIZE;
+        float oc = 0.0f;
+        float orr = 0.0f;
+        for (uint s = 0u; s < A.n_parts; ++s) {
+            const uint b = base + s * pw;
+            const float w = precise::exp2(parts[b] - mm);
+            const float x = parts[b + 2u + min(c, pw - 3u)];
+            if (s < A.n_parts_c) {
+                oc += x * w;
+            } else {
+                orr += x * w;
+            }
         }
-        float o = 0.0f;
-        if (l > 0.0f) {
-            o = y / l;
+        if (c < V_W) {
+            S.fin[c] = oc * inv;
         }
-        out[wid * A.dim + d] = o;
+        ring[k] = orr * inv;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    v_finish(A, VP, vtab, S, lid, h);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const uint o = ((v / A.qg) * A.hq + h * A.qg + v % A.qg) * ATTEND_DIM;
+    for (uint k = 0u; k < 2u; ++k) {
+        const uint c = lid + k * WORKGROUP_SIZE;
+        if (c < ATTEND_DIM) {
+            out[o + c] = S.fin[c] + ring[k];
+        }
     }
 }

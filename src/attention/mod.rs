@@ -1,18 +1,19 @@
 //! Attention that reads a compressed cache in its stored form (../shared/spec/attention.md).
 //!
-//! **The codec interface.** A codec tells attention how to score a query against its stored
-//! keys and how to accumulate its stored values, reconstructing one token at a time in
-//! registers; the online-softmax machinery is written once:
-//! - on the CPU, a codec implements the hooks of [`crate::codec::Codec`] (prepare_query,
-//!   score, value, finish_output) and [`crate::cpu::attend::attend`] is the core;
-//! - on the GPU, a codec is a WGSL/MSL file that defines `codec_key(pos, h, d)` and
-//!   `codec_value(pos, h, d)` over its own bindings (3..); the shared core
-//!   (`wgsl/attend/attend_core.wgsl`) turns it into a partial-attention kernel over a chunk of
-//!   tokens, and `attend_merge` combines the chunks' (max, sum, accumulator) triples
-//!   (flash-decoding). KIVI (packed codes) and f16 (the uncompressed baseline, also KIVI's
-//!   residual window) are the first two codecs.
+//! **One core, codec hooks** (spec/attention.md "The codec hooks"). The core owns tiling,
+//! masks, the online softmax, grouped-query sharing, splits and their merge, and the residual
+//! window; a key codec and a value codec (any pair) plug in:
+//! - on the CPU, through the hooks of [`crate::codec::Codec`] (prepare_query, score, value,
+//!   finish_output); [`crate::cpu::attend::attend`] is the core;
+//! - on the GPU, through their hook files (`wgsl/<codec>/attend_k.wgsl`, `attend_v.wgsl`, and
+//!   the MSL twins) composed with the core per pair ([`kernel`]): a lane owns a slice of a
+//!   32-token tile's stored words, the key hook returns its partial scores, the value hook
+//!   accumulates weighted values in its own space; [`plan`] cuts a call into splits, [`gpu`]
+//!   records it.
 
 pub mod gpu;
+pub mod kernel;
+pub mod plan;
 
 use crate::error::{Error, Result};
 
@@ -26,18 +27,10 @@ pub struct AttendOptions {
     pub window: Option<usize>,
     /// Attention sinks: the first `sinks` tokens stay visible under a window.
     pub sinks: usize,
-    /// GPU tuning: tokens per flash-decoding chunk (a multiple of 32; `None`: automatic, see
-    /// [`gpu::Call::chunk_tokens`]). Grown automatically when the partials would not fit a
-    /// binding.
+    /// GPU tuning: tokens per split, the work of one workgroup (a multiple of 32; `None`:
+    /// automatic, see [`plan::Call::split_tokens`]). Grown automatically when the partials
+    /// would not fit a binding. Changes speed only (and the f32 summation order).
     pub chunk_tokens: Option<usize>,
-    /// GPU tuning hint: stage each 32-token tile of packed KIVI words in workgroup memory
-    /// before decoding it (`Some(true)`: in every region whose layout allows it, i.e. a key
-    /// group that is a multiple of 32 and a 32-aligned start, and where the device's workgroup
-    /// storage holds the stage) instead of reading every code from the cache's buffers
-    /// (`None`, `Some(false)`). Changes speed only, never results. Off by default: on the
-    /// H200 it was 2–14 % slower for decode and 4–10 % slower for 64-row prefill chunks
-    /// (BENCHMARKS.md); devices with weaker caches may differ.
-    pub stage_tiles: Option<bool>,
 }
 
 /// Checks q `[Tq, Hq, D]` against a cache of `t` tokens, `hkv` heads of width `d`; returns Tq.

@@ -6,6 +6,7 @@
 
 pub mod attend;
 pub mod bitpack;
+pub mod f16;
 pub mod kivi;
 
 pub use bitpack::bitunpack;

@@ -332,6 +332,88 @@ pub(crate) fn encode_dispatch_with(
     Ok(())
 }
 
+/// A uniform buffer holding `data` (padded to 16 bytes).
+pub fn uniform_buffer(ctx: &Context, label: &'static str, data: &[u8]) -> Result<wgpu::Buffer> {
+    let mut padded = data.to_vec();
+    padded.resize(data.len().div_ceil(16).max(1) * 16, 0);
+    let size = padded.len() as u64;
+    allocate(ctx, label, size, |device| {
+        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: &padded,
+            usage: wgpu::BufferUsages::UNIFORM,
+        })
+    })
+}
+
+/// Records several plans in one compute pass, in order (wgpu orders a dispatch after the
+/// writes of the ones before it). Each plan's own uniform is binding 0; `storage` binds 1..
+/// (uniform or storage buffers, as the kernel's bindings say).
+pub fn encode_plans_in_one_pass(
+    ctx: &Context,
+    encoder: &mut wgpu::CommandEncoder,
+    items: &[(crate::context::KernelPath, DispatchPlan, Vec<Bind<'_>>)],
+) -> Result<()> {
+    let mut prepared = Vec::new();
+    for (path, plan, storage) in items {
+        let def = plan.kernel;
+        if !path.is_gpu() {
+            return Err(Error::PathUnavailable {
+                kernel: def.name,
+                requested: path.to_string(),
+                reason: "encode() records GPU work; this operation was resolved to the CPU path"
+                    .into(),
+            });
+        }
+        if storage.len() + 1 != def.bindings.len() {
+            return Err(Error::LengthMismatch {
+                what: "kernel bindings",
+                expected: def.bindings.len(),
+                actual: storage.len() + 1,
+            });
+        }
+        if plan.workgroups == 0 {
+            continue;
+        }
+        let pipeline = pipeline::pipeline(ctx, def, *path, &plan.spec)?;
+        let uniform = uniform_buffer(ctx, def.name, &plan.uniform)?;
+        let (x, y) = split_workgroups(ctx, plan.workgroups)?;
+        prepared.push((pipeline, uniform, storage, x, y, def.name));
+    }
+    let gpu = gpu_of(ctx, "dispatch")?;
+    let mut groups = Vec::new();
+    for (pipeline, uniform, storage, ..) in &prepared {
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: uniform.as_entire_binding(),
+        }];
+        entries.extend(
+            storage
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: b.resource(),
+                }),
+        );
+        groups.push(gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.layout,
+            entries: &entries,
+        }));
+    }
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: prepared.first().map(|p| p.5),
+        timestamp_writes: None,
+    });
+    for ((pipeline, _, _, x, y, _), group) in prepared.iter().zip(&groups) {
+        pass.set_pipeline(&pipeline.pipeline);
+        pass.set_bind_group(0, group, &[]);
+        pass.dispatch_workgroups(*x, *y, 1);
+    }
+    Ok(())
+}
+
 /// Records work with `record`, submits it and waits, capturing validation errors as
 /// [`Error::Gpu`].
 pub fn submit_blocking(

@@ -182,6 +182,11 @@ impl GpuSide {
         })
     }
 
+    /// A one-word buffer bound where a dispatch needs a binding that carries nothing.
+    pub(crate) fn placeholder(&self) -> &wgpu::Buffer {
+        &self.placeholder
+    }
+
     fn row_bytes(&self) -> u64 {
         (self.g.row_words() * 4) as u64
     }

@@ -142,8 +142,7 @@ macro_rules! parity_tests {
 
 /// Instantiates `body(&Target, spec)` for every codec under test × every target: one
 /// `#[test]` per (codec, target), named `body::codec::target`. **Adding a codec to every
-/// generic body is one line here.** `codec_tests!(body, attention)` runs only the methods
-/// whose attention runs on every path today.
+/// generic body is one line here.**
 #[macro_export]
 macro_rules! codec_tests {
     ($body:ident) => {
@@ -154,13 +153,6 @@ macro_rules! codec_tests {
             $crate::codec_tests!(@codec $body, kivi_1, "kivi:bits=1,group=32,residual=32");
             $crate::codec_tests!(@codec $body, kivi_keys_f16_values, "kivi:bits=4,group=32/f16:residual=32");
             $crate::codec_tests!(@codec $body, f16_keys_kivi_values, "f16/kivi:bits=3,group=8,vgroup=16,residual=16");
-        }
-    };
-    ($body:ident, attention) => {
-        mod $body {
-            $crate::codec_tests!(@codec $body, f16, "f16");
-            $crate::codec_tests!(@codec $body, kivi_2, "kivi:bits=2,group=32,residual=64");
-            $crate::codec_tests!(@codec $body, kivi_4_3_f32, "kivi:kbits=4,vbits=3,group=16,vgroup=24,residual=32,params=f32");
         }
     };
     (@codec $body:ident, $name:ident, $spec:expr) => {
@@ -255,17 +247,30 @@ pub fn run_plan(
         }
         Target::Wgsl(ctx, choice) => {
             let path = ctx.resolve(plan.kernel, *choice)?;
+            // Bindings the kernel declares as uniforms get uniform buffers (not read back).
+            let uniform = |i: usize| {
+                plan.kernel.bindings.get(i + 1) == Some(&kvpack::gpu::registry::Binding::Uniform)
+            };
             let bufs: Vec<wgpu::Buffer> = storage
                 .iter()
-                .map(|b| gpu::upload(ctx, "test storage", b))
+                .enumerate()
+                .map(|(i, b)| {
+                    if uniform(i) {
+                        gpu::uniform_buffer(ctx, "test uniform", b)
+                    } else {
+                        gpu::upload(ctx, "test storage", b)
+                    }
+                })
                 .collect::<kvpack::Result<_>>()?;
             let refs: Vec<&wgpu::Buffer> = bufs.iter().collect();
             gpu::submit_blocking(ctx, "test dispatch", |enc| {
                 gpu::encode_plan(ctx, enc, path, plan, &refs)
             })?;
-            for (b, out) in bufs.iter().zip(storage.iter_mut()) {
-                let n = out.len();
-                *out = gpu::readback(ctx, b, n as u64)?;
+            for (i, (b, out)) in bufs.iter().zip(storage.iter_mut()).enumerate() {
+                if !uniform(i) {
+                    let n = out.len();
+                    *out = gpu::readback(ctx, b, n as u64)?;
+                }
             }
             Ok(())
         }

@@ -1,218 +1,329 @@
-// Attention over a compressed cache, shared core (../shared/spec/attention.md).
-// A codec file (wgsl/attend/attend_{kivi,f16}.wgsl) defines its bindings (3..) and
-//   fn codec_key(pos: u32, h: u32, d: u32) -> f32     // k̂ of absolute token pos, KV head h
-//   fn codec_value(pos: u32, h: u32, d: u32) -> f32   // v̂ likewise
-//   const CODEC_STAGES: bool; fn codec_stage(t0, n, h, lid)  // optional tile staging: when
-//       true, called by every invocation before a tile's scores, between barriers; pos is
-//       then always inside [t0, t0 + n)
-// reconstructing in registers from its stored form. The entry point (wgsl/attend/attend_{workgroup,subgroup}.wgsl)
-// provides `slice_max` / `slice_sum` (subgroup or workgroup-memory reductions over a slice of
-// 32 invocations) and calls `attend_main`.
+// Attention over a compressed cache: the shared core (../shared/spec/attention.md). CPU
+// reference: src/cpu/attend.rs. The core owns tiling, masks, the online softmax in base 2,
+// grouped-query sharing, the split into partials and the residual window (f16 rows in a ring);
+// a key codec and a value codec plug in through hooks, each in its own file, composed before
+// this one (src/attention/kernel.rs):
 //
-// @binding(0) A:        AttendParams (uniform)            keep in sync with src/attention/gpu.rs
-// @binding(1) q:        array<f32> [Tq][Hq][D]
-// @binding(2) partials: array<f32> [Tq][Hq][nc_total][D + 2]   (m, l, acc[D]) per chunk
+//   key codec  (wgsl/<codec>/attend_k.wgsl)   const K_PREP: bool; const K_PREP_W: u32;
+//              its uniform at binding 1 (struct of its own); kseg, ktab (declared here)
+//              fn k_prepare(lid: u32, h: u32)          reads qs, writes qp (when K_PREP)
+//              fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8>
+//                  (rows past `last` are past the key side's Q: read row `last` instead)
+//   value codec (wgsl/<codec>/attend_v.wgsl)  const V_W: u32; const V_CPL: u32;
+//              fn v_reset(); fn v_scale(c: vec4<f32>); fn v_out(i: u32) -> vec4<f32>
+//              fn v_accum(row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>)
+//                  (rows past `last` are outside the split: read row `last` instead, p is 0)
+//              fn v_finish(lid: u32, h: u32)   fin[0..V_W] (normalized) → fin[0..D], in place
+//              its uniform at binding 2; vseg, vtab (declared here)
+// and the entry file (attend_subgroup.wgsl / attend_workgroup.wgsl): const ENTRY_SCRATCH;
+//              fn rs_cg, slice_max, slice_sum, gather8 (cross-lane steps, below).
 //
-// Dispatch: one workgroup of 128 (4 slices of 32) per (block of ATT_ROWS query rows b, KV
-// head h, chunk c), linear index (b * Hkv + h) * n_chunks + c; the block's query vectors are
-// its rows × the Hq/Hkv query heads of h (QV = ATT_ROWS · ATT_QG of them, vector v = row
-// v / QG, head v % QG), and all of them share every key and value the workgroup loads
-// (decode: one row; a prefill chunk: several rows, so the cache is read Tq / ATT_ROWS times,
-// not Tq times). A chunk is `chunk_tokens` consecutive positions of this dispatch's region
-// [region_start, region_end); tiles of 32 tokens: scores (4 slices split D), online softmax
-// per query vector (slice = vector, four at a time), value accumulation (one invocation per
-// channel).
-
+// **Lanes.** A workgroup of WORKGROUP_SIZE = 32·SLICES invocations serves one KV head h, up to
+// four query vectors (query row × grouped head: vec4 lanes of every accumulator) and one split
+// of tokens; slice s (32 lanes) takes the split's 32-token tiles s, s + SLICES, ... with its own
+// running softmax state, merged with the other slices once, at the end. In a tile, lane
+// (cg = lane & 7, tg = lane >> 3) owns tokens 8·tg .. 8·tg + 7 and the cg-th eighth of the
+// codec's channels (or whatever slice of its stored form the codec assigns to cg): k_score
+// returns that lane's partial scores of its 8 tokens for the 4 vectors; the core sums them
+// over the 8 cg lanes (rs_cg: lane cg then holds token 8·tg + cg), masks, takes the tile's
+// max over the slice, turns scores into weights p = 2^(s − m), hands each lane the weights of
+// its 8 tokens (gather8) and v_accum adds p·v̂ for its slice of the value space.
+// `row` is the segment row of the lane's first token (pos − tok0). Cross-lane steps are the
+// entry file's (attend_subgroup.wgsl: shuffles; attend_workgroup.wgsl: workgroup memory);
+// every invocation calls them the same number of times (uniform trip counts).
+//
+// @binding(0) A:        AttendParams (uniform; wgsl/attend/attend_params.wgsl)
+// @binding(1) KP:       the key codec's uniform     @binding(2) VP: the value codec's uniform
+// @binding(3) q:        array<f32> [Tq][Hq][D]
+// @binding(4) partials: array<f32> [Tq·qg vectors of each KV head...][n_parts][PW]: per query
+//                       vector (row, head) and slot: m, l (base 2), o[W]
+//                       (or, when A.direct = 1, out: array<f32> [Tq][Hq][D])
+// @binding(5) kseg, @binding(6) ktab:  the key codec's segment and tables
+// @binding(7) vseg, @binding(8) vtab:  the value codec's segment and tables
+// @binding(9) ringk, @binding(10) ringv: f16 rows [ring_cap_k / _v][row_words], token pos in
+//                       row pos % ring_cap_k (_v)
+//
+// Dispatch: hkv · (n_split_c + n_split_r) · vblocks workgroups; index ((h · splits) + split) ·
+// vblocks + vb (split < n_split_c: a codec split, values from the value codec; else a ring
+// split, values from the ring, written to the slots after the codec ones: they are in the
+// output space, not the codec's).
 
 @group(0) @binding(0) var<uniform> A: AttendParams;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read_write> partials: array<f32>;
+@group(0) @binding(3) var<storage, read> q: array<f32>;
+@group(0) @binding(4) var<storage, read_write> partials: array<f32>;
+@group(0) @binding(5) var<storage, read> kseg: array<u32>;
+@group(0) @binding(6) var<storage, read> ktab: array<u32>;
+@group(0) @binding(7) var<storage, read> vseg: array<u32>;
+@group(0) @binding(8) var<storage, read> vtab: array<u32>;
+@group(0) @binding(9) var<storage, read> ringk: array<u32>;
+@group(0) @binding(10) var<storage, read> ringv: array<u32>;
 
+const DIM: u32 = ATT_DIM;
+const SLICES: u32 = WORKGROUP_SIZE / 32u;
 const TILE: u32 = 32u;
-// Finite "minus infinity": exp(NEG - m) is 0, and NEG * log2(e) stays finite, so an exp
-// computed as exp2(x * log2 e) under fast math cannot overflow to -inf.
+// Finite "minus infinity": 2^(NEG − m) is 0 and NEG stays finite under fast math.
 const NEG: f32 = -1.0e30;
+// Ring lanes own R_CPL channels each (the residual is stored in the output space, D wide).
+const R_CPL: u32 = (DIM + 7u) / 8u;
+// Partial record: m, l, then max(V_W, D) floats.
+const PW: u32 = max(V_W, DIM) + 2u;
 
-// Sized by the specialization (src/attention/gpu.rs keeps the total within the device's
-// workgroup storage limit when it picks ATT_ROWS).
-var<workgroup> qsh: array<f32, QV * DIM>;      // [QV][D] scaled queries
-var<workgroup> red: array<f32, QV * 4u * TILE>; // [QV][4][TILE] partial dots
-var<workgroup> psh: array<f32, QV * TILE>;     // [QV][TILE] softmax weights of the tile
-var<workgroup> m_run: array<f32, QV>;
-var<workgroup> l_run: array<f32, QV>;
-var<workgroup> corr_sh: array<f32, QV>;
-var<workgroup> scratch: array<f32, 128>;       // slice reductions
+// [8·R_CPL] scaled queries (vec4 = the 4 vectors), zero past D so that a lane's channel slice
+// never needs a bounds test.
+var<workgroup> qs: array<vec4<f32>, 8u * R_CPL>;
+var<workgroup> qp: array<vec4<f32>, select(1u, K_PREP_W, K_PREP)>; // the key codec's form of them
+// The slices' outputs merged (after the tile loop); the entry file's scratch during it.
+var<workgroup> wsm: array<vec4<f32>, max(max(V_W, DIM), ENTRY_SCRATCH)>;
+var<workgroup> fin: array<f32, max(V_W, DIM)>;            // one vector through v_finish
+var<workgroup> msm: array<vec4<f32>, SLICES>;
+var<workgroup> lsm: array<vec4<f32>, SLICES>;
 
-fn is_visible(pos: u32, p: u32) -> bool {
-    if (pos > p || pos >= A.region_end) {
-        return false;
+var<private> ro: array<vec4<f32>, R_CPL>;                 // ring splits' accumulator
+
+// f16 rows (the residual ring; the f16 codec's segments): a lane reads channels
+// cg·R_CPL .. of head h of 8 rows whose first words are w0[j], from the ring (seg = false)
+// or from the key / value segment (seg = true; a constant at every call site).
+fn f16_elem(seg: bool, keys: bool, w: u32, e: u32) -> f32 {
+    var word: u32;
+    if (keys) {
+        word = select(ringk[w + (e >> 1u)], kseg[w + (e >> 1u)], seg);
+    } else {
+        word = select(ringv[w + (e >> 1u)], vseg[w + (e >> 1u)], seg);
     }
-    if (A.window == 0u) {
-        return true;
-    }
-    return pos + A.window > p || pos < A.sinks;
+    return unpack2x16float(word)[e & 1u];
 }
 
-// Specialized per cache (fixed for its life, never on T): ATT_DIM = D, ATT_QG = Hq / Hkv;
-// per call shape: ATT_ROWS, query rows per workgroup (1 for decode; a power of two <= Tq,
-// from a small fixed set, for prefill chunks). Constant trip counts let the compiler unroll
-// the loops below, keep `dots`/`acc` in registers and issue a tile's loads together instead
-// of one dependent load at a time.
-const DIM: u32 = ATT_DIM;
-const QG: u32 = ATT_QG;
-const ROWS: u32 = ATT_ROWS;
-const QV: u32 = ATT_QG * ATT_ROWS;
-const PART: u32 = (DIM + 3u) / 4u;      // channels per slice in the score phase
-const DK: u32 = (DIM + 127u) / 128u;    // channels per invocation in the value phase
+fn f16_score(seg: bool, w0: array<u32, 8>, cg: u32, h: u32) -> array<vec4<f32>, 8> {
+    var acc: array<vec4<f32>, 8>;
+    let c0 = cg * R_CPL;
+    for (var j = 0u; j < 8u; j++) {
+        var a = vec4<f32>(0.0);
+        for (var i = 0u; i < R_CPL; i++) {
+            let e = h * DIM + min(c0 + i, DIM - 1u);
+            a += qs[c0 + i] * f16_elem(seg, true, w0[j], e); // qs is 0 past D
+        }
+        acc[j] = a;
+    }
+    return acc;
+}
 
-fn attend_main(lid: u32, wid: u32) {
-    let per_block = A.hkv * A.n_chunks;
-    if (wid >= ((A.tq + ROWS - 1u) / ROWS) * per_block) {
+fn f16_accum(seg: bool, w0: array<u32, 8>, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
+    let c0 = cg * R_CPL;
+    for (var j = 0u; j < 8u; j++) {
+        for (var i = 0u; i < R_CPL; i++) {
+            let e = h * DIM + min(c0 + i, DIM - 1u);
+            ro[i] += p[j] * f16_elem(seg, false, w0[j], e);
+        }
+    }
+}
+
+// The first words of the rows of tokens pos0 .. pos0 + 7 in a ring of `cap` rows; tokens past
+// `last` read row `last` (outside the split: their weight is 0, and a slot past the window may
+// hold anything).
+fn ring_rows(pos0: u32, last: u32, cap: u32) -> array<u32, 8> {
+    var w: array<u32, 8>;
+    for (var j = 0u; j < 8u; j++) {
+        w[j] = (min(pos0 + j, last) % cap) * A.row_words;
+    }
+    return w;
+}
+
+fn ring_reset() {
+    for (var i = 0u; i < R_CPL; i++) {
+        ro[i] = vec4<f32>(0.0);
+    }
+}
+
+fn ring_scale(c: vec4<f32>) {
+    for (var i = 0u; i < R_CPL; i++) {
+        ro[i] *= c;
+    }
+}
+
+fn visible(pos: u32, p: u32) -> bool {
+    if (pos > p) {
+        return false;
+    }
+    return A.window == 0u || pos + A.window > p || pos < A.sinks;
+}
+
+fn attend_main(lid: u32, wid: u32, sgl: u32) {
+    let nsplit = A.n_split_c + A.n_split_r;
+    let per_h = A.vblocks * nsplit;
+    if (wid >= A.hkv * per_h) {
         return; // uniform: depends on the workgroup only
     }
-    let c = wid % A.n_chunks;
-    let h = (wid / A.n_chunks) % A.hkv;
-    let i0 = (wid / per_block) * ROWS;
-    let rows = min(ROWS, A.tq - i0);
-    // Positions of the block's first and last query rows.
-    let p_first = A.q_pos0 + i0;
-    let p_last = p_first + rows - 1u;
+    let h = wid / per_h;
+    let split = (wid % per_h) / A.vblocks;
+    let vb = wid % A.vblocks;
+    let vring = split >= A.n_split_c;
+    var s0 = A.tok0 + split * A.split_c;
+    var s1 = min(s0 + A.split_c, A.c_end);
+    var part = A.part_c + split;
+    if (vring) {
+        s0 = A.r0 + (split - A.n_split_c) * A.split_r;
+        s1 = min(s0 + A.split_r, A.tok_end);
+        part = A.part_r + split - A.n_split_c;
+    }
     let slice = lid / 32u;
     let lane = lid % 32u;
+    let cg = lane & 7u;
+    let tg = lane >> 3u;
 
-    // Query vectors of the block, scaled once (vectors of rows past Tq: zeros, never output).
-    for (var x = lid; x < QV * DIM; x += 128u) {
-        let v = x / DIM;
-        let dd = x % DIM;
-        let r = v / QG;
-        var qv = 0.0;
-        if (r < rows) {
-            qv = q[((i0 + r) * A.hq + h * QG + v % QG) * DIM + dd] * A.scale;
+    // The 4 query vectors, scaled by scale·log2(e); vectors past the call: zeros, never output.
+    var live = vec4<bool>(false);
+    var pv = vec4<u32>(0u);
+    for (var i = 0u; i < 4u; i++) {
+        let v = vb * 4u + i;
+        live[i] = v < A.vec_total;
+        pv[i] = A.q_pos0 + min(v, A.vec_total - 1u) / A.qg;
+    }
+    for (var c = lid; c < 8u * R_CPL; c += WORKGROUP_SIZE) {
+        var x = vec4<f32>(0.0);
+        for (var i = 0u; i < 4u; i++) {
+            let v = vb * 4u + i;
+            if (v < A.vec_total && c < DIM) {
+                let head = h * A.qg + v % A.qg;
+                x[i] = q[((v / A.qg) * A.hq + head) * DIM + c] * A.scale_log2;
+            }
         }
-        qsh[v * DIM + dd] = qv;
-    }
-    for (var x = lid; x < QV; x += 128u) {
-        m_run[x] = NEG;
-        l_run[x] = 0.0;
-    }
-    var acc: array<f32, QV * DK>;
-    for (var x = 0u; x < QV * DK; x++) {
-        acc[x] = 0.0;
+        qs[c] = x;
     }
     workgroupBarrier();
-
-    let c_start = A.region_start + c * A.chunk_tokens;
-    let c_end = min(c_start + A.chunk_tokens, A.region_end);
-    for (var t0 = c_start; t0 < c_end; t0 += TILE) {
-        // Skip tiles no query row of the block can see (uniform per workgroup).
-        let t_last = min(t0 + TILE, c_end) - 1u;
-        var seen = t0 <= p_last;
-        if (A.window != 0u) {
-            seen = seen && (t_last + A.window > p_first || t0 < A.sinks);
-        }
-        if (!seen) {
-            continue;
-        }
-        // 0. A staging codec copies the tile's packed words into workgroup memory (after every
-        // invocation has finished reading the previous tile's).
-        if (CODEC_STAGES) {
-            workgroupBarrier();
-            codec_stage(t0, t_last + 1u - t0, h, lid);
-            workgroupBarrier();
-        }
-        // 1. Scores: invocation (slice, lane) = (quarter of D, token t0 + lane). All of a lane's
-        // key loads are issued first, unconditionally (indices clamped into range, invisible
-        // tokens masked afterwards), so they are in flight together: a branch around each load
-        // would serialize them on the memory latency.
-        let pos = t0 + lane;
-        let pos_c = min(pos, c_end - 1u);
-        let d0 = slice * PART;
-        var ks: array<f32, PART>;
-        for (var x = 0u; x < PART; x++) {
-            ks[x] = codec_key(pos_c, h, min(d0 + x, DIM - 1u));
-        }
-        var dots: array<f32, QV>;
-        for (var g = 0u; g < QV; g++) {
-            var acc_g = 0.0;
-            for (var x = 0u; x < PART; x++) {
-                if (d0 + x < DIM) {
-                    acc_g += qsh[g * DIM + d0 + x] * ks[x];
-                }
-            }
-            dots[g] = acc_g;
-        }
-        for (var g = 0u; g < QV; g++) {
-            red[(g * 4u + slice) * TILE + lane] = dots[g];
-        }
+    if (K_PREP) {
+        k_prepare(lid, h);
         workgroupBarrier();
-        // 2. Online softmax: slice = query vector (four at a time), lane = token.
-        for (var g0 = 0u; g0 < QV; g0 += 4u) {
-            let g = g0 + slice;
-            let live = g < QV && g / QG < rows;
-            let vis = pos < c_end && is_visible(pos, p_first + g / QG);
-            var s = NEG;
-            if (live && vis) {
-                let b = g * 4u * TILE + lane;
-                s = red[b] + red[b + TILE] + red[b + 2u * TILE] + red[b + 3u * TILE];
-            }
-            var m_old = NEG;
-            if (live) {
-                m_old = m_run[g];
-            }
-            let m_tile = slice_max(s, lid);
-            let m_new = max(m_old, m_tile);
-            var w = 0.0;
-            if (live && vis) {
-                w = exp(s - m_new);
-            }
-            // (the reductions' own barriers order every lane's read of m_run before lane 0's
-            // update below)
-            let l_tile = slice_sum(w, lid);
-            if (live) {
-                psh[g * TILE + lane] = w;
-                if (lane == 0u) {
-                    let corr = exp(m_old - m_new);
-                    corr_sh[g] = corr;
-                    l_run[g] = l_run[g] * corr + l_tile;
-                    m_run[g] = m_new;
-                }
-            }
-        }
-        workgroupBarrier();
-        // 3. Values: invocation = channel(s); every token of the tile, every query head. The
-        // tile's value loads are issued first (tokens past the chunk clamped; their weights
-        // are 0).
-        let last = c_end - 1u;
-        for (var k = 0u; k < DK; k++) {
-            let dd = lid + 128u * k;
-            let dd_c = min(dd, DIM - 1u);
-            var vs: array<f32, TILE>;
-            for (var j = 0u; j < TILE; j++) {
-                vs[j] = codec_value(min(t0 + j, last), h, dd_c);
-            }
-            for (var g = 0u; g < QV; g++) {
-                var a = acc[g * DK + k] * corr_sh[g];
-                for (var j = 0u; j < TILE; j++) {
-                    a += psh[g * TILE + j] * vs[j];
-                }
-                acc[g * DK + k] = a;
-            }
-        }
-        // No barrier needed here: the next tile writes `red` only (psh and corr_sh are written
-        // after its post-score barrier, when every invocation has finished this tile).
     }
-    // 4. This chunk's (m, l, acc) per query vector of the block's rows.
-    let stride = DIM + 2u;
-    for (var g = 0u; g < rows * QG; g++) {
-        let pi = (((i0 + g / QG) * A.hq + h * QG + g % QG) * A.nc_total + A.chunk_base + c) * stride;
-        if (lid == 0u) {
-            partials[pi] = m_run[g];
-            partials[pi + 1u] = l_run[g];
+
+    var m = vec4<f32>(NEG);
+    var l = vec4<f32>(0.0);
+    v_reset();
+    ring_reset();
+    let ntiles = (s1 - s0 + TILE - 1u) / TILE;
+    let trips = (ntiles + SLICES - 1u) / SLICES;
+    for (var it = 0u; it < trips; it++) {
+        // Trips past the split's tiles (only so that every slice calls the cross-lane steps
+        // equally often) see no token: everything below is masked.
+        let t0 = s0 + (it * SLICES + slice) * TILE;
+        let lt0 = t0 + 8u * tg;
+        // 1. Scores of the lane's 8 tokens: keys from the codec below qk, from the ring above
+        // (a lane straddling qk computes both and picks per token).
+        var acc: array<vec4<f32>, 8>;
+        let nk = u32(clamp(i32(A.qk) - i32(lt0), 0, 8));
+        if (nk == 8u) {
+            acc = k_score(lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h);
+        } else if (nk == 0u) {
+            acc = f16_score(false, ring_rows(lt0, s1 - 1u, A.ring_cap_k), cg, h);
+        } else {
+            let a = k_score(lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h);
+            let b = f16_score(false, ring_rows(lt0, s1 - 1u, A.ring_cap_k), cg, h);
+            for (var j = 0u; j < 8u; j++) {
+                acc[j] = select(b[j], a[j], j < nk);
+            }
         }
-        for (var k = 0u; k < DK; k++) {
-            let dd = lid + 128u * k;
-            if (dd < DIM) {
-                partials[pi + 2u + dd] = acc[g * DK + k];
+        let sc = rs_cg(acc, lid, sgl);
+        // 2. Masks: lane holds token t0 + lane.
+        let pos = t0 + lane;
+        var vis = vec4<bool>(false);
+        for (var i = 0u; i < 4u; i++) {
+            vis[i] = live[i] && pos < s1 && visible(pos, pv[i]);
+        }
+        let s = select(vec4<f32>(NEG), sc, vis);
+        // 3. Online softmax (base 2); l is per lane, reduced once at the end.
+        let m_new = max(m, slice_max(s, lid, sgl));
+        let corr = exp2(m - m_new);
+        let p = select(vec4<f32>(0.0), exp2(s - m_new), vis);
+        l = l * corr + p;
+        m = m_new;
+        if (any(corr != vec4<f32>(1.0))) {
+            if (vring) {
+                ring_scale(corr);
+            } else {
+                v_scale(corr);
+            }
+        }
+        // 4. Values: each lane gets the weights of its 8 tokens.
+        let pj = gather8(p, lid, sgl);
+        if (vring) {
+            f16_accum(false, ring_rows(lt0, s1 - 1u, A.ring_cap_v), cg, h, pj);
+        } else {
+            v_accum(lt0 - A.tok0, s1 - 1u - A.tok0, cg, h, pj);
+        }
+    }
+
+    // 5. The slices' (m, l, o) merged through workgroup memory, in turns.
+    l = slice_sum(l, lid, sgl);
+    if (lane == 0u) {
+        msm[slice] = m;
+        lsm[slice] = l;
+    }
+    let width = select(V_W, DIM, vring);
+    for (var c = lid; c < max(V_W, DIM); c += WORKGROUP_SIZE) {
+        wsm[c] = vec4<f32>(0.0);
+    }
+    workgroupBarrier();
+    var mm = msm[0];
+    for (var s = 1u; s < SLICES; s++) {
+        mm = max(mm, msm[s]);
+    }
+    var ll = vec4<f32>(0.0);
+    for (var s = 0u; s < SLICES; s++) {
+        ll += lsm[s] * exp2(msm[s] - mm);
+    }
+    let f = exp2(m - mm);
+    for (var turn = 0u; turn < 4u * SLICES; turn++) {
+        if (turn == slice * 4u + tg) {
+            if (vring) {
+                for (var i = 0u; i < R_CPL; i++) {
+                    let c = cg * R_CPL + i;
+                    if (c < DIM) {
+                        wsm[c] += ro[i] * f;
+                    }
+                }
+            } else {
+                for (var i = 0u; i < V_CPL; i++) {
+                    let c = cg * V_CPL + i;
+                    if (c < V_W) {
+                        wsm[c] += v_out(i) * f;
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    // 6. One vector's output directly (a single split: no merge), or the partial records.
+    if (A.direct == 1u) {
+        for (var i = 0u; i < 4u; i++) {
+            let v = vb * 4u + i;
+            let inv = select(0.0, 1.0 / ll[i], ll[i] > 0.0);
+            for (var c = lid; c < width; c += WORKGROUP_SIZE) {
+                fin[c] = wsm[c][i] * inv;
+            }
+            workgroupBarrier();
+            if (!vring) {
+                v_finish(lid, h);
+            }
+            if (v < A.vec_total) {
+                let o = ((v / A.qg) * A.hq + h * A.qg + v % A.qg) * DIM;
+                for (var c = lid; c < DIM; c += WORKGROUP_SIZE) {
+                    partials[o + c] = fin[c];
+                }
+            }
+            workgroupBarrier();
+        }
+        return;
+    }
+    for (var i = 0u; i < 4u; i++) {
+        let v = vb * 4u + i;
+        if (v < A.vec_total) {
+            let b = ((h * A.vec_total + v) * A.n_parts + part) * PW;
+            if (lid == 0u) {
+                partials[b] = mm[i];
+                partials[b + 1u] = ll[i];
+            }
+            for (var c = lid; c < width; c += WORKGROUP_SIZE) {
+                partials[b + 2u + c] = wsm[c][i];
             }
         }
     }

@@ -1,80 +1,69 @@
-// attend_merge: combines the chunks' (m, l, acc) of every (query row, query head) and
-// normalizes: out = Σ_c acc_c·e^(m_c − M) / Σ_c l_c·e^(m_c − M), M = max_c m_c.
-// CPU reference: the single-pass online softmax of src/cpu/attend.rs (same result up to
+// attend_merge: combines the splits' partial records of every query vector and normalizes:
+// M = max_s m_s, L = Σ_s l_s·2^(m_s − M); the value codec's part O_c = Σ_{s < n_parts_c}
+// o_s·2^(m_s − M) (its space, V_W wide) goes through its finish hook (v_finish, linear: an
+// inverse rotation, or nothing), the ring's part O_r = Σ_{s ≥ n_parts_c} ... (output space) is
+// added: out = v_finish(O_c / L) + O_r / L. CPU reference: src/cpu/attend.rs (same result up to
 // f32 summation order).
 //
-// @binding(0) A:        AttendParams (uniform; tq, hq, dim, nc_total used)
-// @binding(1) partials: array<f32> [Tq][Hq][nc_total][D + 2]
-// @binding(2) out:      array<f32> [Tq][Hq][D]
+// Composed after the attention core and its hooks (it shares their declarations); bindings as
+// the core's, with two roles swapped: @binding(3) (`q` there) holds the partials
+// [hkv·vec_total][n_parts][PW] and @binding(4) (`partials` there) receives out
+// [Tq][Hq][D]. The other storage bindings are bound but unused (the hooks' tables may be read
+// by v_finish).
 //
-// Dispatch: one workgroup of 64 per (query row, query head), linear index i * Hq + head.
+// Dispatch: one workgroup per (KV head h, query vector v), linear index h · vec_total + v.
 
-@group(0) @binding(0) var<uniform> A: AttendParams;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-
-const NEG: f32 = -1.0e30; // as in wgsl/attend/attend_core.wgsl
-
-@compute @workgroup_size(64)
+@compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let wid = linear_workgroup(wg, nwg);
-    if (wid >= A.tq * A.hq) {
-        return;
+    if (wid >= A.hkv * A.vec_total) {
+        return; // uniform
     }
-    // Eight chunks per step, their loads issued together (indices clamped, extra chunks
-    // masked): a dependent load per chunk would serialize the merge on memory latency.
-    let stride = A.dim + 2u;
-    let base = wid * A.nc_total * stride;
-    let nc = A.nc_total;
-    var m = NEG;
-    for (var c0 = 0u; c0 < nc; c0 += 8u) {
-        var mv: array<f32, 8>;
-        for (var u = 0u; u < 8u; u++) {
-            mv[u] = partials[base + min(c0 + u, nc - 1u) * stride];
-        }
-        for (var u = 0u; u < 8u; u++) {
-            m = max(m, mv[u]); // clamped duplicates cannot change a maximum
-        }
+    let h = wid / A.vec_total;
+    let v = wid % A.vec_total;
+    let base = wid * A.n_parts * PW;
+    var mm = NEG;
+    for (var s = 0u; s < A.n_parts; s++) {
+        mm = max(mm, q[base + s * PW]);
     }
-    var l = 0.0;
-    var y: array<f32, 4>; // channels lid, lid + 64, lid + 128, lid + 192 (D <= 256)
-    for (var k = 0u; k < 4u; k++) {
-        y[k] = 0.0;
+    var ll = 0.0;
+    for (var s = 0u; s < A.n_parts; s++) {
+        ll += q[base + s * PW + 1u] * exp2(q[base + s * PW] - mm);
     }
-    for (var c0 = 0u; c0 < nc; c0 += 8u) {
-        var wv: array<f32, 8>;
-        var lv: array<f32, 8>;
-        for (var u = 0u; u < 8u; u++) {
-            let b = base + min(c0 + u, nc - 1u) * stride;
-            wv[u] = select(0.0, exp(partials[b] - m), c0 + u < nc);
-            lv[u] = partials[b + 1u];
-        }
-        for (var u = 0u; u < 8u; u++) {
-            l += lv[u] * wv[u];
-        }
-        for (var k = 0u; k < 4u; k++) {
-            let d = min(lid + 64u * k, A.dim - 1u);
-            var av: array<f32, 8>;
-            for (var u = 0u; u < 8u; u++) {
-                av[u] = partials[base + min(c0 + u, nc - 1u) * stride + 2u + d];
-            }
-            for (var u = 0u; u < 8u; u++) {
-                y[k] += av[u] * wv[u];
+    let inv = select(0.0, 1.0 / ll, ll > 0.0);
+    // Channels lid, lid + WORKGROUP_SIZE (V_W and D are at most 2 · WORKGROUP_SIZE).
+    var ring: array<f32, 2>;
+    for (var k = 0u; k < 2u; k++) {
+        let c = lid + k * WORKGROUP_SIZE;
+        var oc = 0.0;
+        var orr = 0.0;
+        for (var s = 0u; s < A.n_parts; s++) {
+            let b = base + s * PW;
+            let w = exp2(q[b] - mm);
+            let x = q[b + 2u + min(c, PW - 3u)];
+            if (s < A.n_parts_c) {
+                oc += x * w;
+            } else {
+                orr += x * w;
             }
         }
+        if (c < V_W) {
+            fin[c] = oc * inv;
+        }
+        ring[k] = orr * inv;
     }
-    for (var k = 0u; k < 4u; k++) {
-        let d = lid + 64u * k;
-        if (d < A.dim) {
-            var o = 0.0;
-            if (l > 0.0) {
-                o = y[k] / l;
-            }
-            out[wid * A.dim + d] = o;
+    workgroupBarrier();
+    v_finish(lid, h);
+    workgroupBarrier();
+    let o = ((v / A.qg) * A.hq + h * A.qg + v % A.qg) * DIM;
+    for (var k = 0u; k < 2u; k++) {
+        let c = lid + k * WORKGROUP_SIZE;
+        if (c < DIM) {
+            partials[o + c] = fin[c] + ring[k];
         }
     }
 }

@@ -1,32 +1,43 @@
-// Uniform block of the attention kernels. Keep in sync with AttendParams in
-// src/attention/gpu.rs and msl/attend/attend_core.metal.
+// Uniform block of the attention kernels (one per dispatch). Keep in sync with AttendParams in
+// src/attention/plan.rs and msl/attend/attend_core.metal.
+//
+// A dispatch covers the tokens [tok0, tok_end) of the cache; both sides' stored words of those
+// tokens are in their segment `seg` (first token seg_tok0 = tok0) up to the side's Q (qk for
+// keys, qv for values) and in the side's residual ring above it. Its work is cut into splits:
+// `n_split_c` codec splits over [tok0, c_end) (values from the value codec, c_end = min(qv,
+// tok_end)), then `n_split_r` ring splits over [r0, tok_end) (values from the ring, r0 =
+// max(qv, tok0)); keys of any token come from the key codec below qk, from the ring above.
 struct AttendParams {
-    tq: u32,
-    hq: u32,
-    hkv: u32,
-    dim: u32,
-    qgroup: u32,        // Hq / Hkv (<= 8)
+    tq: u32,            // query rows
+    hq: u32,            // query heads
+    hkv: u32,           // KV heads
+    qg: u32,            // Hq / Hkv
     q_pos0: u32,        // position of query row 0 = T - Tq
     window: u32,        // 0: no sliding window
     sinks: u32,
-    scale: f32,
-    chunk_tokens: u32,
-    n_chunks: u32,      // chunks in this dispatch
-    chunk_base: u32,    // global index of this dispatch's first chunk
-    nc_total: u32,      // chunks over all dispatches of this call
-    region_start: u32,  // absolute position of the region's first token
-    region_end: u32,
-    seg_offset: u32,    // row (token) index of region_start inside the codec's buffers
-    ring_tokens: u32,   // f16 codec: ring capacity (0: rows are linear)
-    kbits: u32,
-    kgroup: u32,
-    kgroup_words: u32,
-    vbits: u32,
-    vgroup: u32,
-    vgroup_words: u32,
-    vrow_words: u32,
-    vn_groups: u32,
-    row_words: u32,     // f16 codec: words per token row (H*D halves)
-    _pad0: u32,
-    _pad1: u32,
+    scale_log2: f32,    // score scale × log2(e): softmax in base 2
+    vec_total: u32,     // query vectors = Tq × qg
+    vblocks: u32,       // workgroups per (KV head, split) = ceil(vec_total / 4)
+    tok0: u32,
+    tok_end: u32,
+    qk: u32,            // keys quantized below this position
+    qv: u32,            // values quantized below this position
+    c_end: u32,
+    r0: u32,
+    n_split_c: u32,
+    split_c: u32,       // tokens per codec split (a multiple of 32)
+    n_split_r: u32,
+    split_r: u32,       // tokens per ring split (a multiple of 32)
+    part_c: u32,        // partial slot of this dispatch's first codec split
+    part_r: u32,        // partial slot of this dispatch's first ring split
+    n_parts: u32,       // partial slots per query vector (all dispatches of the call)
+    n_parts_c: u32,     // of which in the value codec's space (the first ones)
+    ring_cap_k: u32,    // rows of the key side's residual ring (1 when there is none)
+    ring_cap_v: u32,    // rows of the value side's
+    row_words: u32,     // u32 words of one f16 row (H·D halves)
+    direct: u32,        // 1: one split per vector: write the normalized output, no merge
+    t_total: u32,       // tokens in the cache (T)
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
 }

@@ -1,49 +1,74 @@
-// attend_kivi / attend_f16, subgroup variant: slice reductions (32 invocations = one query
-// head) by a subgroupShuffleXor butterfly over offsets below min(subgroup size, 32); when
-// subgroups are narrower than a slice (lavapipe: 8) their results are combined in workgroup
-// memory. Needs subgroups laid out in invocation order (invocation = subgroup_id *
-// subgroup_size + subgroup_invocation_id): the context probes that once per device and does
-// not offer this variant where it fails (src/gpu/probe.rs).
-// Bindings and dispatch: wgsl/attend/attend_core.wgsl and the codec file.
+// attend, subgroup variant: the core's cross-lane steps by subgroup shuffles (bindings, dispatch
+// and the hooks: wgsl/attend/attend_core.wgsl; the entry point: attend_subgroup_main.wgsl). A slice of 32
+// invocations is one subgroup where subgroups are at least 32 wide (ATT_SG_WIDE = 1: no
+// workgroup memory, no barrier in the tile loop); narrower subgroups (lavapipe: 8) reduce within
+// the subgroup by shuffles and combine the 32 / width parts of a slice in workgroup memory.
+// The 8 lanes sharing a token group (lane & ~7) must lie in one subgroup, in invocation order
+// (the context probes the order once per device: src/gpu/probe.rs).
 
-var<private> SG_WIDTH: u32;
+// Narrow subgroups combine a slice's parts through the core's `wsm`: one vec4 per invocation.
+const ENTRY_SCRATCH: u32 = WORKGROUP_SIZE;
 
-fn slice_reduce(v: f32, lid: u32, is_max: bool) -> f32 {
-    var x = v;
-    for (var off = 1u; off < SG_WIDTH; off <<= 1u) {
-        let y = subgroupShuffleXor(x, off);
-        x = select(x + y, max(x, y), is_max);
+var<private> SGW: u32; // min(subgroup size, 32)
+
+// Sums the 8 cg lanes' partial scores of 8 tokens by recursive halving: 4, 2, then 1 token
+// per lane, exchanging half each step; lane cg ends with token cg's total.
+fn rs_cg(acc: array<vec4<f32>, 8>, lid: u32, sgl: u32) -> vec4<f32> {
+    let cg = lid & 7u;
+    var b: array<vec4<f32>, 4>;
+    let up4 = (cg & 4u) != 0u;
+    for (var k = 0u; k < 4u; k++) {
+        let send = select(acc[k + 4u], acc[k], up4);
+        let keep = select(acc[k], acc[k + 4u], up4);
+        b[k] = keep + subgroupShuffleXor(send, 4u);
     }
-    if (ATT_SG_WIDE == 1u) {
-        return x; // the whole slice is one subgroup: the butterfly already reduced it
+    var c: array<vec4<f32>, 2>;
+    let up2 = (cg & 2u) != 0u;
+    for (var k = 0u; k < 2u; k++) {
+        let send = select(b[k + 2u], b[k], up2);
+        let keep = select(b[k], b[k + 2u], up2);
+        c[k] = keep + subgroupShuffleXor(send, 2u);
     }
-    scratch[lid] = x;
-    workgroupBarrier();
-    let first = lid - lid % 32u;
-    var r = scratch[first];
-    for (var k = SG_WIDTH; k < 32u; k += SG_WIDTH) {
-        let y = scratch[first + k];
+    let up1 = (cg & 1u) != 0u;
+    return select(c[0], c[1], up1) + subgroupShuffleXor(select(c[1], c[0], up1), 1u);
+}
+
+fn slice_reduce(x: vec4<f32>, lid: u32, is_max: bool) -> vec4<f32> {
+    var r = x;
+    for (var off = 1u; off < SGW; off <<= 1u) {
+        let y = subgroupShuffleXor(r, off);
         r = select(r + y, max(r, y), is_max);
     }
+    if (ATT_SG_WIDE == 1u) {
+        return r;
+    }
+    // Narrow subgroups: the slice's 32 / SGW partial results meet in workgroup memory.
+    wsm[lid] = r;
     workgroupBarrier();
-    return r;
+    let first = lid - lid % 32u;
+    var t = wsm[first];
+    for (var k = SGW; k < 32u; k += SGW) {
+        let y = wsm[first + k];
+        t = select(t + y, max(t, y), is_max);
+    }
+    workgroupBarrier();
+    return t;
 }
 
-fn slice_max(v: f32, lid: u32) -> f32 {
-    return slice_reduce(v, lid, true);
+fn slice_max(x: vec4<f32>, lid: u32, sgl: u32) -> vec4<f32> {
+    return slice_reduce(x, lid, true);
 }
 
-fn slice_sum(v: f32, lid: u32) -> f32 {
-    return slice_reduce(v, lid, false);
+fn slice_sum(x: vec4<f32>, lid: u32, sgl: u32) -> vec4<f32> {
+    return slice_reduce(x, lid, false);
 }
 
-@compute @workgroup_size(128)
-fn main(
-    @builtin(workgroup_id) wg: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    SG_WIDTH = min(sg_size, 32u);
-    attend_main(lid, linear_workgroup(wg, nwg));
+// The weights of the lane's 8 tokens: token 8·tg + j is held by lane 8·tg + j.
+fn gather8(p: vec4<f32>, lid: u32, sgl: u32) -> array<vec4<f32>, 8> {
+    var out: array<vec4<f32>, 8>;
+    let base = sgl & ~7u;
+    for (var j = 0u; j < 8u; j++) {
+        out[j] = subgroupShuffle(p, base + j);
+    }
+    return out;
 }

@@ -1,7 +1,6 @@
 //! `kvpack attend`: one cache per layer holds all T tokens of K and V; the last N queries
 //! attend to it; the output is measured against exact f64 attention on the original K/V.
 
-use kvpack::attention::gpu::AttendPaths;
 use kvpack::cpu::attend::attend_exact;
 use kvpack::{AttendOptions, Context, MemoryReport, Method, PathChoice};
 use serde_json::{Value, json};
@@ -160,8 +159,12 @@ pub fn run(
     let mut all = RowStats::default();
     let mut per_layer = Vec::with_capacity(k.layers);
     let mut paths = None;
+    let mut attend_kernels = Vec::new();
     for l in 0..k.layers {
         let mut layer = method.layer(ctx, hkv, d, choice).map_err(err)?;
+        if paths.is_none() {
+            attend_kernels = layer.attend_kernels().map_err(err)?;
+        }
         paths.get_or_insert(layer.paths());
         let (a, b) = (l * kv_layer, (l + 1) * kv_layer);
         layer
@@ -198,12 +201,8 @@ pub fn run(
         _ => "cpu".to_string(),
     };
     let mut kernels = serde_json::Map::new();
-    if used.is_gpu() {
-        // The attention kernels, resolved as the layers resolve them.
-        let a = AttendPaths::resolve(ctx, choice).map_err(err)?;
-        kernels.insert("attend_kivi".into(), json!(a.kivi.to_string()));
-        kernels.insert("attend_f16".into(), json!(a.f16.to_string()));
-        kernels.insert("attend_merge".into(), json!(a.merge.to_string()));
+    for (name, path) in attend_kernels {
+        kernels.insert(name.into(), json!(path.to_string()));
     }
     kernels.insert("keys".into(), json!(paths[0].to_string()));
     kernels.insert("values".into(), json!(paths[1].to_string()));

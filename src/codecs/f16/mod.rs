@@ -6,17 +6,16 @@
 use std::fmt;
 use std::sync::Arc;
 
-use half::f16;
-
-use crate::attention::gpu::AttendKind;
+use crate::attention::kernel::{self, AttendHooks};
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
 use crate::error::Result;
-use crate::gpu::registry;
 use crate::method::types::{MethodRow, Options, SideConfig, Sides};
 use crate::store::input::{f16_rows_to_words, words_to_f16_rows};
 use crate::store::memory::StreamKind;
 use crate::store::{Geometry, Side};
+
+pub mod kernels;
 
 /// The `f16` row.
 pub static ROW: MethodRow = MethodRow {
@@ -79,7 +78,11 @@ pub struct F16Codec {
 impl F16Codec {
     /// The codec on `choice` (the path of the f16 attention kernel decides CPU or GPU).
     pub fn new(ctx: &Context, side: Side, g: Geometry, choice: PathChoice) -> Result<Self> {
-        let path = ctx.resolve(&registry::ATTEND_F16, choice)?;
+        // No kernel of its own: the path of its attention kernel decides.
+        let path = ctx.resolve(
+            kernel::partials(&kernels::ATTEND_HOOKS, &kernels::ATTEND_HOOKS),
+            choice,
+        )?;
         if path.is_gpu() {
             crate::codec::require_gpu(ctx, "f16 cache")?;
         }
@@ -179,16 +182,14 @@ impl Codec for F16Codec {
     }
 
     fn row(&self, words: &Words<'_>, j: usize, h: usize, out: &mut [f32]) {
-        let rw = self.g.row_words();
-        let e0 = h * self.g.dim;
-        let w = &words[0][j * rw..(j + 1) * rw];
-        for (d, o) in out.iter_mut().enumerate() {
-            let e = e0 + d;
-            *o = f16::from_bits((w[e / 2] >> (16 * (e % 2))) as u16).to_f32();
+        let (rw, d) = (self.g.row_words(), self.g.dim);
+        match self.side {
+            Side::Keys => crate::cpu::f16::attend_k::f16_row(words[0], rw, d, j, h, out),
+            Side::Values => crate::cpu::f16::attend_v::value_row(words[0], rw, d, j, h, out),
         }
     }
 
-    fn gpu_attend(&self) -> AttendKind {
-        AttendKind::F16
+    fn attend_hooks(&self) -> &'static AttendHooks {
+        &kernels::ATTEND_HOOKS
     }
 }

@@ -4,18 +4,19 @@
 //! `[G][H][value_groups][1 or 2]` per block of `G` tokens). Layout: [`super::layout`].
 
 use super::config::KiviSide;
+use super::kernels;
 use super::layout::{Layout, ParamStorage};
 use super::plans::{self, QuantSource};
-use crate::attention::gpu::AttendKind;
+use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
-use crate::cpu::kivi::kivi_group as g;
 use crate::cpu::kivi::kivi_quant_keys::ParamOverflow;
+use crate::cpu::kivi::{attend_k, attend_v};
 use crate::cpu::kivi::{
     kivi_dequant_keys, kivi_dequant_values, kivi_quant_keys, kivi_quant_values,
 };
 use crate::error::{Error, Result};
-use crate::gpu::{self, Bind, registry};
+use crate::gpu::{self, Bind};
 use crate::store::memory::StreamKind;
 use crate::store::{Geometry, Side};
 
@@ -42,8 +43,8 @@ impl KiviCodec {
     /// The codec for `cfg` with layout `l`, its kernels resolved on `ctx` for `choice`.
     pub fn new(ctx: &Context, cfg: KiviSide, l: Layout, choice: PathChoice) -> Result<Self> {
         let (quant_def, dequant_def) = match cfg.side {
-            Side::Keys => (&registry::KIVI_QUANT_KEYS, &registry::KIVI_DEQUANT_KEYS),
-            Side::Values => (plans::values_kernel(&l), &registry::KIVI_DEQUANT_VALUES),
+            Side::Keys => (&kernels::KIVI_QUANT_KEYS, &kernels::KIVI_DEQUANT_KEYS),
+            Side::Values => (plans::values_kernel(&l), &kernels::KIVI_DEQUANT_VALUES),
         };
         let quant = ctx.resolve(quant_def, choice)?;
         let dequant = ctx.resolve(dequant_def, choice)?;
@@ -260,45 +261,32 @@ impl Codec for KiviCodec {
     }
 
     fn row(&self, words: &Words<'_>, j: usize, h: usize, out: &mut [f32]) {
-        let l = &self.l;
         match self.cfg.side {
-            Side::Keys => {
-                let (gk, wpg, pw) = (l.key_group, l.key_group_words(), l.params.words());
-                let blk = j / gk;
-                for (d, o) in out.iter_mut().enumerate() {
-                    let gi = (blk * l.heads + h) * l.dim + d;
-                    let (scale, lo) = g::load_params(&words[1][gi * pw..], l.params);
-                    *o = g::reconstruct(
-                        g::get_code(&words[0][gi * wpg..], j % gk, l.key_bits),
-                        scale,
-                        lo,
-                    );
-                }
-            }
-            Side::Values => {
-                let (gv, gw, ng, rw, pw) = (
-                    l.value_group,
-                    l.value_group_words(),
-                    l.value_groups(),
-                    l.value_row_words(),
-                    l.params.words(),
-                );
-                let row = &words[0][(j * l.heads + h) * rw..][..rw];
-                for (d, o) in out.iter_mut().enumerate() {
-                    let jg = d / gv;
-                    let (scale, lo) =
-                        g::load_params(&words[1][((j * l.heads + h) * ng + jg) * pw..], l.params);
-                    *o = g::reconstruct(
-                        g::get_code(&row[jg * gw..], d - jg * gv, l.value_bits),
-                        scale,
-                        lo,
-                    );
-                }
-            }
+            Side::Keys => attend_k::key_row(&self.l, words[0], words[1], j, h, out),
+            Side::Values => attend_v::value_row(&self.l, words[0], words[1], j, h, out),
         }
     }
 
-    fn gpu_attend(&self) -> AttendKind {
-        AttendKind::Kivi(self.l)
+    fn attend_hooks(&self) -> &'static AttendHooks {
+        &kernels::ATTEND_HOOKS
+    }
+
+    fn attend_spec(&self) -> Vec<(&'static str, u32)> {
+        let f16 = u32::from(self.l.params == ParamStorage::F16);
+        let mut spec = match self.cfg.side {
+            Side::Keys => vec![
+                ("ATT_KBITS", self.l.key_bits),
+                ("ATT_KGROUP", self.l.key_group as u32),
+                ("ATT_KPARAMS_F16", f16),
+            ],
+            Side::Values => vec![
+                ("ATT_VBITS", self.l.value_bits),
+                ("ATT_VGROUP", self.l.value_group as u32),
+                ("ATT_VPARAMS_F16", f16),
+            ],
+        };
+        // The group arithmetic both sides include (wgsl/kivi/kivi_common.wgsl) names it.
+        spec.push(("PARAMS_F16", f16));
+        spec
     }
 }

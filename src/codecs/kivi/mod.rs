@@ -12,6 +12,7 @@
 
 pub mod codec;
 pub mod config;
+pub mod kernels;
 pub mod layout;
 pub mod method;
 pub mod plans;

@@ -3,6 +3,7 @@
 
 use half::f16;
 
+use super::kernels;
 use super::layout::{Layout, ParamStorage};
 use crate::cpu::kivi::kivi_group::inv_levels;
 use crate::gpu::{DispatchPlan, registry};
@@ -122,7 +123,7 @@ pub fn plan_quant_keys_from(
     src: QuantSource,
     dst_block: usize,
 ) -> DispatchPlan {
-    let def = &registry::KIVI_QUANT_KEYS;
+    let def = &kernels::KIVI_QUANT_KEYS;
     let p = KiviParams {
         bits: l.key_bits,
         group: l.key_group as u32,
@@ -170,7 +171,7 @@ pub fn plan_quant_values_from(
     };
     let def = values_kernel(l);
     let groups = (tokens * l.heads * l.value_groups()) as u64;
-    let (spec, per_workgroup) = if std::ptr::eq(def, &registry::KIVI_QUANT_VALUES_THREAD) {
+    let (spec, per_workgroup) = if std::ptr::eq(def, &kernels::KIVI_QUANT_VALUES_THREAD) {
         let mut spec = specialization(l);
         spec.0.push(("VALUE_GROUP", l.value_group as u32));
         spec.0.push(("VALUE_BITS", l.value_bits));
@@ -190,9 +191,9 @@ pub fn plan_quant_values_from(
 /// most [`THREAD_VALUE_GROUP_MAX`] channels, a subgroup-cooperative slice of 32 per group above.
 pub fn values_kernel(l: &Layout) -> &'static registry::KernelDef {
     if l.value_group <= THREAD_VALUE_GROUP_MAX {
-        &registry::KIVI_QUANT_VALUES_THREAD
+        &kernels::KIVI_QUANT_VALUES_THREAD
     } else {
-        &registry::KIVI_QUANT_VALUES
+        &kernels::KIVI_QUANT_VALUES
     }
 }
 
@@ -202,7 +203,7 @@ pub const THREAD_VALUE_GROUP_MAX: usize = 64;
 /// Key reconstruction of `tokens` tokens (whole blocks) of a segment from block `dst_block`.
 /// Storage bindings: codes, params, out.
 pub fn plan_dequant_keys(l: &Layout, tokens: usize, dst_block: usize) -> DispatchPlan {
-    let def = &registry::KIVI_DEQUANT_KEYS;
+    let def = &kernels::KIVI_DEQUANT_KEYS;
     let p = KiviParams {
         bits: l.key_bits,
         group: l.key_group as u32,
@@ -222,7 +223,7 @@ pub fn plan_dequant_keys(l: &Layout, tokens: usize, dst_block: usize) -> Dispatc
 /// Value reconstruction of `tokens` tokens of a segment from token `dst_token`.
 /// Storage bindings: codes, params, out.
 pub fn plan_dequant_values(l: &Layout, tokens: usize, dst_token: usize) -> DispatchPlan {
-    let def = &registry::KIVI_DEQUANT_VALUES;
+    let def = &kernels::KIVI_DEQUANT_VALUES;
     let p = KiviParams {
         bits: l.value_bits,
         group: l.value_group as u32,

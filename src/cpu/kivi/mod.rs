@@ -1,8 +1,11 @@
 //! CPU references of KIVI's kernels (../shared/spec/kivi.md; layout in
 //! [`crate::codecs::kivi::layout`]).
 
+pub mod attend_k;
+pub mod attend_v;
 pub mod kivi_dequant_keys;
 pub mod kivi_dequant_values;
 pub mod kivi_group;
 pub mod kivi_quant_keys;
 pub mod kivi_quant_values;
+pub mod kivi_quant_values_thread;

@@ -1,0 +1,238 @@
+// The attention partials kernel (ATTEND_NAME, defined by the composition): the core's tile loop
+// and the slices' merge. Twin of wgsl/attend/attend_core.wgsl's attend_main with the subgroup
+// variant's steps (SIMD groups are 32 wide: ATT_SG_WIDE); bindings and dispatch as there.
+
+// Sums the 8 cg lanes' partial scores of 8 tokens by recursive halving; lane cg ends with
+// token cg's total.
+static inline float4 rs_cg(thread const float4* acc, uint cg) {
+    float4 b[4];
+    const bool up4 = (cg & 4u) != 0u;
+    for (uint k = 0u; k < 4u; ++k) {
+        const float4 send = up4 ? acc[k] : acc[k + 4u];
+        const float4 keep = up4 ? acc[k + 4u] : acc[k];
+        b[k] = keep + simd_shuffle_xor(send, ushort(4));
+    }
+    float4 c[2];
+    const bool up2 = (cg & 2u) != 0u;
+    for (uint k = 0u; k < 2u; ++k) {
+        const float4 send = up2 ? b[k] : b[k + 2u];
+        const float4 keep = up2 ? b[k + 2u] : b[k];
+        c[k] = keep + simd_shuffle_xor(send, ushort(2));
+    }
+    const bool up1 = (cg & 1u) != 0u;
+    return (up1 ? c[1] : c[0]) + simd_shuffle_xor(up1 ? c[0] : c[1], ushort(1));
+}
+
+static inline float4 slice_max(float4 x) {
+    for (ushort off = 1; off < 32; off <<= 1) {
+        x = max(x, simd_shuffle_xor(x, off));
+    }
+    return x;
+}
+
+static inline float4 slice_sum(float4 x) {
+    for (ushort off = 1; off < 32; off <<= 1) {
+        x += simd_shuffle_xor(x, off);
+    }
+    return x;
+}
+
+[[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]
+kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
+                        constant KParams& KP [[buffer(1)]],
+                        constant VParams& VP [[buffer(2)]],
+                        device const float* q [[buffer(3)]],
+                        device float* partials [[buffer(4)]],
+                        device const uint* kseg [[buffer(5)]],
+                        device const uint* ktab [[buffer(6)]],
+                        device const uint* vseg [[buffer(7)]],
+                        device const uint* vtab [[buffer(8)]],
+                        device const uint* ringk [[buffer(9)]],
+                        device const uint* ringv [[buffer(10)]],
+                        uint3 wg [[threadgroup_position_in_grid]],
+                        uint3 nwg [[threadgroups_per_grid]],
+                        uint lid [[thread_index_in_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]],
+                        uint slice [[simdgroup_index_in_threadgroup]]) {
+    threadgroup AttendShared S;
+    const uint wid = wg.y * nwg.x + wg.x;
+    const uint nsplit = A.n_split_c + A.n_split_r;
+    const uint per_h = A.vblocks * nsplit;
+    if (wid >= A.hkv * per_h) {
+        return; // uniform: depends on the threadgroup only
+    }
+    const uint h = wid / per_h;
+    const uint split = (wid % per_h) / A.vblocks;
+    const uint vb = wid % A.vblocks;
+    const bool vring = split >= A.n_split_c;
+    uint s0 = A.tok0 + split * A.split_c;
+    uint s1 = min(s0 + A.split_c, A.c_end);
+    uint part = A.part_c + split;
+    if (vring) {
+        s0 = A.r0 + (split - A.n_split_c) * A.split_r;
+        s1 = min(s0 + A.split_r, A.tok_end);
+        part = A.part_r + split - A.n_split_c;
+    }
+    const uint cg = lane & 7u;
+    const uint tg = lane >> 3u;
+
+    bool live[4];
+    uint pv[4];
+    for (uint i = 0u; i < 4u; ++i) {
+        const uint v = vb * 4u + i;
+        live[i] = v < A.vec_total;
+        pv[i] = A.q_pos0 + min(v, A.vec_total - 1u) / A.qg;
+    }
+    for (uint c = lid; c < 8u * ATTEND_R_CPL; c += WORKGROUP_SIZE) {
+        float4 x = float4(0.0f);
+        for (uint i = 0u; i < 4u; ++i) {
+            const uint v = vb * 4u + i;
+            if (v < A.vec_total && c < ATTEND_DIM) {
+                const uint head = h * A.qg + v % A.qg;
+                x[i] = q[((v / A.qg) * A.hq + head) * ATTEND_DIM + c] * A.scale_log2;
+            }
+        }
+        S.qs[c] = x;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (K_PREP) {
+        k_prepare(A, KP, kseg, ktab, S, lid, h);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+
+    float4 m = float4(ATTEND_NEG);
+    float4 l = float4(0.0f);
+    VState vs;
+    v_reset(vs);
+    RState rs;
+    r_reset(rs);
+    const uint ntiles = (s1 - s0 + ATTEND_TILE - 1u) / ATTEND_TILE;
+    const uint trips = (ntiles + ATTEND_SLICES - 1u) / ATTEND_SLICES;
+    for (uint it = 0u; it < trips; ++it) {
+        const uint t0 = s0 + (it * ATTEND_SLICES + slice) * ATTEND_TILE;
+        const uint lt0 = t0 + 8u * tg;
+        float4 acc[8];
+        uint w0[8]; // ring rows of the lane's tokens, filled where the ring is read
+        const int nk = clamp(int(A.qk) - int(lt0), 0, 8);
+        if (nk == 8) {
+            k_score(A, KP, kseg, S, lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h, acc);
+        } else if (nk == 0) {
+            attend_ring_rows(A, lt0, s1 - 1u, A.ring_cap_k, w0);
+            f16_score(ringk, w0, S, cg, h, acc);
+        } else {
+            float4 b[8];
+            attend_ring_rows(A, lt0, s1 - 1u, A.ring_cap_k, w0);
+            k_score(A, KP, kseg, S, lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h, acc);
+            f16_score(ringk, w0, S, cg, h, b);
+            for (int j = 0; j < 8; ++j) {
+                acc[j] = j < nk ? acc[j] : b[j];
+            }
+        }
+        const float4 sc = rs_cg(acc, cg);
+        const uint pos = t0 + lane;
+        bool4 vis = bool4(false);
+        for (uint i = 0u; i < 4u; ++i) {
+            vis[i] = live[i] && pos < s1 && attend_visible(A, pos, pv[i]);
+        }
+        const float4 s = select(float4(ATTEND_NEG), sc, vis);
+        const float4 m_new = max(m, slice_max(s));
+        const float4 corr = precise::exp2(m - m_new);
+        const float4 p = select(float4(0.0f), precise::exp2(s - m_new), vis);
+        l = l * corr + p;
+        m = m_new;
+        if (any(corr != float4(1.0f))) {
+            if (vring) {
+                r_scale(rs, corr);
+            } else {
+                v_scale(vs, corr);
+            }
+        }
+        float4 pj[8];
+        for (uint j = 0u; j < 8u; ++j) {
+            pj[j] = simd_shuffle(p, ushort((lane & ~7u) + j));
+        }
+        if (vring) {
+            attend_ring_rows(A, lt0, s1 - 1u, A.ring_cap_v, w0);
+            f16_accum(ringv, w0, rs, cg, h, pj);
+        } else {
+            v_accum(A, VP, vseg, vs, lt0 - A.tok0, s1 - 1u - A.tok0, cg, h, pj);
+        }
+    }
+
+    // The slices' (m, l, o) merged through threadgroup memory, in turns.
+    l = slice_sum(l);
+    if (lane == 0u) {
+        S.msm[slice] = m;
+        S.lsm[slice] = l;
+    }
+    const uint width = vring ? ATTEND_DIM : V_W;
+    for (uint c = lid; c < ATTEND_WIDE; c += WORKGROUP_SIZE) {
+        S.wsm[c] = float4(0.0f);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float4 mm = S.msm[0];
+    for (uint s = 1u; s < ATTEND_SLICES; ++s) {
+        mm = max(mm, S.msm[s]);
+    }
+    float4 ll = float4(0.0f);
+    for (uint s = 0u; s < ATTEND_SLICES; ++s) {
+        ll += S.lsm[s] * precise::exp2(S.msm[s] - mm);
+    }
+    const float4 f = precise::exp2(m - mm);
+    for (uint turn = 0u; turn < 4u * ATTEND_SLICES; ++turn) {
+        if (turn == slice * 4u + tg) {
+            if (vring) {
+                for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
+                    const uint c = cg * ATTEND_R_CPL + i;
+                    if (c < ATTEND_DIM) {
+                        S.wsm[c] += rs.o[i] * f;
+                    }
+                }
+            } else {
+                for (uint i = 0u; i < V_CPL; ++i) {
+                    const uint c = cg * V_CPL + i;
+                    if (c < V_W) {
+                        S.wsm[c] += v_out(vs, i) * f;
+                    }
+                }
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+
+    const uint pw = ATTEND_WIDE + 2u;
+    if (A.direct == 1u) {
+        for (uint i = 0u; i < 4u; ++i) {
+            const uint v = vb * 4u + i;
+            const float inv = ll[i] > 0.0f ? 1.0f / ll[i] : 0.0f;
+            for (uint c = lid; c < width; c += WORKGROUP_SIZE) {
+                S.fin[c] = S.wsm[c][i] * inv;
+            }
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            if (!vring) {
+                v_finish(A, VP, vtab, S, lid, h);
+            }
+            if (v < A.vec_total) {
+                const uint o = ((v / A.qg) * A.hq + h * A.qg + v % A.qg) * ATTEND_DIM;
+                for (uint c = lid; c < ATTEND_DIM; c += WORKGROUP_SIZE) {
+                    partials[o + c] = S.fin[c];
+                }
+            }
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+        }
+        return;
+    }
+    for (uint i = 0u; i < 4u; ++i) {
+        const uint v = vb * 4u + i;
+        if (v < A.vec_total) {
+            const uint b = ((h * A.vec_total + v) * A.n_parts + part) * pw;
+            if (lid == 0u) {
+                partials[b] = mm[i];
+                partials[b + 1u] = ll[i];
+            }
+            for (uint c = lid; c < width; c += WORKGROUP_SIZE) {
+                partials[b + 2u + c] = S.wsm[c][i];
+            }
+        }
+    }
+}

@@ -1,0 +1,11 @@
+// The attention kernels' threadgroup memory (after the hooks: it is sized by them). Twin of
+// the workgroup variables of wgsl/attend/attend_core.wgsl.
+#define ATTEND_WIDE (V_W > ATTEND_DIM ? V_W : ATTEND_DIM)
+struct AttendShared {
+    float4 qs[8u * ATTEND_R_CPL];            // scaled queries (vec4 = the 4 vectors), 0 past D
+    float4 qp[K_PREP ? K_PREP_W : 1u];       // the key codec's form of them
+    float4 wsm[ATTEND_WIDE];                 // the slices' outputs merged
+    float fin[ATTEND_WIDE];                  // one vector through v_finish
+    float4 msm[ATTEND_SLICES];
+    float4 lsm[ATTEND_SLICES];
+};

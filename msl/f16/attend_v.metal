@@ -1,0 +1,45 @@
+// Attention hooks of the f16 codec, value side (msl/attend/attend_core.metal): rows of H·D
+// f16, stream `rows` of the value segment at word VP.rows, accumulated as the ring's rows are
+// (the output space: no finish). Twin of wgsl/f16/attend_v.wgsl; CPU twin
+// src/cpu/f16/attend_v.rs.
+
+// Keep in sync with `F16Uniform` in src/codecs/f16/mod.rs.
+struct VF16Params {
+    uint rows;
+    uint p0;
+    uint p1;
+    uint p2;
+};
+typedef VF16Params VParams;
+#define V_W ATTEND_DIM
+#define V_CPL ATTEND_R_CPL
+
+struct VState {
+    RState r;
+};
+
+static inline void v_reset(thread VState& s) {
+    r_reset(s.r);
+}
+
+static inline void v_scale(thread VState& s, float4 c) {
+    r_scale(s.r, c);
+}
+
+static inline float4 v_out(thread const VState& s, uint i) {
+    return s.r.o[i];
+}
+
+static inline void v_accum(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
+                           thread VState& s, uint row, uint last, uint cg, uint h,
+                           thread const float4* p) {
+    uint w0[8];
+    for (uint j = 0u; j < 8u; ++j) {
+        w0[j] = VP.rows + min(row + j, last) * A.row_words;
+    }
+    f16_accum(vseg, w0, s.r, cg, h, p);
+}
+
+template <typename Sh>
+static inline void v_finish(constant AttendParams& A, constant VParams& VP, device const uint* vtab,
+                            threadgroup Sh& S, uint lid, uint h) {}

@@ -1,0 +1,149 @@
+//! The attention kernels, composed per (key codec, value codec) pair: the shared core
+//! (`wgsl/attend/`, `msl/attend/`) with the key codec's hooks (`attend_k`) and the value
+//! codec's (`attend_v`), built once per pair and cached for the process. Two kernels per pair:
+//! `attend_<k>_<v>` (the partials, or the whole output when one split serves a vector) and
+//! `attend_merge_<k>_<v>` (combines the partials and applies the value codec's finish hook).
+//!
+//! Bindings (both kernels; WGSL `@binding(i)` is MSL `[[buffer(i)]]`):
+//! 0 the core's uniform (`AttendParams`), 1 the key codec's uniform, 2 the value codec's,
+//! 3 q (merge: the partials), 4 partials or out (merge: out), 5 key segment, 6 key tables,
+//! 7 value segment, 8 value tables, 9 key ring, 10 value ring.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use crate::gpu::registry::{Binding, DISPATCH, KernelDef};
+
+/// A codec's attention hooks: its WGSL and MSL sources (see `wgsl/attend/attend_core.wgsl`
+/// for what each side must define).
+#[derive(Debug)]
+pub struct AttendHooks {
+    /// The codec's name (in the composed kernels' names).
+    pub name: &'static str,
+    /// Helpers both sides use, included once per kernel (e.g. KIVI's group arithmetic).
+    pub wgsl_common: &'static [&'static str],
+    /// The key side (`wgsl/<codec>/attend_k.wgsl`).
+    pub wgsl_k: &'static str,
+    /// The value side (`wgsl/<codec>/attend_v.wgsl`).
+    pub wgsl_v: &'static str,
+    /// MSL helpers both sides use.
+    pub msl_common: &'static [&'static str],
+    /// The key side in MSL (`msl/<codec>/attend_k.metal`).
+    pub msl_k: Option<&'static str>,
+    /// The value side in MSL.
+    pub msl_v: Option<&'static str>,
+}
+
+const PARAMS: &str = include_str!("../../wgsl/attend/attend_params.wgsl");
+const CORE: &str = include_str!("../../wgsl/attend/attend_core.wgsl");
+const SUBGROUP: &str = concat!(
+    include_str!("../../wgsl/attend/attend_subgroup.wgsl"),
+    include_str!("../../wgsl/attend/attend_subgroup_main.wgsl")
+);
+const WORKGROUP: &str = include_str!("../../wgsl/attend/attend_workgroup.wgsl");
+const WORKGROUP_MAIN: &str = concat!(
+    include_str!("../../wgsl/attend/attend_workgroup.wgsl"),
+    include_str!("../../wgsl/attend/attend_workgroup_main.wgsl")
+);
+const MERGE: &str = include_str!("../../wgsl/attend/attend_merge.wgsl");
+const MSL_CORE: &str = include_str!("../../msl/attend/attend_core.metal");
+const MSL_SHARED: &str = include_str!("../../msl/attend/attend_shared.metal");
+const MSL_MAIN: &str = include_str!("../../msl/attend/attend_main.metal");
+const MSL_MERGE: &str = include_str!("../../msl/attend/attend_merge.metal");
+
+/// Invocations per workgroup of both kernels (4 slices of 32).
+pub const WORKGROUP_SIZE: u32 = 128;
+
+const BINDINGS: &[Binding] = &[
+    Binding::Uniform,
+    Binding::Uniform,
+    Binding::Uniform,
+    Binding::StorageRead,
+    Binding::StorageReadWrite,
+    Binding::StorageRead,
+    Binding::StorageRead,
+    Binding::StorageRead,
+    Binding::StorageRead,
+    Binding::StorageRead,
+    Binding::StorageRead,
+];
+
+fn leak<T>(v: Vec<T>) -> &'static [T] {
+    Box::leak(v.into_boxed_slice())
+}
+
+fn compose(k: &'static AttendHooks, v: &'static AttendHooks, merge: bool) -> KernelDef {
+    let name: &'static str = Box::leak(
+        format!(
+            "attend{}_{}_{}",
+            if merge { "_merge" } else { "" },
+            k.name,
+            v.name
+        )
+        .into_boxed_str(),
+    );
+    let mut wgsl = vec![DISPATCH, PARAMS];
+    let mut msl: Vec<&'static str> = Vec::new();
+    for c in k.wgsl_common.iter().chain(v.wgsl_common) {
+        if !wgsl.iter().any(|w| std::ptr::eq(*w, *c)) {
+            wgsl.push(c);
+        }
+    }
+    for c in k.msl_common.iter().chain(v.msl_common) {
+        if !msl.iter().any(|w| std::ptr::eq(*w, *c)) {
+            msl.push(c);
+        }
+    }
+    msl.push(MSL_CORE);
+    wgsl.extend([k.wgsl_k, v.wgsl_v, CORE]);
+    let msl_body = match (k.msl_k, v.msl_v) {
+        (Some(mk), Some(mv)) => {
+            msl.extend([mk, mv, MSL_SHARED]);
+            // The kernel function is named after the pair (the MSL entry point is the name).
+            let body = if merge { MSL_MERGE } else { MSL_MAIN };
+            Some(&*Box::leak(
+                body.replace("ATTEND_NAME", name).into_boxed_str(),
+            ))
+        }
+        _ => None,
+    };
+    if merge {
+        // The merge shares the core's declarations; the workgroup variant's helpers (unused)
+        // complete what the core names.
+        wgsl.push(WORKGROUP);
+    }
+    KernelDef {
+        name,
+        folder: "attend",
+        wgsl_common: leak(wgsl),
+        wgsl_subgroup: if merge { None } else { Some(SUBGROUP) },
+        wgsl: if merge { MERGE } else { WORKGROUP_MAIN },
+        msl_common: leak(msl),
+        msl: msl_body,
+        bindings: BINDINGS,
+        workgroup_size: WORKGROUP_SIZE,
+    }
+}
+
+type Cache = Mutex<HashMap<(usize, usize, bool), &'static KernelDef>>;
+
+fn kernel(k: &'static AttendHooks, v: &'static AttendHooks, merge: bool) -> &'static KernelDef {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let key = (k as *const _ as usize, v as *const _ as usize, merge);
+    let mut map = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    map.entry(key)
+        .or_insert_with(|| Box::leak(Box::new(compose(k, v, merge))))
+}
+
+/// The partials kernel of a (key codec, value codec) pair.
+pub fn partials(k: &'static AttendHooks, v: &'static AttendHooks) -> &'static KernelDef {
+    kernel(k, v, false)
+}
+
+/// The merge kernel of a (key codec, value codec) pair.
+pub fn merge(k: &'static AttendHooks, v: &'static AttendHooks) -> &'static KernelDef {
+    kernel(k, v, true)
+}

@@ -1,0 +1,270 @@
+//! Planning one attention call on the GPU: the uniform of every dispatch, the splits of its
+//! tokens and the partials' size. A dispatch covers the tokens of one segment index
+//! `[d·S, min((d + 1)·S, T))` (S = the layer's segment tokens): both sides' stored words of
+//! those tokens are in their segment d below the side's Q, and in the side's ring above. Its
+//! tokens are cut into splits at the value side's Q: codec splits (values from the value codec)
+//! and ring splits (values from the ring, in the output space); a split is the unit of work of
+//! one workgroup per (KV head, 4 query vectors). Split sizes follow the call's shape and the
+//! device ([`split_target`]), never a pipeline specialization.
+
+use super::AttendOptions;
+use crate::error::{Error, Result};
+
+/// Uniform block of the attention kernels (one per dispatch).
+/// Keep in sync with `AttendParams` in wgsl/attend/attend_params.wgsl and
+/// msl/attend/attend_core.metal.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[allow(missing_docs)]
+pub struct AttendParams {
+    pub tq: u32,
+    pub hq: u32,
+    pub hkv: u32,
+    pub qg: u32,
+    pub q_pos0: u32,
+    pub window: u32,
+    pub sinks: u32,
+    pub scale_log2: f32,
+    pub vec_total: u32,
+    pub vblocks: u32,
+    pub tok0: u32,
+    pub tok_end: u32,
+    pub qk: u32,
+    pub qv: u32,
+    pub c_end: u32,
+    pub r0: u32,
+    pub n_split_c: u32,
+    pub split_c: u32,
+    pub n_split_r: u32,
+    pub split_r: u32,
+    pub part_c: u32,
+    pub part_r: u32,
+    pub n_parts: u32,
+    pub n_parts_c: u32,
+    pub ring_cap_k: u32,
+    pub ring_cap_v: u32,
+    pub row_words: u32,
+    pub direct: u32,
+    pub t_total: u32,
+    pub pad: [u32; 3],
+}
+
+/// Largest head width (and value-space width) the kernels hold.
+pub const D_MAX: usize = 256;
+
+/// The shape of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    /// Query rows.
+    pub tq: usize,
+    /// Query heads.
+    pub hq: usize,
+    /// KV heads.
+    pub hkv: usize,
+    /// Head width.
+    pub dim: usize,
+    /// Tokens in the cache (T).
+    pub tokens: usize,
+    /// Options.
+    pub opts: AttendOptions,
+}
+
+/// How the cache stores the call's tokens.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheShape {
+    /// Keys quantized below this token.
+    pub qk: usize,
+    /// Values quantized below this token.
+    pub qv: usize,
+    /// Tokens per segment (both sides split their segments at the same tokens).
+    pub seg_tokens: usize,
+    /// Rows of the key side's ring and of the value side's (0 or 1 when there is none).
+    pub ring_cap: [usize; 2],
+    /// u32 words of one f16 row.
+    pub row_words: usize,
+    /// Width of the value codec's accumulation space.
+    pub value_dim: usize,
+}
+
+/// One dispatch of the partials kernel.
+#[derive(Clone, Debug)]
+pub struct Dispatch {
+    /// The segment index (both sides) its tokens are stored in.
+    pub segment: usize,
+    /// Its uniform.
+    pub params: AttendParams,
+    /// Its workgroups.
+    pub workgroups: u64,
+}
+
+/// Every dispatch of one call.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The partials (or, when `direct`, the output) dispatches, in order.
+    pub dispatches: Vec<Dispatch>,
+    /// The merge's uniform and workgroups (`None` when one split serves every vector).
+    pub merge: Option<(AttendParams, u64)>,
+    /// Bytes of the partials buffer (0 when direct).
+    pub partial_bytes: u64,
+}
+
+/// Workgroups a call aims at on this adapter: about two per streaming multiprocessor where the
+/// adapter is known (wgpu exposes no SM count), a small number on CPU adapters.
+pub fn split_target(info: Option<&wgpu::AdapterInfo>) -> usize {
+    match info {
+        Some(i) if i.device_type == wgpu::DeviceType::Cpu => 16,
+        // 132 SMs: measured on the H200 (ATTENTION.md's proto: ~264 workgroups at 32k).
+        Some(i) if i.name.contains("H100") || i.name.contains("H200") => 264,
+        _ => 256,
+    }
+}
+
+impl Call {
+    /// Validates what the kernels can hold.
+    pub fn check(&self, value_dim: usize) -> Result<()> {
+        if self.dim > D_MAX || value_dim > D_MAX {
+            return Err(Error::Config(format!(
+                "GPU attention supports head widths (and value spaces) up to {D_MAX} (got D = {}, value space {value_dim})",
+                self.dim
+            )));
+        }
+        Ok(())
+    }
+
+    /// Query vectors (rows × grouped heads) of each KV head.
+    pub fn vectors(&self) -> usize {
+        self.tq * (self.hq / self.hkv)
+    }
+
+    /// Tokens per split for `target` workgroups: about T·(KV heads)·(vector blocks) / target,
+    /// 128 (a tile per slice) to 1024 (32 tiles: the prototype's best per workgroup), a
+    /// multiple of 32; or the caller's `chunk_tokens`.
+    pub fn split_tokens(&self, target: usize) -> usize {
+        if let Some(c) = self.opts.chunk_tokens {
+            return c;
+        }
+        let per_split = self.hkv * self.vectors().div_ceil(4);
+        (self.tokens * per_split / target.max(1))
+            .clamp(128, 1024)
+            .div_ceil(32)
+            * 32
+    }
+}
+
+/// The base of every dispatch's uniform.
+fn base(call: &Call, shape: &CacheShape) -> AttendParams {
+    let qg = call.hq / call.hkv;
+    let scale = call.opts.scale.unwrap_or(1.0 / (call.dim as f32).sqrt());
+    AttendParams {
+        tq: call.tq as u32,
+        hq: call.hq as u32,
+        hkv: call.hkv as u32,
+        qg: qg as u32,
+        q_pos0: (call.tokens - call.tq) as u32,
+        window: call.opts.window.unwrap_or(0) as u32,
+        sinks: call.opts.sinks as u32,
+        scale_log2: scale * std::f32::consts::LOG2_E,
+        vec_total: call.vectors() as u32,
+        vblocks: call.vectors().div_ceil(4) as u32,
+        qk: shape.qk as u32,
+        qv: shape.qv as u32,
+        ring_cap_k: shape.ring_cap[0].max(1) as u32,
+        ring_cap_v: shape.ring_cap[1].max(1) as u32,
+        row_words: shape.row_words as u32,
+        t_total: call.tokens as u32,
+        ..Default::default()
+    }
+}
+
+/// Plans a call (see the module docs). `max_binding` bounds the partials buffer: splits grow
+/// until it fits.
+pub fn plan(call: &Call, shape: &CacheShape, target: usize, max_binding: u64) -> Result<Plan> {
+    call.check(shape.value_dim)?;
+    let t = call.tokens;
+    let st = shape.seg_tokens.max(1);
+    let pw = shape.value_dim.max(call.dim) + 2;
+    let per_part = (call.hkv * call.vectors() * pw * 4) as u64;
+    let mut split = call.split_tokens(target);
+    loop {
+        let mut dispatches = Vec::new();
+        let (mut n_c, mut n_r) = (0usize, 0usize);
+        let mut d = 0;
+        while d * st < t {
+            let tok0 = d * st;
+            let tok_end = ((d + 1) * st).min(t);
+            let c_end = shape.qv.min(tok_end).max(tok0);
+            let r0 = shape.qv.max(tok0).min(tok_end);
+            let sc = (c_end - tok0).div_ceil(split);
+            let sr = (tok_end - r0).div_ceil(split);
+            dispatches.push((d, tok0, tok_end, c_end, r0, sc, sr, n_c, n_r));
+            n_c += sc;
+            n_r += sr;
+            d += 1;
+        }
+        let n_parts = n_c + n_r;
+        let direct = n_parts == 1;
+        let bytes = if direct { 0 } else { per_part * n_parts as u64 };
+        if bytes > max_binding {
+            if split >= t.div_ceil(32) * 32 {
+                return Err(Error::Limit {
+                    what: "attention partials (one split per segment)",
+                    needed: bytes,
+                    limit: max_binding,
+                });
+            }
+            split *= 2;
+            continue;
+        }
+        let b = base(call, shape);
+        let vb = b.vblocks as u64;
+        let plans = dispatches
+            .into_iter()
+            .map(|(d, tok0, tok_end, c_end, r0, sc, sr, pc, pr)| Dispatch {
+                segment: d,
+                params: AttendParams {
+                    tok0: tok0 as u32,
+                    tok_end: tok_end as u32,
+                    c_end: c_end as u32,
+                    r0: r0 as u32,
+                    n_split_c: sc as u32,
+                    split_c: split as u32,
+                    n_split_r: sr as u32,
+                    split_r: split as u32,
+                    part_c: pc as u32,
+                    part_r: (n_c + pr) as u32,
+                    n_parts: n_parts as u32,
+                    n_parts_c: n_c as u32,
+                    direct: u32::from(direct),
+                    ..b
+                },
+                workgroups: call.hkv as u64 * vb * (sc + sr) as u64,
+            })
+            .collect();
+        let merge = (!direct).then(|| {
+            (
+                AttendParams {
+                    n_parts: n_parts as u32,
+                    n_parts_c: n_c as u32,
+                    ..b
+                },
+                (call.hkv * call.vectors()) as u64,
+            )
+        });
+        return Ok(Plan {
+            dispatches: plans,
+            merge,
+            partial_bytes: bytes,
+        });
+    }
+}
+
+/// Workgroup storage (bytes) the partials kernel needs for head width `dim`, a key codec's
+/// prepared query of `k_prep` vec4 (0: none) and a value space `value_dim` wide, on the
+/// workgroup-memory variant (the larger).
+pub fn workgroup_bytes(dim: usize, k_prep: usize, value_dim: usize) -> usize {
+    let r_cpl = dim.div_ceil(8);
+    let wsm = value_dim
+        .max(dim)
+        .max(4 * super::kernel::WORKGROUP_SIZE as usize);
+    16 * (8 * r_cpl + k_prep.max(1) + wsm + 8) + 4 * value_dim.max(dim)
+}

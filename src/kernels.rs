@@ -1,0 +1,32 @@
+//! Every kernel kvpack has, for [`crate::Context::describe`] and the tests that check each
+//! has its WGSL, MSL and CPU twin. The attention kernels are composed per (key codec, value
+//! codec) pair: every pair of the codecs here is listed.
+
+use crate::attention::kernel::{self, AttendHooks};
+use crate::codecs::{f16, kivi};
+use crate::gpu::registry::KernelDef;
+
+/// The codecs' attention hooks.
+pub fn attend_hooks() -> [&'static AttendHooks; 2] {
+    [&f16::kernels::ATTEND_HOOKS, &kivi::kernels::ATTEND_HOOKS]
+}
+
+/// Every kernel: bit packing, each codec's own, and the attention kernels of every codec pair.
+pub fn all() -> Vec<&'static KernelDef> {
+    let mut out: Vec<&'static KernelDef> = vec![
+        &crate::bitpack::BITPACK,
+        &crate::bitpack::BITUNPACK,
+        &kivi::kernels::KIVI_QUANT_KEYS,
+        &kivi::kernels::KIVI_QUANT_VALUES,
+        &kivi::kernels::KIVI_QUANT_VALUES_THREAD,
+        &kivi::kernels::KIVI_DEQUANT_KEYS,
+        &kivi::kernels::KIVI_DEQUANT_VALUES,
+    ];
+    for k in attend_hooks() {
+        for v in attend_hooks() {
+            out.push(kernel::partials(k, v));
+            out.push(kernel::merge(k, v));
+        }
+    }
+    out
+}

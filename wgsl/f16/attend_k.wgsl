@@ -1,0 +1,25 @@
+// Attention hooks of the f16 codec, key side (wgsl/attend/attend_core.wgsl): rows of H·D f16
+// (two per word), stream `rows` of the key segment at word KP.rows; the core's f16 reader
+// does the work. CPU twin: src/cpu/f16/attend.rs.
+
+// Keep in sync with `F16Uniform` in src/codecs/f16/mod.rs.
+struct KF16Params {
+    rows: u32,
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
+}
+@group(0) @binding(1) var<uniform> KP: KF16Params;
+
+const K_PREP: bool = false;
+const K_PREP_W: u32 = 1u;
+
+fn k_prepare(lid: u32, h: u32) {}
+
+fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
+    var w: array<u32, 8>;
+    for (var j = 0u; j < 8u; j++) {
+        w[j] = KP.rows + min(row + j, last) * A.row_words;
+    }
+    return f16_score(true, w, cg, h);
+}

@@ -1,0 +1,113 @@
+// Attention hooks of KIVI, key side (wgsl/attend/attend_core.wgsl): packed codes per channel
+// along tokens (layout: src/codecs/kivi/layout.rs), streams `codes` (word KP.codes) and
+// `params` (word KP.params) of the key segment. CPU twin: src/cpu/kivi/attend_k.rs.
+//
+// The block's (scale, lo) is folded into the query once per channel instead of into every
+// element: with x = 1 + code / 2^b (made from the code's bits by integer operations, no
+// conversion), k̂ = scale·code + lo = a·x + β for a = scale·2^b, β = lo − a, so a lane's
+// score of token j is Σ_c (q_c·a_c)·x_jc + Σ_c q_c·β_c: one multiply-add per code and vector.
+// Where a lane's 8 tokens lie in one key block and codes never straddle words (G a multiple
+// of 8, b ∈ {1, 2, 4, 8}) the lane's 8 codes of a channel are one word (two at b = 8; the
+// block is whole whenever its first token is below Q);
+// otherwise a token-by-token path reconstructs k̂ per element (the same values, slower).
+// Specialized on ATT_KBITS, ATT_KGROUP, ATT_KPARAMS_F16 (fixed for a cache's life).
+
+// Keep in sync with `KiviUniform` in src/codecs/kivi/codec.rs.
+struct KKiviParams {
+    codes: u32,
+    params: u32,
+    _p0: u32,
+    _p1: u32,
+}
+@group(0) @binding(1) var<uniform> KP: KKiviParams;
+
+const K_PREP: bool = false;
+const K_PREP_W: u32 = 1u;
+const KB: u32 = ATT_KBITS;
+const KG: u32 = ATT_KGROUP;
+const KPW: u32 = 2u - ATT_KPARAMS_F16;
+const KGW: u32 = (KG * KB + 31u) / 32u;
+const K_MASK: u32 = (1u << KB) - 1u;
+const K_FAST: bool = KG % 8u == 0u && (KB == 1u || KB == 2u || KB == 4u || KB == 8u);
+
+fn k_prepare(lid: u32, h: u32) {}
+
+fn kivi_k_pair(gi: u32) -> vec2<f32> {
+    if (ATT_KPARAMS_F16 == 1u) {
+        return unpack2x16float(kseg[KP.params + gi]);
+    }
+    let w = KP.params + 2u * gi;
+    return vec2<f32>(bitcast<f32>(kseg[w]), bitcast<f32>(kseg[w + 1u]));
+}
+
+// 1 + c / 2^b for code j of `w` (bits j·b ..): the code moved into the mantissa's top bits.
+fn kivi_kx(w: u32, j: u32) -> f32 {
+    let at = j * KB;
+    let top = 23u - KB;
+    var v: u32;
+    if (at <= top) {
+        v = w << (top - at);
+    } else {
+        v = w >> (at - top);
+    }
+    return bitcast<f32>((v & (K_MASK << top)) | 0x3f800000u);
+}
+
+// Code i of the stream starting at word `base` (any b, straddling words).
+fn kivi_k_code(base: u32, i: u32) -> u32 {
+    let start = i * KB;
+    let w = base + (start >> 5u);
+    let off = start & 31u;
+    var v = kseg[w] >> off;
+    if (off + KB > 32u) {
+        v |= kseg[w + 1u] << (32u - off);
+    }
+    return v & K_MASK;
+}
+
+fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
+    var acc: array<vec4<f32>, 8>;
+    if (K_FAST) {
+        let blk = row / KG;
+        let bit0 = (row % KG) * KB; // the lane's 8 codes of a channel: bits bit0 .. bit0 + 8·b
+        var bias = vec4<f32>(0.0);
+        for (var i = 0u; i < R_CPL; i++) {
+            let c = cg * R_CPL + i;
+            let gi = (blk * A.hkv + h) * DIM + min(c, DIM - 1u);
+            let pr = kivi_k_pair(gi);
+            let a = pr.x * f32(1u << KB);
+            let qa = qs[c] * a; // qs is 0 past D
+            bias += qs[c] * (pr.y - a);
+            let w = KP.codes + gi * KGW + (bit0 >> 5u);
+            if (KB == 8u) {
+                let w0 = kseg[w];
+                let w1 = kseg[w + 1u];
+                for (var j = 0u; j < 4u; j++) {
+                    acc[j] += qa * kivi_kx(w0, j);
+                    acc[j + 4u] += qa * kivi_kx(w1, j);
+                }
+            } else {
+                let bits = kseg[w] >> (bit0 & 31u);
+                for (var j = 0u; j < 8u; j++) {
+                    acc[j] += qa * kivi_kx(bits, j);
+                }
+            }
+        }
+        for (var j = 0u; j < 8u; j++) {
+            acc[j] += bias;
+        }
+        return acc;
+    }
+    for (var j = 0u; j < 8u; j++) {
+        let r = min(row + j, last);
+        let blk = r / KG;
+        for (var i = 0u; i < R_CPL; i++) {
+            let c = cg * R_CPL + i;
+            let gi = (blk * A.hkv + h) * DIM + min(c, DIM - 1u);
+            let pr = kivi_k_pair(gi);
+            let code = kivi_k_code(KP.codes + gi * KGW, r % KG);
+            acc[j] += qs[c] * kivi_reconstruct(code, pr.x, pr.y);
+        }
+    }
+    return acc;
+}

@@ -1,0 +1,129 @@
+// Attention hooks of KIVI, value side (wgsl/attend/attend_core.wgsl): packed codes per token
+// along channels (layout: src/codecs/kivi/layout.rs), streams `codes` (word VP.codes) and
+// `params` (word VP.params) of the value segment. CPU twin: src/cpu/kivi/attend_v.rs.
+//
+// A lane accumulates the channels cg·V_CPL .. of its 8 tokens. Where those channels lie in one
+// value group and their codes are whole words or one word's part (b ∈ {1, 2, 4, 8}), the
+// group's (scale, lo) is folded into the softmax weight once per token: with x = 1 + code/2^b,
+// p·v̂ = (p·a)·x + p·β (a = scale·2^b, β = lo − a), the p·β of the lane's group summed apart
+// and added once at the end (v_out). Otherwise each element is reconstructed (slower, same
+// values). Specialized on ATT_VBITS, ATT_VGROUP, ATT_VPARAMS_F16.
+
+// Keep in sync with `KiviUniform` in src/codecs/kivi/codec.rs.
+struct VKiviParams {
+    codes: u32,
+    params: u32,
+    _p0: u32,
+    _p1: u32,
+}
+@group(0) @binding(2) var<uniform> VP: VKiviParams;
+
+const V_W: u32 = ATT_DIM;
+const V_CPL: u32 = (ATT_DIM + 7u) / 8u;
+const VB: u32 = ATT_VBITS;
+const VG: u32 = ATT_VGROUP;
+const VPW: u32 = 2u - ATT_VPARAMS_F16;
+const VGW: u32 = (VG * VB + 31u) / 32u;
+const VNG: u32 = (ATT_DIM + VG - 1u) / VG;
+const VRW: u32 = (ATT_DIM / VG) * VGW + ((ATT_DIM % VG) * VB + 31u) / 32u;
+const V_MASK: u32 = (1u << VB) - 1u;
+const V_POW2: bool = VB == 1u || VB == 2u || VB == 4u || VB == 8u;
+// The lane's bits: whole words (V_WORDS of them), or a part of one word.
+const V_LANE_BITS: u32 = V_CPL * VB;
+const V_WHOLE: bool = V_POW2 && VG % V_CPL == 0u && V_LANE_BITS % 32u == 0u;
+const V_PART: bool = V_POW2 && VG % V_CPL == 0u && 32u % V_LANE_BITS == 0u;
+const V_FAST: bool = V_WHOLE || V_PART;
+const V_WORDS: u32 = max(V_LANE_BITS / 32u, 1u);
+
+var<private> vo: array<vec4<f32>, V_CPL>;
+var<private> vbias: vec4<f32>;
+
+fn kivi_v_pair(gi: u32) -> vec2<f32> {
+    if (ATT_VPARAMS_F16 == 1u) {
+        return unpack2x16float(vseg[VP.params + gi]);
+    }
+    let w = VP.params + 2u * gi;
+    return vec2<f32>(bitcast<f32>(vseg[w]), bitcast<f32>(vseg[w + 1u]));
+}
+
+fn kivi_vx(w: u32, at: u32) -> f32 {
+    let top = 23u - VB;
+    var v: u32;
+    if (at <= top) {
+        v = w << (top - at);
+    } else {
+        v = w >> (at - top);
+    }
+    return bitcast<f32>((v & (V_MASK << top)) | 0x3f800000u);
+}
+
+fn kivi_v_code(base: u32, i: u32) -> u32 {
+    let start = i * VB;
+    let w = base + (start >> 5u);
+    let off = start & 31u;
+    var v = vseg[w] >> off;
+    if (off + VB > 32u) {
+        v |= vseg[w + 1u] << (32u - off);
+    }
+    return v & V_MASK;
+}
+
+fn v_reset() {
+    for (var i = 0u; i < V_CPL; i++) {
+        vo[i] = vec4<f32>(0.0);
+    }
+    vbias = vec4<f32>(0.0);
+}
+
+fn v_scale(c: vec4<f32>) {
+    for (var i = 0u; i < V_CPL; i++) {
+        vo[i] *= c;
+    }
+    vbias *= c;
+}
+
+fn v_out(i: u32) -> vec4<f32> {
+    return vo[i] + vbias;
+}
+
+fn v_accum(row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
+    let c0 = cg * V_CPL;
+    if (V_FAST) {
+        let g = c0 / VG; // the lane's one group
+        let bit0 = (c0 - g * VG) * VB;
+        for (var j = 0u; j < 8u; j++) {
+            let rb = min(row + j, last) * A.hkv + h;
+            let pr = kivi_v_pair(rb * VNG + min(g, VNG - 1u));
+            let a = pr.x * f32(1u << VB);
+            let wa = p[j] * a;
+            vbias += p[j] * (pr.y - a);
+            let w = VP.codes + rb * VRW + g * VGW + (bit0 >> 5u);
+            if (V_WHOLE) {
+                for (var k = 0u; k < V_WORDS; k++) {
+                    let word = vseg[w + k];
+                    for (var i = 0u; i < 32u / VB; i++) {
+                        vo[k * (32u / VB) + i] += wa * kivi_vx(word, i * VB);
+                    }
+                }
+            } else {
+                let word = vseg[w] >> (bit0 & 31u);
+                for (var i = 0u; i < V_CPL; i++) {
+                    vo[i] += wa * kivi_vx(word, i * VB);
+                }
+            }
+        }
+        return;
+    }
+    for (var j = 0u; j < 8u; j++) {
+        let rb = min(row + j, last) * A.hkv + h;
+        for (var i = 0u; i < V_CPL; i++) {
+            let c = min(c0 + i, ATT_DIM - 1u);
+            let g = c / VG;
+            let pr = kivi_v_pair(rb * VNG + g);
+            let code = kivi_v_code(VP.codes + rb * VRW + g * VGW, c - g * VG);
+            vo[i] += p[j] * kivi_reconstruct(code, pr.x, pr.y);
+        }
+    }
+}
+
+fn v_finish(lid: u32, h: u32) {}
