@@ -342,6 +342,7 @@ fn partials_estimate(
         ring_cap: [t - qk, t - qv].map(|c| c.max(1)),
         row_words: HKV * DIM / 2,
         value_dim: DIM,
+        value_space_out: true,
     };
     match plan(&call, &shape, split_target(ctx.adapter_info()), u64::MAX) {
         Ok(p) => (
@@ -1170,7 +1171,8 @@ fn time_appends(
         a.appended += 1;
         kinds.push(if a.layer.memory().held.total() != held0 {
             StepKind::Grow
-        } else if a.quantized_len() != q0 {
+        } else if a.method != "f16" && a.quantized_len() != q0 {
+            // (the f16 codec stores every token as it comes: no flush)
             StepKind::Flush
         } else {
             StepKind::Step

@@ -250,6 +250,14 @@ pub trait Codec: Send + Sync + fmt::Debug {
         bytemuck::cast_slice(&w).to_vec()
     }
 
+    /// Whether its value hook accumulates in the output space itself (`V_SPACE_OUT` of its
+    /// hook: V_W = D, the core's lane mapping, no finish): the residual window's rows then
+    /// join its accumulator and a split may hold both. A codec that accumulates in a space of
+    /// its own (a rotation) says false: splits are cut at the value side's Q.
+    fn attend_value_space_out(&self) -> bool {
+        true
+    }
+
     /// Workgroup memory (vec4 entries) its key hook's prepared query takes (0: it scores with
     /// the scaled query itself).
     fn attend_prep_width(&self) -> usize {

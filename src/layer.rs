@@ -372,6 +372,7 @@ impl Layer {
             ring_cap: [0, 1].map(|i| s.sides[i].ring.as_ref().map_or(1, |r| r.cap)),
             row_words: self.g.row_words(),
             value_dim: self.codecs[1].value_dim(),
+            value_space_out: self.codecs[1].attend_value_space_out(),
         };
         ([side(0), side(1)], shape)
     }

@@ -197,8 +197,13 @@ fn segments(codec: &dyn Codec, w: &SideWords, seg_tokens: usize) -> Vec<SegmentB
     out
 }
 
-/// A ring of `cap` f16 rows holding tokens [q, t) at slot s % cap, the other slots NaN.
+/// A ring of `cap` f16 rows holding tokens [q, t) at slot s % cap, the other slots NaN; a
+/// side without residual tokens gets the store's one-word placeholder (the MSL emulator then
+/// catches any read of it).
 fn ring(w: &SideWords, t: usize, cap: usize, row: usize) -> Vec<u8> {
+    if w.quantized == t {
+        return bytes(&[POISON]);
+    }
     let rw = row.div_ceil(2);
     let mut words = vec![0x7e00_7e00u32; cap * rw];
     for s in w.quantized..t {
@@ -230,6 +235,7 @@ fn on_target(
         ring_cap: caps,
         row_words: row.div_ceil(2),
         value_dim: v.value_dim(),
+        value_space_out: v.attend_value_space_out(),
     };
     let call = Call {
         tq: c.tq,

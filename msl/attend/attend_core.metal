@@ -12,7 +12,8 @@
 //   template <typename Sh> void k_score(constant AttendParams&, constant KParams&,
 //       device const uint* kseg, threadgroup const Sh& S, uint row, uint last, uint cg, uint h,
 //       thread float4* acc /* [8] */);   (rows past `last` read row `last`)
-// a value hook file:  typedef ... VParams; V_W, V_CPL (#define); struct VState;
+// a value hook file:  typedef ... VParams; V_W, V_CPL, V_SPACE_OUT (#define); struct VState
+//   with `float4 o[V_CPL]` (its accumulator; with V_SPACE_OUT the ring's rows join it);
 //   void v_reset(thread VState&); void v_scale(thread VState&, float4);
 //   float4 v_out(thread const VState&, uint i);
 //   void v_accum(constant AttendParams&, constant VParams&, device const uint* vseg,
@@ -104,13 +105,15 @@ static inline void f16_score(device const uint* rows, thread const uint* w0, thr
     }
 }
 
-static inline void f16_accum(device const uint* rows, thread const uint* w0, thread RState& r,
+// Adds p·v of 8 f16 rows to the lane's channels of `o` (R_CPL of them): the value codec's
+// accumulator where its space is the output space (V_SPACE_OUT), else an RState's.
+static inline void f16_accum(device const uint* rows, thread const uint* w0, thread float4* o,
                              uint cg, uint h, thread const float4* p) {
     const uint c0 = cg * ATTEND_R_CPL;
     for (uint j = 0u; j < 8u; ++j) {
         for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
             const uint e = h * ATTEND_DIM + min(c0 + i, ATTEND_DIM - 1u);
-            r.o[i] += p[j] * attend_half(rows[w0[j] + (e >> 1u)], e);
+            o[i] += p[j] * attend_half(rows[w0[j] + (e >> 1u)], e);
         }
     }
 }

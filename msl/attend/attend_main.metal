@@ -103,9 +103,12 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     float4 m = float4(ATTEND_NEG);
     float4 l = float4(0.0f);
     VState vs;
-    v_reset(vs);
     RState rs;
-    r_reset(rs);
+    if (vring) {
+        r_reset(rs);
+    } else {
+        v_reset(vs);
+    }
     const uint ntiles = (s1 - s0 + ATTEND_TILE - 1u) / ATTEND_TILE;
     const uint trips = (ntiles + ATTEND_SLICES - 1u) / ATTEND_SLICES;
     for (uint it = 0u; it < trips; ++it) {
@@ -113,19 +116,29 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         const uint lt0 = t0 + 8u * tg;
         float4 acc[8];
         uint w0[8]; // ring rows of the lane's tokens, filled where the ring is read
+        // Ring rows are read only for tokens in [qk, T) (clamped below T: a slot past the
+        // window may hold anything; a side without a window binds a placeholder).
         const int nk = clamp(int(A.qk) - int(lt0), 0, 8);
+        const bool ring_k = lt0 + uint(nk) < A.t_total;
+        for (uint j = 0u; j < 8u; ++j) {
+            acc[j] = float4(0.0f);
+        }
         if (nk == 8) {
             k_score(A, KP, kseg, S, lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h, acc);
         } else if (nk == 0) {
-            attend_ring_rows(A, lt0, s1 - 1u, A.ring_cap_k, w0);
-            f16_score(ringk, w0, S, cg, h, acc);
+            if (ring_k) {
+                attend_ring_rows(A, lt0, A.t_total - 1u, A.ring_cap_k, w0);
+                f16_score(ringk, w0, S, cg, h, acc);
+            }
         } else {
-            float4 b[8];
-            attend_ring_rows(A, lt0, s1 - 1u, A.ring_cap_k, w0);
             k_score(A, KP, kseg, S, lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h, acc);
-            f16_score(ringk, w0, S, cg, h, b);
-            for (int j = 0; j < 8; ++j) {
-                acc[j] = j < nk ? acc[j] : b[j];
+            if (ring_k) {
+                float4 b[8];
+                attend_ring_rows(A, lt0, A.t_total - 1u, A.ring_cap_k, w0);
+                f16_score(ringk, w0, S, cg, h, b);
+                for (int j = nk; j < 8; ++j) {
+                    acc[j] = b[j];
+                }
             }
         }
         const float4 sc = rs_cg(acc, cg);
@@ -141,7 +154,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         l = l * corr + p;
         m = m_new;
         if (any(corr != float4(1.0f))) {
-            if (vring) {
+            if (vring && !V_SPACE_OUT) {
                 r_scale(rs, corr);
             } else {
                 v_scale(vs, corr);
@@ -151,11 +164,27 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         for (uint j = 0u; j < 8u; ++j) {
             pj[j] = simd_shuffle(p, ushort((lane & ~7u) + j));
         }
+        const int nv = clamp(int(A.qv) - int(lt0), 0, 8);
         if (vring) {
             attend_ring_rows(A, lt0, s1 - 1u, A.ring_cap_v, w0);
-            f16_accum(ringv, w0, rs, cg, h, pj);
+            f16_accum(ringv, w0, V_SPACE_OUT ? vs.o : rs.o, cg, h, pj);
+        } else if (!V_SPACE_OUT || nv == 8) {
+            v_accum(A, VP, vseg, vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pj);
         } else {
-            v_accum(A, VP, vseg, vs, lt0 - A.tok0, s1 - 1u - A.tok0, cg, h, pj);
+            float4 pc[8];
+            float4 pr[8];
+            for (int j = 0; j < 8; ++j) {
+                pc[j] = j < nv ? pj[j] : float4(0.0f);
+                pr[j] = j < nv ? float4(0.0f) : pj[j];
+            }
+            if (nv > 0) {
+                v_accum(A, VP, vseg, vs, lt0 - A.tok0, A.qv - 1u - A.tok0, cg, h, pc);
+            }
+            // Only rows of ring tokens [qv, s1) are read (another slot may hold anything).
+            if (lt0 + uint(nv) < s1) {
+                attend_ring_rows(A, lt0, s1 - 1u, A.ring_cap_v, w0);
+                f16_accum(ringv, w0, vs.o, cg, h, pr);
+            }
         }
     }
 
@@ -181,7 +210,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     const float4 f = precise::exp2(m - mm);
     for (uint turn = 0u; turn < 4u * ATTEND_SLICES; ++turn) {
         if (turn == slice * 4u + tg) {
-            if (vring) {
+            if (vring && !V_SPACE_OUT) {
                 for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
                     const uint c = cg * ATTEND_R_CPL + i;
                     if (c < ATTEND_DIM) {

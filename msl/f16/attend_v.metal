@@ -13,21 +13,26 @@ struct VF16Params {
 typedef VF16Params VParams;
 #define V_W ATTEND_DIM
 #define V_CPL ATTEND_R_CPL
+#define V_SPACE_OUT true
 
 struct VState {
-    RState r;
+    float4 o[V_CPL];
 };
 
 static inline void v_reset(thread VState& s) {
-    r_reset(s.r);
+    for (uint i = 0u; i < V_CPL; ++i) {
+        s.o[i] = float4(0.0f);
+    }
 }
 
 static inline void v_scale(thread VState& s, float4 c) {
-    r_scale(s.r, c);
+    for (uint i = 0u; i < V_CPL; ++i) {
+        s.o[i] *= c;
+    }
 }
 
 static inline float4 v_out(thread const VState& s, uint i) {
-    return s.r.o[i];
+    return s.o[i];
 }
 
 static inline void v_accum(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
@@ -37,7 +42,7 @@ static inline void v_accum(constant AttendParams& A, constant VParams& VP, devic
     for (uint j = 0u; j < 8u; ++j) {
         w0[j] = VP.rows + min(row + j, last) * A.row_words;
     }
-    f16_accum(vseg, w0, s.r, cg, h, p);
+    f16_accum(vseg, w0, s.o, cg, h, p);
 }
 
 template <typename Sh>

@@ -14,6 +14,7 @@ struct VKiviParams {
 typedef VKiviParams VParams;
 #define V_W ATTEND_DIM
 #define V_CPL ATTEND_R_CPL
+#define V_SPACE_OUT true
 #define KIVI_VB ATT_VBITS
 #define KIVI_VG ATT_VGROUP
 #define KIVI_VGW ((KIVI_VG * KIVI_VB + 31u) / 32u)

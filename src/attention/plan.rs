@@ -2,9 +2,10 @@
 //! tokens and the partials' size. A dispatch covers the tokens of one segment index
 //! `[d·S, min((d + 1)·S, T))` (S = the layer's segment tokens): both sides' stored words of
 //! those tokens are in their segment d below the side's Q, and in the side's ring above. Its
-//! tokens are cut into splits at the value side's Q: codec splits (values from the value codec)
-//! and ring splits (values from the ring, in the output space); a split is the unit of work of
-//! one workgroup per (KV head, 4 query vectors). Split sizes follow the call's shape and the
+//! tokens are cut into splits, the unit of work of one workgroup per (KV head, 4 query
+//! vectors); where the value codec accumulates in a space of its own, also at the value side's
+//! Q: codec splits (values from the value codec) and ring splits (values from the ring, in the
+//! output space). Split sizes follow the call's shape and the
 //! device ([`split_target`]), never a pipeline specialization.
 
 use super::AttendOptions;
@@ -84,6 +85,9 @@ pub struct CacheShape {
     pub row_words: usize,
     /// Width of the value codec's accumulation space.
     pub value_dim: usize,
+    /// Whether that space is the output space (then splits are not cut at `qv`: the ring's
+    /// values join the codec's accumulator).
+    pub value_space_out: bool,
 }
 
 /// One dispatch of the partials kernel.
@@ -192,8 +196,14 @@ pub fn plan(call: &Call, shape: &CacheShape, target: usize, max_binding: u64) ->
         while d * st < t {
             let tok0 = d * st;
             let tok_end = ((d + 1) * st).min(t);
-            let c_end = shape.qv.min(tok_end).max(tok0);
-            let r0 = shape.qv.max(tok0).min(tok_end);
+            // Cut at qv only where the ring's values cannot join the codec's accumulator.
+            let cut = if shape.value_space_out {
+                tok_end
+            } else {
+                shape.qv
+            };
+            let c_end = cut.min(tok_end).max(tok0);
+            let r0 = cut.max(tok0).min(tok_end);
             let sc = (c_end - tok0).div_ceil(split);
             let sr = (tok_end - r0).div_ceil(split);
             dispatches.push((d, tok0, tok_end, c_end, r0, sc, sr, n_c, n_r));

@@ -10,6 +10,9 @@
 //              fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8>
 //                  (rows past `last` are past the key side's Q: read row `last` instead)
 //   value codec (wgsl/<codec>/attend_v.wgsl)  const V_W: u32; const V_CPL: u32;
+//              const V_SPACE_OUT: bool (its space is the output space: V_W = D, lanes as the
+//              ring's, identity finish); var<private> vo: array<vec4<f32>, V_CPL> (its
+//              accumulator: with V_SPACE_OUT the ring's rows accumulate there too)
 //              fn v_reset(); fn v_scale(c: vec4<f32>); fn v_out(i: u32) -> vec4<f32>
 //              fn v_accum(row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>)
 //                  (rows past `last` are outside the split: read row `last` instead, p is 0)
@@ -78,7 +81,9 @@ var<workgroup> fin: array<f32, max(V_W, DIM)>;            // one vector through 
 var<workgroup> msm: array<vec4<f32>, SLICES>;
 var<workgroup> lsm: array<vec4<f32>, SLICES>;
 
-var<private> ro: array<vec4<f32>, R_CPL>;                 // ring splits' accumulator
+// The ring splits' accumulator, for a value codec whose space is not the output space (with
+// V_SPACE_OUT the ring's rows accumulate into the codec's own `vo`, lane for lane).
+var<private> ro: array<vec4<f32>, select(R_CPL, 1u, V_SPACE_OUT)>;
 
 // f16 rows (the residual ring; the f16 codec's segments): a lane reads channels
 // cg·R_CPL .. of head h of 8 rows whose first words are w0[j], from the ring (seg = false)
@@ -107,12 +112,19 @@ fn f16_score(seg: bool, w0: array<u32, 8>, cg: u32, h: u32) -> array<vec4<f32>, 
     return acc;
 }
 
+// Adds p·v of 8 f16 rows to the lane's channels: into the value codec's `vo` where its space
+// is the output space (V_SPACE_OUT: the f16 codec, KIVI, and the ring beside them), else `ro`.
 fn f16_accum(seg: bool, w0: array<u32, 8>, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
     let c0 = cg * R_CPL;
     for (var j = 0u; j < 8u; j++) {
         for (var i = 0u; i < R_CPL; i++) {
             let e = h * DIM + min(c0 + i, DIM - 1u);
-            ro[i] += p[j] * f16_elem(seg, false, w0[j], e);
+            let x = p[j] * f16_elem(seg, false, w0[j], e);
+            if (V_SPACE_OUT) {
+                vo[i] += x;
+            } else {
+                ro[i] += x;
+            }
         }
     }
 }
@@ -129,13 +141,13 @@ fn ring_rows(pos0: u32, last: u32, cap: u32) -> array<u32, 8> {
 }
 
 fn ring_reset() {
-    for (var i = 0u; i < R_CPL; i++) {
+    for (var i = 0u; i < select(R_CPL, 1u, V_SPACE_OUT); i++) {
         ro[i] = vec4<f32>(0.0);
     }
 }
 
 fn ring_scale(c: vec4<f32>) {
-    for (var i = 0u; i < R_CPL; i++) {
+    for (var i = 0u; i < select(R_CPL, 1u, V_SPACE_OUT); i++) {
         ro[i] *= c;
     }
 }
@@ -197,8 +209,11 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
 
     var m = vec4<f32>(NEG);
     var l = vec4<f32>(0.0);
-    v_reset();
-    ring_reset();
+    if (vring) {
+        ring_reset();
+    } else {
+        v_reset();
+    }
     let ntiles = (s1 - s0 + TILE - 1u) / TILE;
     let trips = (ntiles + SLICES - 1u) / SLICES;
     for (var it = 0u; it < trips; it++) {
@@ -208,17 +223,24 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         let lt0 = t0 + 8u * tg;
         // 1. Scores of the lane's 8 tokens: keys from the codec below qk, from the ring above
         // (a lane straddling qk computes both and picks per token).
+        // Ring rows are read only for tokens in [qk, T) (clamped below T: a slot past the
+        // window may hold anything; a side without a window binds a placeholder).
         var acc: array<vec4<f32>, 8>;
         let nk = u32(clamp(i32(A.qk) - i32(lt0), 0, 8));
+        let ring_k = lt0 + nk < A.t_total;
         if (nk == 8u) {
             acc = k_score(lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h);
         } else if (nk == 0u) {
-            acc = f16_score(false, ring_rows(lt0, s1 - 1u, A.ring_cap_k), cg, h);
+            if (ring_k) {
+                acc = f16_score(false, ring_rows(lt0, A.t_total - 1u, A.ring_cap_k), cg, h);
+            }
         } else {
-            let a = k_score(lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h);
-            let b = f16_score(false, ring_rows(lt0, s1 - 1u, A.ring_cap_k), cg, h);
-            for (var j = 0u; j < 8u; j++) {
-                acc[j] = select(b[j], a[j], j < nk);
+            acc = k_score(lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h);
+            if (ring_k) {
+                let b = f16_score(false, ring_rows(lt0, A.t_total - 1u, A.ring_cap_k), cg, h);
+                for (var j = nk; j < 8u; j++) {
+                    acc[j] = b[j];
+                }
             }
         }
         let sc = rs_cg(acc, lid, sgl);
@@ -244,10 +266,27 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         }
         // 4. Values: each lane gets the weights of its 8 tokens.
         let pj = gather8(p, lid, sgl);
+        // Values from the codec below qv, from the ring above: a ring split (a codec whose
+        // space is not the output space: splits are cut at qv), or per lane.
+        let nv = u32(clamp(i32(A.qv) - i32(lt0), 0, 8));
         if (vring) {
             f16_accum(false, ring_rows(lt0, s1 - 1u, A.ring_cap_v), cg, h, pj);
+        } else if (!V_SPACE_OUT || nv == 8u) {
+            v_accum(lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pj);
         } else {
-            v_accum(lt0 - A.tok0, s1 - 1u - A.tok0, cg, h, pj);
+            var pc: array<vec4<f32>, 8>;
+            var pr: array<vec4<f32>, 8>;
+            for (var j = 0u; j < 8u; j++) {
+                pc[j] = select(vec4<f32>(0.0), pj[j], j < nv);
+                pr[j] = select(pj[j], vec4<f32>(0.0), j < nv);
+            }
+            if (nv > 0u) {
+                v_accum(lt0 - A.tok0, A.qv - 1u - A.tok0, cg, h, pc);
+            }
+            // Only rows of ring tokens [qv, s1) are read (another slot may hold anything).
+            if (lt0 + nv < s1) {
+                f16_accum(false, ring_rows(lt0, s1 - 1u, A.ring_cap_v), cg, h, pr);
+            }
         }
     }
 
@@ -273,7 +312,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
     let f = exp2(m - mm);
     for (var turn = 0u; turn < 4u * SLICES; turn++) {
         if (turn == slice * 4u + tg) {
-            if (vring) {
+            if (vring && !V_SPACE_OUT) {
                 for (var i = 0u; i < R_CPL; i++) {
                     let c = cg * R_CPL + i;
                     if (c < DIM) {

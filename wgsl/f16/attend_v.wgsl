@@ -1,6 +1,6 @@
 // Attention hooks of the f16 codec, value side (wgsl/attend/attend_core.wgsl): rows of H·D
-// f16, stream `rows` of the value segment at word VP.rows, accumulated in the core's f16
-// accumulator (the output space: no finish). CPU twin: src/cpu/f16/attend.rs.
+// f16, stream `rows` of the value segment at word VP.rows, accumulated by the core's f16
+// reader into `vo` (the output space: no finish; the ring's rows join them). CPU twin: src/cpu/f16/attend.rs.
 
 // Keep in sync with `F16Uniform` in src/codecs/f16/mod.rs.
 struct VF16Params {
@@ -13,17 +13,24 @@ struct VF16Params {
 
 const V_W: u32 = ATT_DIM;
 const V_CPL: u32 = (ATT_DIM + 7u) / 8u;
+const V_SPACE_OUT: bool = true;
+
+var<private> vo: array<vec4<f32>, V_CPL>;
 
 fn v_reset() {
-    ring_reset();
+    for (var i = 0u; i < V_CPL; i++) {
+        vo[i] = vec4<f32>(0.0);
+    }
 }
 
 fn v_scale(c: vec4<f32>) {
-    ring_scale(c);
+    for (var i = 0u; i < V_CPL; i++) {
+        vo[i] *= c;
+    }
 }
 
 fn v_out(i: u32) -> vec4<f32> {
-    return ro[i];
+    return vo[i];
 }
 
 fn v_accum(row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>) {

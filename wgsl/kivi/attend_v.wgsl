@@ -20,6 +20,7 @@ struct VKiviParams {
 
 const V_W: u32 = ATT_DIM;
 const V_CPL: u32 = (ATT_DIM + 7u) / 8u;
+const V_SPACE_OUT: bool = true;
 const VB: u32 = ATT_VBITS;
 const VG: u32 = ATT_VGROUP;
 const VPW: u32 = 2u - ATT_VPARAMS_F16;
