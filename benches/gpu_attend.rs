@@ -6,6 +6,7 @@
 //! cargo bench --bench gpu_attend -- --quick      # small sizes (proves the code path, e.g. lavapipe)
 //! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --tokens T1,T2,...  --chunk N (tokens per
 //! flash-decoding chunk, a multiple of 32; default automatic)  --json PATH  --plot PATH
+//! --decode-only (no prefill-chunk and append arms: a quicker A/B of decode kernels)
 //! ```
 //!
 //! Arms, all interleaved within every round (each call submitted alone and waited for; the
@@ -68,6 +69,8 @@ struct Opts {
     warmup: usize,
     l2_bytes: u64,
     flush: bool,
+    /// `--decode-only`: decode attention and copies only.
+    decode_only: bool,
     /// `--chunk N`: tokens per flash-decoding chunk.
     chunk: Option<usize>,
     /// `--tokens 1024,4096`: overrides the T list.
@@ -96,6 +99,7 @@ fn parse_args() -> Result<Opts, String> {
         // H200: 60 MB of L2 (docs/GPU.md); 64 MiB errs on the safe side.
         l2_bytes: if quick { MIB } else { 64 * MIB },
         flush: true,
+        decode_only: false,
         tokens: None,
         chunk: None,
         json: None,
@@ -115,6 +119,7 @@ fn parse_args() -> Result<Opts, String> {
             "--warmup" => o.warmup = num("--warmup")? as usize,
             "--l2-mib" => o.l2_bytes = num("--l2-mib")?.max(1) * MIB,
             "--no-flush" => o.flush = false,
+            "--decode-only" => o.decode_only = true,
             "--json" => o.json = Some(it.next().ok_or("--json needs a path")?.into()),
             "--plot" => o.plot = Some(it.next().ok_or("--plot needs a path")?.into()),
             "--tokens" => {
@@ -536,6 +541,9 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     let started = Instant::now();
     let (adapter, device_type, cpu_adapter) = report::adapter(ctx);
     println!("gpu_attend: {adapter}");
+    if std::env::var("KVPACK_NO_UNROLL").is_ok_and(|v| v == "1") {
+        println!("  KVPACK_NO_UNROLL=1: marked WGSL loops stay loops");
+    }
     if cpu_adapter {
         println!("  NOTE: {CPU_ADAPTER_NOTE}");
     }
@@ -609,7 +617,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 attend_arms.push(twin);
             }
             // Prefill chunks at every T (quick: the smallest T).
-            let prefill = !o.quick || Some(&t) == tokens.iter().min();
+            let prefill = !o.decode_only && (!o.quick || Some(&t) == tokens.iter().min());
             if prefill && t >= TQ_PREFILL {
                 attend_arms.push(attend_arm(
                     ctx,
@@ -654,7 +662,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     }
     // Append arms: every method, recorded into the bench's encoder.
     let mut append_arms = Vec::new();
-    for &t in &tokens {
+    for &t in tokens.iter().filter(|_| !o.decode_only) {
         for m in methods {
             append_arms.push(append_arm(ctx, m, t, k, v)?);
         }

@@ -8,6 +8,7 @@ pub(crate) mod probe;
 pub mod registry;
 pub mod resolve;
 pub mod timing;
+pub mod unroll;
 
 use wgpu::util::DeviceExt;
 

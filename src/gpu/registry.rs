@@ -101,7 +101,13 @@ pub fn compose_wgsl(def: &KernelDef, path: KernelPath, spec: &Specialization) ->
         s.push('\n');
     }
     s.push_str(body);
-    s
+    // `// @unroll N` loops (src/gpu/unroll.rs); KVPACK_NO_UNROLL=1 keeps them loops (for
+    // measuring what unrolling buys).
+    if std::env::var("KVPACK_NO_UNROLL").is_ok_and(|v| v == "1") {
+        s
+    } else {
+        super::unroll::unroll(&s)
+    }
 }
 
 /// The MSL that is compiled for `def` with `spec` (also what the CPU emulator compiles).

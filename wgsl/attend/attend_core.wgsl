@@ -11,10 +11,13 @@
 //                  (rows past `last` are past the key side's Q: read row `last` instead)
 //   value codec (wgsl/<codec>/attend_v.wgsl)  const V_W: u32; const V_CPL: u32;
 //              const V_SPACE_OUT: bool (its space is the output space: V_W = D, lanes as the
-//              ring's, identity finish); var<private> vo: array<vec4<f32>, V_CPL> (its
-//              accumulator: with V_SPACE_OUT the ring's rows accumulate there too)
-//              fn v_reset(); fn v_scale(c: vec4<f32>); fn v_out(i: u32) -> vec4<f32>
-//              fn v_accum(row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>)
+//              ring's, identity finish: the ring's rows then join its accumulator);
+//              struct VState (its accumulator: a function variable of the core, passed by
+//              pointer, so that it lives in registers);
+//              fn v_reset(vs: ptr<function, VState>); fn v_scale(vs, c: vec4<f32>);
+//              fn v_out(vs, i: u32) -> vec4<f32>; fn v_add(vs, i: u32, x: vec4<f32>)
+//              (adds x to output channel cg·V_CPL + i: V_SPACE_OUT codecs only)
+//              fn v_accum(vs, row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>)
 //                  (rows past `last` are outside the split: read row `last` instead, p is 0)
 //              fn v_finish(lid: u32, h: u32)   fin[0..V_W] (normalized) → fin[0..D], in place
 //              its uniform at binding 2; vseg, vtab (declared here)
@@ -81,76 +84,103 @@ var<workgroup> fin: array<f32, max(V_W, DIM)>;            // one vector through 
 var<workgroup> msm: array<vec4<f32>, SLICES>;
 var<workgroup> lsm: array<vec4<f32>, SLICES>;
 
-// The ring splits' accumulator, for a value codec whose space is not the output space (with
-// V_SPACE_OUT the ring's rows accumulate into the codec's own `vo`, lane for lane).
-var<private> ro: array<vec4<f32>, select(R_CPL, 1u, V_SPACE_OUT)>;
 
 // f16 rows (the residual ring; the f16 codec's segments): a lane reads channels
-// cg·R_CPL .. of head h of 8 rows whose first words are w0[j], from the ring (seg = false)
-// or from the key / value segment (seg = true; a constant at every call site).
-fn f16_elem(seg: bool, keys: bool, w: u32, e: u32) -> f32 {
-    var word: u32;
+// cg·R_CPL .. cg·R_CPL + R_CPL − 1 of head h of a row whose first word is w, from the ring
+// (seg = false) or from the key / value segment (seg = true; a constant at every call site).
+// Where D and R_CPL are even the lane's channels are whole words (F16_PAIRS: one load per two
+// channels); otherwise one load per channel. Channels past D read channel D − 1 (their query
+// is 0; their output is never written). Everything is accumulated element by element into
+// its destination: a temporary array of the lane's channels would cost R_CPL vec4 registers.
+const F16_PAIRS: bool = DIM % 2u == 0u && R_CPL % 2u == 0u;
+const R_HALF: u32 = R_CPL / 2u;
+
+fn f16_word(seg: bool, keys: bool, at: u32) -> u32 {
+    // Branches, not `select` (which would load from both buffers).
     if (keys) {
-        word = select(ringk[w + (e >> 1u)], kseg[w + (e >> 1u)], seg);
-    } else {
-        word = select(ringv[w + (e >> 1u)], vseg[w + (e >> 1u)], seg);
-    }
-    return unpack2x16float(word)[e & 1u];
-}
-
-fn f16_score(seg: bool, w0: array<u32, 8>, cg: u32, h: u32) -> array<vec4<f32>, 8> {
-    var acc: array<vec4<f32>, 8>;
-    let c0 = cg * R_CPL;
-    for (var j = 0u; j < 8u; j++) {
-        var a = vec4<f32>(0.0);
-        for (var i = 0u; i < R_CPL; i++) {
-            let e = h * DIM + min(c0 + i, DIM - 1u);
-            a += qs[c0 + i] * f16_elem(seg, true, w0[j], e); // qs is 0 past D
+        if (seg) {
+            return kseg[at];
         }
-        acc[j] = a;
+        return ringk[at];
     }
-    return acc;
+    if (seg) {
+        return vseg[at];
+    }
+    return ringv[at];
 }
 
-// Adds p·v of 8 f16 rows to the lane's channels: into the value codec's `vo` where its space
-// is the output space (V_SPACE_OUT: the f16 codec, KIVI, and the ring beside them), else `ro`.
-fn f16_accum(seg: bool, w0: array<u32, 8>, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
+// Channels i, i + 1 of the lane's slice (F16_PAIRS), or channel i twice.
+fn f16_pair(seg: bool, keys: bool, w: u32, cg: u32, h: u32, i: u32) -> vec2<f32> {
+    let e = h * DIM + min(cg * R_CPL + i, DIM - 1u);
+    let x = unpack2x16float(f16_word(seg, keys, w + (e >> 1u)));
+    if (F16_PAIRS) {
+        return x;
+    }
+    return vec2<f32>(x[e & 1u]);
+}
+
+// The lane's part of the 4 vectors' scores of one row (qs holds the scaled queries).
+fn f16_dot(seg: bool, w: u32, cg: u32, h: u32) -> vec4<f32> {
     let c0 = cg * R_CPL;
-    for (var j = 0u; j < 8u; j++) {
+    var a = vec4<f32>(0.0);
+    if (F16_PAIRS) {
+        // @unroll 16
+        for (var i = 0u; i < R_HALF; i++) {
+            let x = f16_pair(seg, true, w, cg, h, 2u * i);
+            a += qs[c0 + 2u * i] * x.x + qs[c0 + 2u * i + 1u] * x.y;
+        }
+    } else {
+        // @unroll 32
         for (var i = 0u; i < R_CPL; i++) {
-            let e = h * DIM + min(c0 + i, DIM - 1u);
-            let x = p[j] * f16_elem(seg, false, w0[j], e);
-            if (V_SPACE_OUT) {
-                vo[i] += x;
-            } else {
-                ro[i] += x;
+            a += qs[c0 + i] * f16_pair(seg, true, w, cg, h, i).x; // qs is 0 past D
+        }
+    }
+    return a;
+}
+
+// The ring's rows of a lane's 8 tokens, weighted by p, into the value codec's accumulator
+// (V_SPACE_OUT: v_add) or `ro`.
+fn ring_accum(vs: ptr<function, VState>, ro: ptr<function, array<vec4<f32>, R_CPL>>, w0: array<u32, 8>, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
+    // @unroll 8
+    for (var j = 0u; j < 8u; j++) {
+        if (F16_PAIRS) {
+            // @unroll 16
+            for (var i = 0u; i < R_HALF; i++) {
+                let x = f16_pair(false, false, w0[j], cg, h, 2u * i);
+                if (V_SPACE_OUT) {
+                    v_add(vs, 2u * i, p[j] * x.x);
+                    v_add(vs, 2u * i + 1u, p[j] * x.y);
+                } else {
+                    (*ro)[2u * i] += p[j] * x.x;
+                    (*ro)[2u * i + 1u] += p[j] * x.y;
+                }
+            }
+        } else {
+            // @unroll 32
+            for (var i = 0u; i < R_CPL; i++) {
+                let x = p[j] * f16_pair(false, false, w0[j], cg, h, i).x;
+                if (V_SPACE_OUT) {
+                    v_add(vs, i, x);
+                } else {
+                    (*ro)[i] += x;
+                }
             }
         }
     }
 }
 
-// The first words of the rows of tokens pos0 .. pos0 + 7 in a ring of `cap` rows; tokens past
-// `last` read row `last` (outside the split: their weight is 0, and a slot past the window may
-// hold anything).
-fn ring_rows(pos0: u32, last: u32, cap: u32) -> array<u32, 8> {
+// The first words of the rows of tokens pos0 .. pos0 + 7 in a ring of `cap` rows, clamped to
+// [first, last] (the ring's tokens in the split): a token outside has weight 0 and its slot
+// may hold anything (an older token, or nothing ever written).
+fn ring_rows(pos0: u32, first: u32, last: u32, cap: u32) -> array<u32, 8> {
     var w: array<u32, 8>;
+    // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        w[j] = (min(pos0 + j, last) % cap) * A.row_words;
+        w[j] = (clamp(pos0 + j, first, last) % cap) * A.row_words;
     }
     return w;
 }
 
-fn ring_reset() {
-    for (var i = 0u; i < select(R_CPL, 1u, V_SPACE_OUT); i++) {
-        ro[i] = vec4<f32>(0.0);
-    }
-}
-
-fn ring_scale(c: vec4<f32>) {
-    for (var i = 0u; i < select(R_CPL, 1u, V_SPACE_OUT); i++) {
-        ro[i] *= c;
-    }
-}
 
 fn visible(pos: u32, p: u32) -> bool {
     if (pos > p) {
@@ -185,6 +215,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
     // The 4 query vectors, scaled by scale·log2(e); vectors past the call: zeros, never output.
     var live = vec4<bool>(false);
     var pv = vec4<u32>(0u);
+    // @unroll 4
     for (var i = 0u; i < 4u; i++) {
         let v = vb * 4u + i;
         live[i] = v < A.vec_total;
@@ -192,6 +223,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
     }
     for (var c = lid; c < 8u * R_CPL; c += WORKGROUP_SIZE) {
         var x = vec4<f32>(0.0);
+        // @unroll 4
         for (var i = 0u; i < 4u; i++) {
             let v = vb * 4u + i;
             if (v < A.vec_total && c < DIM) {
@@ -209,11 +241,11 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
 
     var m = vec4<f32>(NEG);
     var l = vec4<f32>(0.0);
-    if (vring) {
-        ring_reset();
-    } else {
-        v_reset();
-    }
+    // The value codec's accumulator and, for a ring split of a codec in a space of its own,
+    // the ring's (function variables: registers).
+    var vs: VState;
+    var ro: array<vec4<f32>, R_CPL>;
+    v_reset(&vs);
     let ntiles = (s1 - s0 + TILE - 1u) / TILE;
     let trips = (ntiles + SLICES - 1u) / SLICES;
     for (var it = 0u; it < trips; it++) {
@@ -227,26 +259,23 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         // window may hold anything; a side without a window binds a placeholder).
         var acc: array<vec4<f32>, 8>;
         let nk = u32(clamp(i32(A.qk) - i32(lt0), 0, 8));
-        let ring_k = lt0 + nk < A.t_total;
-        if (nk == 8u) {
+        if (nk > 0u) {
             acc = k_score(lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h);
-        } else if (nk == 0u) {
-            if (ring_k) {
-                acc = f16_score(false, ring_rows(lt0, A.t_total - 1u, A.ring_cap_k), cg, h);
-            }
-        } else {
-            acc = k_score(lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h);
-            if (ring_k) {
-                let b = f16_score(false, ring_rows(lt0, A.t_total - 1u, A.ring_cap_k), cg, h);
-                for (var j = nk; j < 8u; j++) {
-                    acc[j] = b[j];
-                }
+        }
+        if (nk < 8u && lt0 + nk < A.t_total) {
+            // Row by row into acc (a second array of 8 scores would cost 32 registers).
+            let last = A.t_total - 1u;
+            // @unroll 8
+            for (var j = 0u; j < 8u; j++) {
+                let w = (clamp(lt0 + j, A.qk, last) % A.ring_cap_k) * A.row_words;
+                acc[j] = select(acc[j], f16_dot(false, w, cg, h), j >= nk);
             }
         }
         let sc = rs_cg(acc, lid, sgl);
         // 2. Masks: lane holds token t0 + lane.
         let pos = t0 + lane;
         var vis = vec4<bool>(false);
+        // @unroll 4
         for (var i = 0u; i < 4u; i++) {
             vis[i] = live[i] && pos < s1 && visible(pos, pv[i]);
         }
@@ -258,34 +287,39 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         l = l * corr + p;
         m = m_new;
         if (any(corr != vec4<f32>(1.0))) {
-            if (vring) {
-                ring_scale(corr);
+            if (vring && !V_SPACE_OUT) {
+                // @unroll 32
+                for (var i = 0u; i < R_CPL; i++) {
+                    ro[i] *= corr;
+                }
             } else {
-                v_scale(corr);
+                v_scale(&vs, corr);
             }
         }
-        // 4. Values: each lane gets the weights of its 8 tokens.
-        let pj = gather8(p, lid, sgl);
-        // Values from the codec below qv, from the ring above: a ring split (a codec whose
-        // space is not the output space: splits are cut at qv), or per lane.
+        // 4. Values: each lane gets the weights of its 8 tokens. Values from the codec below
+        // qv, from the ring above: a ring split (a codec whose space is not the output space:
+        // splits are cut at qv), or per lane (a lane's weights gathered twice, masked to each
+        // side: two arrays of 8 weights alive at once would cost 32 more registers).
         let nv = u32(clamp(i32(A.qv) - i32(lt0), 0, 8));
         if (vring) {
-            f16_accum(false, ring_rows(lt0, s1 - 1u, A.ring_cap_v), cg, h, pj);
-        } else if (!V_SPACE_OUT || nv == 8u) {
-            v_accum(lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pj);
+            let rows = ring_rows(lt0, A.qv, s1 - 1u, A.ring_cap_v);
+            ring_accum(&vs, &ro, rows, cg, h, gather8(p, lid, sgl));
+        } else if (!V_SPACE_OUT) {
+            v_accum(&vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, gather8(p, lid, sgl));
         } else {
-            var pc: array<vec4<f32>, 8>;
-            var pr: array<vec4<f32>, 8>;
-            for (var j = 0u; j < 8u; j++) {
-                pc[j] = select(vec4<f32>(0.0), pj[j], j < nv);
-                pr[j] = select(pj[j], vec4<f32>(0.0), j < nv);
-            }
+            // Uniform per slice: every lane's token pos against qv (gather8 is a cross-lane step).
+            let below = pos < A.qv;
+            let pc = gather8(select(vec4<f32>(0.0), p, below), lid, sgl);
             if (nv > 0u) {
-                v_accum(lt0 - A.tok0, A.qv - 1u - A.tok0, cg, h, pc);
+                v_accum(&vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pc);
             }
-            // Only rows of ring tokens [qv, s1) are read (another slot may hold anything).
-            if (lt0 + nv < s1) {
-                f16_accum(false, ring_rows(lt0, s1 - 1u, A.ring_cap_v), cg, h, pr);
+            if (A.qv < s1) { // uniform: a cross-lane step follows
+                let pr = gather8(select(p, vec4<f32>(0.0), below), lid, sgl);
+                // Only rows of ring tokens [qv, s1) are read (another slot may hold anything).
+                if (lt0 + nv < s1) {
+                    let rows = ring_rows(lt0, A.qv, s1 - 1u, A.ring_cap_v);
+                    ring_accum(&vs, &ro, rows, cg, h, pr);
+                }
             }
         }
     }
@@ -313,6 +347,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
     for (var turn = 0u; turn < 4u * SLICES; turn++) {
         if (turn == slice * 4u + tg) {
             if (vring && !V_SPACE_OUT) {
+                // @unroll 32
                 for (var i = 0u; i < R_CPL; i++) {
                     let c = cg * R_CPL + i;
                     if (c < DIM) {
@@ -320,10 +355,11 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
                     }
                 }
             } else {
+                // @unroll 32
                 for (var i = 0u; i < V_CPL; i++) {
                     let c = cg * V_CPL + i;
                     if (c < V_W) {
-                        wsm[c] += v_out(i) * f;
+                        wsm[c] += v_out(&vs, i) * f;
                     }
                 }
             }
@@ -333,6 +369,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
 
     // 6. One vector's output directly (a single split: no merge), or the partial records.
     if (A.direct == 1u) {
+        // @unroll 4
         for (var i = 0u; i < 4u; i++) {
             let v = vb * 4u + i;
             let inv = select(0.0, 1.0 / ll[i], ll[i] > 0.0);
@@ -353,6 +390,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         }
         return;
     }
+    // @unroll 4
     for (var i = 0u; i < 4u; i++) {
         let v = vb * 4u + i;
         if (v < A.vec_total) {

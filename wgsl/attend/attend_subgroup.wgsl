@@ -17,6 +17,7 @@ fn rs_cg(acc: array<vec4<f32>, 8>, lid: u32, sgl: u32) -> vec4<f32> {
     let cg = lid & 7u;
     var b: array<vec4<f32>, 4>;
     let up4 = (cg & 4u) != 0u;
+    // @unroll 4
     for (var k = 0u; k < 4u; k++) {
         let send = select(acc[k + 4u], acc[k], up4);
         let keep = select(acc[k], acc[k + 4u], up4);
@@ -24,6 +25,7 @@ fn rs_cg(acc: array<vec4<f32>, 8>, lid: u32, sgl: u32) -> vec4<f32> {
     }
     var c: array<vec4<f32>, 2>;
     let up2 = (cg & 2u) != 0u;
+    // @unroll 2
     for (var k = 0u; k < 2u; k++) {
         let send = select(b[k + 2u], b[k], up2);
         let keep = select(b[k], b[k + 2u], up2);
@@ -67,6 +69,7 @@ fn slice_sum(x: vec4<f32>, lid: u32, sgl: u32) -> vec4<f32> {
 fn gather8(p: vec4<f32>, lid: u32, sgl: u32) -> array<vec4<f32>, 8> {
     var out: array<vec4<f32>, 8>;
     let base = sgl & ~7u;
+    // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         out[j] = subgroupShuffle(p, base + j);
     }

@@ -11,20 +11,24 @@ fn rs_cg(acc: array<vec4<f32>, 8>, lid: u32, sgl: u32) -> vec4<f32> {
     let cg = lid & 7u;
     var b: array<vec4<f32>, 4>;
     let up4 = (cg & 4u) != 0u;
+    // @unroll 4
     for (var k = 0u; k < 4u; k++) {
         wsm[lid * 4u + k] = select(acc[k + 4u], acc[k], up4);
     }
     workgroupBarrier();
+    // @unroll 4
     for (var k = 0u; k < 4u; k++) {
         b[k] = select(acc[k], acc[k + 4u], up4) + wsm[(lid ^ 4u) * 4u + k];
     }
     workgroupBarrier();
     var c: array<vec4<f32>, 2>;
     let up2 = (cg & 2u) != 0u;
+    // @unroll 2
     for (var k = 0u; k < 2u; k++) {
         wsm[lid * 4u + k] = select(b[k + 2u], b[k], up2);
     }
     workgroupBarrier();
+    // @unroll 2
     for (var k = 0u; k < 2u; k++) {
         c[k] = select(b[k], b[k + 2u], up2) + wsm[(lid ^ 2u) * 4u + k];
     }
@@ -63,6 +67,7 @@ fn gather8(p: vec4<f32>, lid: u32, sgl: u32) -> array<vec4<f32>, 8> {
     workgroupBarrier();
     var out: array<vec4<f32>, 8>;
     let base = lid & ~7u;
+    // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         out[j] = wsm[(base + j) * 4u];
     }

@@ -17,9 +17,10 @@ const K_PREP_W: u32 = 1u;
 fn k_prepare(lid: u32, h: u32) {}
 
 fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
-    var w: array<u32, 8>;
+    var acc: array<vec4<f32>, 8>;
+    // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        w[j] = KP.rows + min(row + j, last) * A.row_words;
+        acc[j] = f16_dot(true, KP.rows + min(row + j, last) * A.row_words, cg, h);
     }
-    return f16_score(true, w, cg, h);
+    return acc;
 }

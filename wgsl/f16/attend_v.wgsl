@@ -1,6 +1,6 @@
 // Attention hooks of the f16 codec, value side (wgsl/attend/attend_core.wgsl): rows of H·D
 // f16, stream `rows` of the value segment at word VP.rows, accumulated by the core's f16
-// reader into `vo` (the output space: no finish; the ring's rows join them). CPU twin: src/cpu/f16/attend.rs.
+// reader (the output space: no finish; the ring's rows join them). CPU twin: src/cpu/f16/attend.rs.
 
 // Keep in sync with `F16Uniform` in src/codecs/f16/mod.rs.
 struct VF16Params {
@@ -15,30 +15,50 @@ const V_W: u32 = ATT_DIM;
 const V_CPL: u32 = (ATT_DIM + 7u) / 8u;
 const V_SPACE_OUT: bool = true;
 
-var<private> vo: array<vec4<f32>, V_CPL>;
+struct VState {
+    o: array<vec4<f32>, V_CPL>,
+}
 
-fn v_reset() {
+fn v_reset(vs: ptr<function, VState>) {
+    // @unroll 32
     for (var i = 0u; i < V_CPL; i++) {
-        vo[i] = vec4<f32>(0.0);
+        (*vs).o[i] = vec4<f32>(0.0);
     }
 }
 
-fn v_scale(c: vec4<f32>) {
+fn v_scale(vs: ptr<function, VState>, c: vec4<f32>) {
+    // @unroll 32
     for (var i = 0u; i < V_CPL; i++) {
-        vo[i] *= c;
+        (*vs).o[i] *= c;
     }
 }
 
-fn v_out(i: u32) -> vec4<f32> {
-    return vo[i];
+fn v_out(vs: ptr<function, VState>, i: u32) -> vec4<f32> {
+    return (*vs).o[i];
 }
 
-fn v_accum(row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
-    var w: array<u32, 8>;
+fn v_add(vs: ptr<function, VState>, i: u32, x: vec4<f32>) {
+    (*vs).o[i] += x;
+}
+
+fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
+    // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        w[j] = VP.rows + min(row + j, last) * A.row_words;
+        let w = VP.rows + min(row + j, last) * A.row_words;
+        if (F16_PAIRS) {
+            // @unroll 16
+            for (var i = 0u; i < R_HALF; i++) {
+                let x = f16_pair(true, false, w, cg, h, 2u * i);
+                (*vs).o[2u * i] += p[j] * x.x;
+                (*vs).o[2u * i + 1u] += p[j] * x.y;
+            }
+        } else {
+            // @unroll 32
+            for (var i = 0u; i < V_CPL; i++) {
+                (*vs).o[i] += p[j] * f16_pair(true, false, w, cg, h, i).x;
+            }
+        }
     }
-    f16_accum(true, w, cg, h, p);
 }
 
 fn v_finish(lid: u32, h: u32) {}

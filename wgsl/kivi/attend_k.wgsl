@@ -71,6 +71,7 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
         let blk = row / KG;
         let bit0 = (row % KG) * KB; // the lane's 8 codes of a channel: bits bit0 .. bit0 + 8·b
         var bias = vec4<f32>(0.0);
+        // @unroll 32
         for (var i = 0u; i < R_CPL; i++) {
             let c = cg * R_CPL + i;
             let gi = (blk * A.hkv + h) * DIM + min(c, DIM - 1u);
@@ -82,25 +83,30 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
             if (KB == 8u) {
                 let w0 = kseg[w];
                 let w1 = kseg[w + 1u];
+                // @unroll 4
                 for (var j = 0u; j < 4u; j++) {
                     acc[j] += qa * kivi_kx(w0, j);
                     acc[j + 4u] += qa * kivi_kx(w1, j);
                 }
             } else {
                 let bits = kseg[w] >> (bit0 & 31u);
+                // @unroll 8
                 for (var j = 0u; j < 8u; j++) {
                     acc[j] += qa * kivi_kx(bits, j);
                 }
             }
         }
+        // @unroll 8
         for (var j = 0u; j < 8u; j++) {
             acc[j] += bias;
         }
         return acc;
     }
+    // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         let r = min(row + j, last);
         let blk = r / KG;
+        // @unroll 32
         for (var i = 0u; i < R_CPL; i++) {
             let c = cg * R_CPL + i;
             let gi = (blk * A.hkv + h) * DIM + min(c, DIM - 1u);

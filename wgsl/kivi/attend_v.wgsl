@@ -35,9 +35,14 @@ const V_WHOLE: bool = V_POW2 && VG % V_CPL == 0u && V_LANE_BITS % 32u == 0u;
 const V_PART: bool = V_POW2 && VG % V_CPL == 0u && 32u % V_LANE_BITS == 0u;
 const V_FAST: bool = V_WHOLE || V_PART;
 const V_WORDS: u32 = max(V_LANE_BITS / 32u, 1u);
+// Codes per word.
+const V_PER_WORD: u32 = 32u / VB;
 
-var<private> vo: array<vec4<f32>, V_CPL>;
-var<private> vbias: vec4<f32>;
+// The lane's accumulator: p·a·x per channel, and the p·β of its group (added in v_out).
+struct VState {
+    o: array<vec4<f32>, V_CPL>,
+    bias: vec4<f32>,
+}
 
 fn kivi_v_pair(gi: u32) -> vec2<f32> {
     if (ATT_VPARAMS_F16 == 1u) {
@@ -69,60 +74,73 @@ fn kivi_v_code(base: u32, i: u32) -> u32 {
     return v & V_MASK;
 }
 
-fn v_reset() {
+fn v_reset(vs: ptr<function, VState>) {
+    // @unroll 32
     for (var i = 0u; i < V_CPL; i++) {
-        vo[i] = vec4<f32>(0.0);
+        (*vs).o[i] = vec4<f32>(0.0);
     }
-    vbias = vec4<f32>(0.0);
+    (*vs).bias = vec4<f32>(0.0);
 }
 
-fn v_scale(c: vec4<f32>) {
+fn v_scale(vs: ptr<function, VState>, c: vec4<f32>) {
+    // @unroll 32
     for (var i = 0u; i < V_CPL; i++) {
-        vo[i] *= c;
+        (*vs).o[i] *= c;
     }
-    vbias *= c;
+    (*vs).bias *= c;
 }
 
-fn v_out(i: u32) -> vec4<f32> {
-    return vo[i] + vbias;
+fn v_out(vs: ptr<function, VState>, i: u32) -> vec4<f32> {
+    return (*vs).o[i] + (*vs).bias;
 }
 
-fn v_accum(row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
+fn v_add(vs: ptr<function, VState>, i: u32, x: vec4<f32>) {
+    (*vs).o[i] += x;
+}
+
+fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
     let c0 = cg * V_CPL;
     if (V_FAST) {
         let g = c0 / VG; // the lane's one group
         let bit0 = (c0 - g * VG) * VB;
+        // @unroll 8
         for (var j = 0u; j < 8u; j++) {
             let rb = min(row + j, last) * A.hkv + h;
             let pr = kivi_v_pair(rb * VNG + min(g, VNG - 1u));
             let a = pr.x * f32(1u << VB);
             let wa = p[j] * a;
-            vbias += p[j] * (pr.y - a);
+            (*vs).bias += p[j] * (pr.y - a);
             let w = VP.codes + rb * VRW + g * VGW + (bit0 >> 5u);
             if (V_WHOLE) {
+                // @unroll 8
                 for (var k = 0u; k < V_WORDS; k++) {
                     let word = vseg[w + k];
-                    for (var i = 0u; i < 32u / VB; i++) {
-                        vo[k * (32u / VB) + i] += wa * kivi_vx(word, i * VB);
+                    // @unroll 32
+                    for (var i = 0u; i < V_PER_WORD; i++) {
+                        // (the clamp only matters in configurations where this branch is dead)
+                        (*vs).o[min(k * V_PER_WORD + i, V_CPL - 1u)] += wa * kivi_vx(word, i * VB);
                     }
                 }
             } else {
                 let word = vseg[w] >> (bit0 & 31u);
+                // @unroll 32
                 for (var i = 0u; i < V_CPL; i++) {
-                    vo[i] += wa * kivi_vx(word, i * VB);
+                    (*vs).o[i] += wa * kivi_vx(word, i * VB);
                 }
             }
         }
         return;
     }
+    // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         let rb = min(row + j, last) * A.hkv + h;
+        // @unroll 32
         for (var i = 0u; i < V_CPL; i++) {
             let c = min(c0 + i, ATT_DIM - 1u);
             let g = c / VG;
             let pr = kivi_v_pair(rb * VNG + g);
             let code = kivi_v_code(VP.codes + rb * VRW + g * VGW, c - g * VG);
-            vo[i] += p[j] * kivi_reconstruct(code, pr.x, pr.y);
+            (*vs).o[i] += p[j] * kivi_reconstruct(code, pr.x, pr.y);
         }
     }
 }
