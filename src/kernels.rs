@@ -25,6 +25,7 @@ pub fn all() -> Vec<&'static KernelDef> {
     for k in attend_hooks() {
         for v in attend_hooks() {
             out.push(kernel::partials(k, v));
+            out.push(kernel::prefill(k, v));
             out.push(kernel::merge(k, v));
         }
     }

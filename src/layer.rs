@@ -191,6 +191,14 @@ impl Layer {
         })
     }
 
+    /// Whether either side can hold rows in a residual ring (`R + G − 1 > 0`; fixed for the
+    /// layer's life).
+    pub fn has_ring(&self) -> bool {
+        self.codecs
+            .iter()
+            .any(|c| self.residual + c.block_tokens() > 1)
+    }
+
     /// A KIVI layer (both sides) with `cfg`.
     pub fn kivi(
         ctx: &Context,
@@ -373,6 +381,8 @@ impl Layer {
             row_words: self.g.row_words(),
             value_dim: self.codecs[1].value_dim(),
             value_space_out: self.codecs[1].attend_value_space_out(),
+            key_prep: self.codecs[0].attend_prep_width() > 0,
+            ring: self.has_ring(),
         };
         ([side(0), side(1)], shape)
     }
@@ -659,6 +669,7 @@ impl KvLayer for Layer {
         let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
         Ok(vec![
             (attention::kernel::partials(kh, vh).name, paths.partials),
+            (attention::kernel::prefill(kh, vh).name, paths.prefill),
             (attention::kernel::merge(kh, vh).name, paths.merge),
         ])
     }

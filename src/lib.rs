@@ -40,7 +40,7 @@ pub mod model;
 pub mod path;
 pub mod store;
 
-pub use attention::AttendOptions;
+pub use attention::{AttendKernel, AttendOptions};
 pub use bitpack::{BitPacker, packed_words};
 pub use cache::Cache;
 pub use codecs::kivi::{KiviConfig, ParamStorage};

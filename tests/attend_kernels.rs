@@ -1,4 +1,5 @@
-//! The attention kernels one by one (`attend_<k>_<v>`, `attend_merge_<k>_<v>`), on every path
+//! The attention kernels one by one (`attend_<k>_<v>`, `attend_prefill_<k>_<v>`,
+//! `attend_merge_<k>_<v>`), on every path
 //! including the MSL emulator: a layer is built on the CPU, its stored words (a snapshot) are
 //! laid out as the GPU store lays them out — each side's streams in one segment buffer per
 //! segment index (a small segment size splits the cache into several), each side's residual in
@@ -16,9 +17,10 @@ use kvpack::attention::plan::{CacheShape, Call, plan};
 use kvpack::codec::Codec;
 use kvpack::cpu::attend::attend_exact;
 use kvpack::store::{Side, SideWords, Snapshot};
-use kvpack::{AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
+use kvpack::{AttendKernel, AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
 use rand::Rng;
 
+#[derive(Clone, Copy)]
 struct Case {
     what: &'static str,
     method: &'static str,
@@ -236,6 +238,8 @@ fn on_target(
         row_words: row.div_ceil(2),
         value_dim: v.value_dim(),
         value_space_out: v.attend_value_space_out(),
+        key_prep: k.attend_prep_width() > 0,
+        ring: layer.has_ring(),
     };
     let call = Call {
         tq: c.tq,
@@ -245,12 +249,13 @@ fn on_target(
         tokens: c.t,
         opts: c.opts,
     };
-    let p = plan(&call, &shape, c.target, 1 << 30).expect("plan");
+    let prefill = call.prefill(&shape, 1 << 16).expect("kernel choice");
+    let p = plan(&call, &shape, c.target, 1 << 30, prefill).expect("plan");
     let wide = match t {
         Target::Wgsl(ctx, _) => kvpack::attention::gpu::wide_subgroups(ctx),
         _ => true, // MSL: SIMD groups of 32
     };
-    let (dispatches, merge) = dispatch_plans(&call, &p, k, v, wide);
+    let (dispatches, merge) = dispatch_plans(&call, &p, k, v, wide, layer.has_ring());
     let (ks, vs) = (
         segments(k, &snap.keys, c.seg_tokens),
         segments(v, &snap.values, c.seg_tokens),
@@ -338,23 +343,31 @@ fn attend_kernels_match_reference(t: &Target) {
             continue;
         }
         let snap = layer.snapshot().expect("snapshot");
-        let (out, dispatches, direct) = on_target(t, &c, &layer, &snap, &q);
-        let err = rel_l2_rows(&out, &reference, c.d);
-        eprintln!(
-            "attend_kernels[{}] {} ({}): Qk={} Qv={} {dispatches} dispatches, direct {direct}: worst row rel L2 {err:e}",
-            t.name(),
-            c.what,
-            c.method,
-            snap.keys.quantized,
-            snap.values.quantized
-        );
-        assert!(
-            err <= 1e-4,
-            "{} {} ({}): worst row rel L2 {err:e} against the reference",
-            t.name(),
-            c.what,
-            c.method
-        );
+        // Every case on both kernels (the prefill kernel also at Tq = 1: windows, rings,
+        // widths and segments are its as much as the decode kernel's).
+        for kernel in [AttendKernel::Decode, AttendKernel::Prefill] {
+            let c = Case {
+                opts: AttendOptions { kernel, ..c.opts },
+                ..c
+            };
+            let (out, dispatches, direct) = on_target(t, &c, &layer, &snap, &q);
+            let err = rel_l2_rows(&out, &reference, c.d);
+            eprintln!(
+                "attend_kernels[{}] {} ({}, {kernel:?}): Qk={} Qv={} {dispatches} dispatches, direct {direct}: worst row rel L2 {err:e}",
+                t.name(),
+                c.what,
+                c.method,
+                snap.keys.quantized,
+                snap.values.quantized
+            );
+            assert!(
+                err <= 1e-4,
+                "{} {} ({}, {kernel:?}): worst row rel L2 {err:e} against the reference",
+                t.name(),
+                c.what,
+                c.method
+            );
+        }
     }
 }
 parity_tests!(attend_kernels_match_reference, msl);

@@ -90,3 +90,14 @@ static inline void k_score(constant AttendParams& A, constant KParams& KP, devic
         }
     }
 }
+
+// k̂ of channel c of segment row `row` (clamped to `last`) of head h, as the CPU reference
+// reconstructs it (the prefill kernel). Twin of wgsl/kivi/attend_k.wgsl's k_value.
+static inline float k_value(constant AttendParams& A, constant KParams& KP, device const uint* kseg,
+                            uint row, uint last, uint c, uint h) {
+    const uint r = min(row, last);
+    const uint gi = ((r / KIVI_KG) * A.hkv + h) * ATTEND_DIM + c;
+    const float2 pr = kivi_k_pair(KP, kseg, gi);
+    const uint code = kivi_get_code(kseg, KP.codes + gi * KIVI_KGW, r % KIVI_KG, KIVI_KB);
+    return kivi_reconstruct(code, pr.x, pr.y);
+}

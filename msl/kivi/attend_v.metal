@@ -107,6 +107,17 @@ static inline void v_accum(constant AttendParams& A, constant VParams& VP, devic
     }
 }
 
+// v̂ of channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
+// Twin of wgsl/kivi/attend_v.wgsl's v_value.
+static inline float v_value(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
+                            uint row, uint last, uint c, uint h) {
+    const uint rb = min(row, last) * A.hkv + h;
+    const uint g = c / KIVI_VG;
+    const float2 pr = kivi_v_pair(VP, vseg, rb * KIVI_VNG + g);
+    const uint code = kivi_get_code(vseg, VP.codes + rb * KIVI_VRW + g * KIVI_VGW, c - g * KIVI_VG, KIVI_VB);
+    return kivi_reconstruct(code, pr.x, pr.y);
+}
+
 template <typename Sh>
 static inline void v_finish(constant AttendParams& A, constant VParams& VP, device const uint* vtab,
                             threadgroup Sh& S, uint lid, uint h) {}

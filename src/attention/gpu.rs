@@ -24,6 +24,8 @@ pub struct SideBuffers<'a> {
 pub struct AttendPaths {
     /// The partials kernel `attend_<k>_<v>`.
     pub partials: KernelPath,
+    /// The prefill kernel `attend_prefill_<k>_<v>`.
+    pub prefill: KernelPath,
     /// The merge kernel `attend_merge_<k>_<v>`.
     pub merge: KernelPath,
 }
@@ -39,6 +41,7 @@ impl AttendPaths {
         let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
         Ok(Self {
             partials: ctx.resolve(kernel::partials(kh, vh), choice)?,
+            prefill: ctx.resolve(kernel::prefill(kh, vh), choice)?,
             merge: ctx.resolve(kernel::merge(kh, vh), choice)?,
         })
     }
@@ -58,10 +61,12 @@ pub fn specialization(
     k: &dyn Codec,
     v: &dyn Codec,
     wide: bool,
+    ring: bool,
 ) -> registry::Specialization {
     let mut spec = vec![
         ("ATT_DIM", call.dim as u32),
         ("ATT_SG_WIDE", u32::from(wide)),
+        ("ATT_RING", u32::from(ring)),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {
@@ -71,23 +76,21 @@ pub fn specialization(
     registry::Specialization(spec)
 }
 
-/// Plans a call on `ctx`'s device.
+/// Plans a call on `ctx`'s device (the decode or the prefill kernel: [`Call::prefill`]).
 pub fn plan_for(ctx: &Context, call: &Call, shape: &CacheShape, k: &dyn Codec) -> Result<Plan> {
-    let need = plan::workgroup_bytes(call.dim, k.attend_prep_width(), shape.value_dim);
     let limit = ctx.max_workgroup_storage_size() as usize;
-    if need > limit {
+    let prefill = call.prefill(shape, limit)?;
+    let need = plan::workgroup_bytes(call.dim, k.attend_prep_width(), shape.value_dim);
+    if !prefill && need > limit {
         return Err(Error::Limit {
             what: "attention workgroup storage",
             needed: need as u64,
             limit: limit as u64,
         });
     }
-    plan::plan(
-        call,
-        shape,
-        plan::split_target(ctx.adapter_info()),
-        ctx.max_storage_binding_size(),
-    )
+    // The prefill kernel holds fewer registers: more of its workgroups fit a device.
+    let target = plan::split_target(ctx.adapter_info()) * if prefill { 2 } else { 1 };
+    plan::plan(call, shape, target, ctx.max_storage_binding_size(), prefill)
 }
 
 /// Records one call: `q` `[Tq, Hq, D]` f32 → `out` `[Tq, Hq, D]` f32 (device buffers).
@@ -110,7 +113,7 @@ pub fn encode<'a>(
     let (k, v) = (ks.codec, vs.codec);
     let paths = AttendPaths::resolve(ctx, k, v, choice)?;
     let plan = plan_for(ctx, call, shape, k)?;
-    let (dispatches, merge) = dispatch_plans(call, &plan, k, v, wide_subgroups(ctx));
+    let (dispatches, merge) = dispatch_plans(call, &plan, k, v, wide_subgroups(ctx), shape.ring);
     let partials = match plan.merge {
         Some(_) => Some(gpu::storage_buffer(
             ctx,
@@ -149,7 +152,11 @@ pub fn encode<'a>(
                 .map_or(Bind::from(placeholder), |r| Bind::from(r.tables))
         };
         items.push((
-            paths.partials,
+            if plan.prefill {
+                paths.prefill
+            } else {
+                paths.partials
+            },
             dp,
             vec![
                 Bind::from(ku),
@@ -197,14 +204,20 @@ pub fn dispatch_plans(
     k: &dyn Codec,
     v: &dyn Codec,
     wide: bool,
+    ring: bool,
 ) -> (Vec<DispatchPlan>, Option<DispatchPlan>) {
-    let spec = specialization(call, k, v, wide);
+    let spec = specialization(call, k, v, wide, ring);
     let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
+    let def = if plan.prefill {
+        kernel::prefill(kh, vh)
+    } else {
+        kernel::partials(kh, vh)
+    };
     let partials = plan
         .dispatches
         .iter()
         .map(|d| DispatchPlan {
-            kernel: kernel::partials(kh, vh),
+            kernel: def,
             spec: spec.clone(),
             uniform: bytemuck::bytes_of(&d.params).to_vec(),
             workgroups: d.workgroups,

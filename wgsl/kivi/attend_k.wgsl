@@ -71,10 +71,10 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
         let blk = row / KG;
         let bit0 = (row % KG) * KB; // the lane's 8 codes of a channel: bits bit0 .. bit0 + 8·b
         var bias = vec4<f32>(0.0);
-        // @unroll 32
+        // @unroll 32 kch
         for (var i = 0u; i < R_CPL; i++) {
             let c = cg * R_CPL + i;
-            let gi = (blk * A.hkv + h) * DIM + min(c, DIM - 1u);
+            let gi = (blk * A.hkv + h) * DIM + lane_channel(cg, i);
             let pr = kivi_k_pair(gi);
             let a = pr.x * f32(1u << KB);
             let qa = qs[c] * a; // qs is 0 past D
@@ -109,11 +109,20 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
         // @unroll 32
         for (var i = 0u; i < R_CPL; i++) {
             let c = cg * R_CPL + i;
-            let gi = (blk * A.hkv + h) * DIM + min(c, DIM - 1u);
+            let gi = (blk * A.hkv + h) * DIM + lane_channel(cg, i);
             let pr = kivi_k_pair(gi);
             let code = kivi_k_code(KP.codes + gi * KGW, r % KG);
             acc[j] += qs[c] * kivi_reconstruct(code, pr.x, pr.y);
         }
     }
     return acc;
+}
+
+// k̂ of channel c of segment row `row` (clamped to `last`) of head h, as the CPU reference
+// reconstructs it (the prefill kernel reads keys element by element).
+fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
+    let r = min(row, last);
+    let gi = ((r / KG) * A.hkv + h) * DIM + c;
+    let pr = kivi_k_pair(gi);
+    return kivi_reconstruct(kivi_k_code(KP.codes + gi * KGW, r % KG), pr.x, pr.y);
 }

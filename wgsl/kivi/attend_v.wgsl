@@ -103,7 +103,7 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
     if (V_FAST) {
         let g = c0 / VG; // the lane's one group
         let bit0 = (c0 - g * VG) * VB;
-        // @unroll 8
+        // @unroll 8 vrow
         for (var j = 0u; j < 8u; j++) {
             let rb = min(row + j, last) * A.hkv + h;
             let pr = kivi_v_pair(rb * VNG + min(g, VNG - 1u));
@@ -143,6 +143,14 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
             (*vs).o[i] += p[j] * kivi_reconstruct(code, pr.x, pr.y);
         }
     }
+}
+
+// v̂ of channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
+fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
+    let rb = min(row, last) * A.hkv + h;
+    let g = c / VG;
+    let pr = kivi_v_pair(rb * VNG + g);
+    return kivi_reconstruct(kivi_v_code(VP.codes + rb * VRW + g * VGW, c - g * VG), pr.x, pr.y);
 }
 
 fn v_finish(lid: u32, h: u32) {}
