@@ -1,9 +1,10 @@
-//! The CPU f32 forward pass of a llama-architecture model, with attention through kvpack's
+//! The CPU f32 forward pass of a llama-family model (llama, qwen2), with attention through kvpack's
 //! cache: every layer's K and V go into a [`KvLayer`] (f16, KIVI, ... on any path), and the
 //! layer's attention output comes from [`KvLayer::attend`] on what that cache stores.
 //!
-//! Per token (or per chunk of tokens): embedding → for each block: RMSNorm, q/k/v projections,
-//! RoPE, append k and v to the layer's cache, attention of q over the cache, output projection,
+//! Per token (or per chunk of tokens): embedding → for each block: RMSNorm, q/k/v projections
+//! (plus their biases when [`Config::qkv_bias`]), RoPE (on the pairs [`Config::rope_pairing`]
+//! names), append k and v to the layer's cache, attention of q over the cache, output projection,
 //! residual, RMSNorm, SwiGLU FFN (`w2 (silu(w1 x) ⊙ w3 x)`), residual → final RMSNorm →
 //! logits. Matrix products run on all cores (rayon) once they are large enough to pay for it.
 
@@ -28,6 +29,21 @@ pub struct Session {
     opts: AttendOptions,
     pos: usize,
     failed: bool,
+    capture: Option<QkvCapture>,
+}
+
+/// The post-RoPE queries and keys, and the values, that every layer computed for the tokens fed
+/// while [`Session::capture_qkv`] was on (what the caches were given, before any rounding).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QkvCapture {
+    /// Tokens recorded.
+    pub tokens: usize,
+    /// Per layer, `[tokens, heads, head_dim]`.
+    pub q: Vec<Vec<f32>>,
+    /// Per layer, `[tokens, kv_heads, head_dim]`.
+    pub k: Vec<Vec<f32>>,
+    /// Per layer, `[tokens, kv_heads, head_dim]`.
+    pub v: Vec<Vec<f32>>,
 }
 
 impl Session {
@@ -51,7 +67,27 @@ impl Session {
             opts: AttendOptions::default(),
             pos: 0,
             failed: false,
+            capture: None,
         })
+    }
+
+    /// Starts (`true`) or stops (`false`) recording every layer's post-RoPE q, k and v of the
+    /// tokens fed from now on; starting again discards what was recorded.
+    pub fn capture_qkv(&mut self, on: bool) {
+        self.capture = on.then(|| {
+            let l = self.weights.config.layers;
+            QkvCapture {
+                tokens: 0,
+                q: vec![Vec::new(); l],
+                k: vec![Vec::new(); l],
+                v: vec![Vec::new(); l],
+            }
+        });
+    }
+
+    /// What was recorded since [`Session::capture_qkv`]`(true)` (recording stops).
+    pub fn take_qkv(&mut self) -> Option<QkvCapture> {
+        self.capture.take()
     }
 
     /// Attention options for every layer (sliding window, sinks, ...; default: full causal).
@@ -195,13 +231,23 @@ impl Session {
         }
         let rope = Rope::new(c, self.pos, t);
         let mut xb = vec![0f32; t * dim];
-        for (lw, cache) in w.layers.iter().zip(self.caches.iter_mut()) {
+        for (l, (lw, cache)) in w.layers.iter().zip(self.caches.iter_mut()).enumerate() {
             rmsnorm(&mut xb, &x, &lw.attn_norm, c.norm_eps);
             let mut q = matmul(&xb, t, dim, &lw.wq, c.q_dim());
             let mut k = matmul(&xb, t, dim, &lw.wk, c.kv_dim());
-            let v = matmul(&xb, t, dim, &lw.wv, c.kv_dim());
+            let mut v = matmul(&xb, t, dim, &lw.wv, c.kv_dim());
+            if c.qkv_bias {
+                add_bias(&mut q, &lw.bq);
+                add_bias(&mut k, &lw.bk);
+                add_bias(&mut v, &lw.bv);
+            }
             rope.apply(&mut q, c.heads);
             rope.apply(&mut k, c.kv_heads);
+            if let Some(cap) = &mut self.capture {
+                cap.q[l].extend_from_slice(&q);
+                cap.k[l].extend_from_slice(&k);
+                cap.v[l].extend_from_slice(&v);
+            }
             cache.append(Input::F32(&k), Input::F32(&v))?;
             let att = cache.attend(&q, c.heads, &self.opts)?;
             let o = matmul(&att, t, c.q_dim(), &lw.wo, dim);
@@ -215,6 +261,9 @@ impl Session {
             }
             let f = matmul(&h1, t, c.hidden, &lw.w2, dim);
             add_into(&mut x, &f);
+        }
+        if let Some(cap) = &mut self.capture {
+            cap.tokens += t;
         }
         let rows = if all_logits { t } else { 1 };
         let last = &x[(t - rows) * dim..];
@@ -299,6 +348,13 @@ fn rmsnorm(out: &mut [f32], x: &[f32], g: &[f32], eps: f32) {
         for ((o, &v), &g) in o.iter_mut().zip(xr).zip(g) {
             *o = g * (s * v);
         }
+    }
+}
+
+/// Adds `b` to every row of `x` (rows of `b.len()`).
+fn add_bias(x: &mut [f32], b: &[f32]) {
+    for row in x.chunks_exact_mut(b.len()) {
+        add_into(row, b);
     }
 }
 
