@@ -57,7 +57,9 @@ fn ok(out: &Output) -> Value {
 fn tensor(path: &Path, name: &str) -> (Dtype, Vec<usize>, Vec<f32>) {
     let bytes = std::fs::read(path).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} in {}", path.display()));
+    let t = st
+        .tensor(name)
+        .unwrap_or_else(|_| panic!("{name} in {}", path.display()));
     let values = match t.dtype() {
         Dtype::F16 => t
             .data()
@@ -81,7 +83,11 @@ fn tensor(path: &Path, name: &str) -> (Dtype, Vec<usize>, Vec<f32>) {
 
 fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len());
-    let num: f64 = a.iter().zip(b).map(|(&x, &y)| (x as f64 - y as f64).powi(2)).sum();
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum();
     let den: f64 = b.iter().map(|&y| (y as f64).powi(2)).sum();
     (num / den).sqrt()
 }
@@ -250,7 +256,13 @@ fn dump_kv_bad_arguments() {
     std::fs::write(&text, "hello").unwrap();
     let o = out.join("o.safetensors");
     let e = failing(&[
-        "dump-kv", "--model", "no-such-model", "--text", s(&text), "--out", s(&o),
+        "dump-kv",
+        "--model",
+        "no-such-model",
+        "--text",
+        s(&text),
+        "--out",
+        s(&o),
     ]);
     assert!(e.contains("qwen2.5-coder-0.5b"), "{e}");
     let e = failing(&[
@@ -274,10 +286,26 @@ fn dump_kv_bad_arguments() {
     ]);
     assert!(e.contains("does not exist"), "{e}");
     failing(&[
-        "dump-kv", "--model", "smollm2", "--text", s(&text), "--out", s(&o), "--chunk", "0",
+        "dump-kv",
+        "--model",
+        "smollm2",
+        "--text",
+        s(&text),
+        "--out",
+        s(&o),
+        "--chunk",
+        "0",
     ]);
     failing(&[
-        "dump-kv", "--model", "smollm2", "--text", s(&text), "--out", s(&o), "--dtype", "bf16",
+        "dump-kv",
+        "--model",
+        "smollm2",
+        "--text",
+        s(&text),
+        "--out",
+        s(&o),
+        "--dtype",
+        "bf16",
     ]);
     assert!(!o.exists());
     let _ = std::fs::remove_dir_all(&out);

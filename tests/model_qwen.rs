@@ -262,8 +262,10 @@ fn lse(logits: &[f32]) -> f64 {
     logits[0] as f64 - log_softmax_at(logits, 0)
 }
 
-/// Checks a text's perplexity and last logits against the numpy reference (`rel` relative
-/// tolerance on perplexity, `abs` on the 16 largest last logits); returns the perplexity.
+/// Checks a text's ids, perplexity and last logits against the numpy reference (`rel` relative
+/// tolerance on perplexity, `abs` on the 16 largest last logits and the log-sum-exp), printing
+/// them with the time taken.
+#[allow(clippy::too_many_arguments)]
 fn check_against_reference(
     m: &Model,
     name: &str,
@@ -286,7 +288,10 @@ fn check_against_reference(
     let ref_ppl = r["perplexity"].as_f64().unwrap();
     let mut max_diff = 0f64;
     for pair in r["last_top"].as_array().unwrap() {
-        let (id, logit) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap());
+        let (id, logit) = (
+            pair[0].as_u64().unwrap() as usize,
+            pair[1].as_f64().unwrap(),
+        );
         max_diff = max_diff.max((last[id] as f64 - logit).abs());
     }
     let top = r["last_top"][0][0].as_u64().unwrap() as u32;
@@ -307,8 +312,14 @@ fn check_against_reference(
         rel * 100.0
     );
     assert_eq!(model::forward::argmax(last), top, "{name}: last argmax");
-    assert!(max_diff <= abs, "{name}: last logits differ by {max_diff:.4} > {abs}");
-    assert!(lse_diff <= abs, "{name}: last logsumexp differs by {lse_diff:.4}");
+    assert!(
+        max_diff <= abs,
+        "{name}: last logits differ by {max_diff:.4} > {abs}"
+    );
+    assert!(
+        lse_diff <= abs,
+        "{name}: last logsumexp differs by {lse_diff:.4}"
+    );
 }
 
 /// Teacher-forced perplexity from all-position logits `[ids.len(), vocab]`.
@@ -363,7 +374,10 @@ fn check_tensor_stats(size: Size, path: &PathBuf) {
             var.sqrt()
         );
         assert!(t.data.iter().all(|x| x.is_finite()), "{name}");
-        assert!((mean - e_mean).abs() <= 1e-6 * e_std.max(1e-3), "{name}: mean");
+        assert!(
+            (mean - e_mean).abs() <= 1e-6 * e_std.max(1e-3),
+            "{name}: mean"
+        );
         assert!((var.sqrt() / e_std - 1.0).abs() <= 1e-5, "{name}: std");
         assert!((abs_max / e_max - 1.0).abs() <= 1e-6, "{name}: |max|");
         for (i, v) in s["first"].as_array().unwrap().iter().enumerate() {
@@ -393,7 +407,9 @@ fn qwen05b_config_and_weights() {
     let c = &m.weights.config;
     assert_eq!(c.arch, Arch::Qwen2);
     assert_eq!(
-        (c.layers, c.dim, c.heads, c.kv_heads, c.head_dim, c.hidden, c.vocab),
+        (
+            c.layers, c.dim, c.heads, c.kv_heads, c.head_dim, c.hidden, c.vocab
+        ),
         (24, 896, 14, 2, 64, 4864, 151_936)
     );
     assert_eq!(c.rope_pairing, RopePairing::Halves);
@@ -424,7 +440,10 @@ fn qwen05b_tokenizer_ids() {
     };
     assert_eq!(bpe.pre_tokenizer(), PreTokenizer::Qwen2);
     assert_eq!(m.tokenizer.bos(), None, "add_bos_token = false");
-    assert_eq!(bpe.user_defined().collect::<Vec<_>>(), vec![151_658, 151_657]);
+    assert_eq!(
+        bpe.user_defined().collect::<Vec<_>>(),
+        vec![151_658, 151_657]
+    );
     let cases = json("qwen_tokens.json");
     for case in cases.as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
@@ -474,7 +493,17 @@ fn qwen05b_short_text_perplexity_and_logits() {
     }
     let ppl = (nll / (ids.len() - 1) as f64).exp();
     let secs = t0.elapsed().as_secs_f64();
-    check_against_reference(m, "short", &ids, ppl, &last, 0.005, 0.05, "token by token", secs);
+    check_against_reference(
+        m,
+        "short",
+        &ids,
+        ppl,
+        &last,
+        0.005,
+        0.05,
+        "token by token",
+        secs,
+    );
     // One chunk gives the same numbers.
     let mut s = session(m);
     let t0 = Instant::now();
@@ -482,8 +511,21 @@ fn qwen05b_short_text_perplexity_and_logits() {
     let secs = t0.elapsed().as_secs_f64();
     let ppl_chunk = chunk_perplexity(&all, &ids, vocab);
     let last_chunk = &all[(ids.len() - 1) * vocab..];
-    check_against_reference(m, "short", &ids, ppl_chunk, last_chunk, 0.005, 0.05, "one chunk", secs);
-    assert!((ppl_chunk / ppl - 1.0).abs() < 1e-3, "chunk {ppl_chunk} vs token by token {ppl}");
+    check_against_reference(
+        m,
+        "short",
+        &ids,
+        ppl_chunk,
+        last_chunk,
+        0.005,
+        0.05,
+        "one chunk",
+        secs,
+    );
+    assert!(
+        (ppl_chunk / ppl - 1.0).abs() < 1e-3,
+        "chunk {ppl_chunk} vs token by token {ppl}"
+    );
 }
 
 /// The 619-token Python file as one chunk.
@@ -535,9 +577,9 @@ fn qwen05b_greedy_capital_of_france() {
     assert_eq!(greedy(m, "The capital of France is", 2), " Paris.");
 }
 
-/// The 1.5B (where fetched): header, weights against the `gguf` package's, the 619-token Python
-/// file's perplexity within 1 % of the float32 reference (one chunk), and the recipe's greedy
-/// continuation.
+/// The 1.5B (where fetched): header, weights against the `gguf` package's, the first 320 tokens
+/// of the Python file: perplexity within 1 % of the float32 reference (one chunk), and the
+/// recipe's greedy continuation.
 #[test]
 fn qwen15b_code_perplexity_and_greedy() {
     let test = "qwen15b_code_perplexity_and_greedy";
@@ -553,18 +595,18 @@ fn qwen15b_code_perplexity_and_greedy() {
         (c.layers, c.dim, c.heads, c.kv_heads, c.head_dim, c.hidden),
         (28, 1536, 12, 2, 128, 8960)
     );
-    let ids = m.tokenizer.encode(&text("text_code.py.txt"));
-    assert!(ids.len() >= 300);
+    let mut ids = m.tokenizer.encode(&text("text_code.py.txt"));
+    ids.truncate(320);
     let mut s = session(m);
     let t0 = Instant::now();
     let all = s.forward_chunk(&ids).unwrap();
     let secs = t0.elapsed().as_secs_f64();
     let ppl = chunk_perplexity(&all, &ids, c.vocab);
     let last = &all[(ids.len() - 1) * c.vocab..];
-    check_against_reference(m, "code", &ids, ppl, last, 0.01, 0.1, "one chunk", secs);
+    check_against_reference(m, "code320", &ids, ppl, last, 0.01, 0.1, "one chunk", secs);
     drop(all);
     assert_eq!(
-        greedy(m, "The capital of France is", 18),
+        greedy(m, "The capital of France is", 16),
         " Paris. Paris is the largest city in France and the second-largest city in Europe"
     );
 }

@@ -198,9 +198,9 @@ impl Bpe {
     pub fn set_user_defined(&mut self, ids: &[u32]) -> Result<()> {
         let mut user = Vec::with_capacity(ids.len());
         for &id in ids {
-            let text = self
-                .token(id)
-                .ok_or_else(|| malformed(format!("user-defined token {id} is outside the vocab")))?;
+            let text = self.token(id).ok_or_else(|| {
+                malformed(format!("user-defined token {id} is outside the vocab"))
+            })?;
             if text.is_empty() {
                 return Err(malformed(format!("user-defined token {id} is empty")));
             }

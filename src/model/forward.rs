@@ -368,6 +368,9 @@ fn add_into(x: &mut [f32], y: &[f32]) {
 const PARALLEL_MIN: usize = 1 << 16;
 /// Output rows per parallel task.
 const ROWS_PER_TASK: usize = 64;
+/// Tokens (rows of x) per pass over a task's weight rows in a chunk's product: a multiple of
+/// dot_row's widest tile (8), so every token is computed the same way as in one pass.
+const TOKENS_PER_PASS: usize = 32;
 
 /// `x [t, n] · wᵀ` for `w [d, n]` row-major: returns `[t, d]`.
 pub fn matmul(x: &[f32], t: usize, n: usize, w: &[f32], d: usize) -> Vec<f32> {
@@ -377,9 +380,15 @@ pub fn matmul(x: &[f32], t: usize, n: usize, w: &[f32], d: usize) -> Vec<f32> {
     let mut yt = vec![0f32; d * t];
     let block = |(b, out): (usize, &mut [f32])| {
         let r0 = b * ROWS_PER_TASK;
-        for (r, o) in out.chunks_exact_mut(t).enumerate() {
-            let row = &w[(r0 + r) * n..(r0 + r + 1) * n];
-            dot_row(row, x, n, o);
+        // Tokens in passes of TOKENS_PER_PASS, so that a pass's rows of x stay in cache while
+        // the task's weight rows go by (one pass when t is small, as in decoding).
+        for j0 in (0..t).step_by(TOKENS_PER_PASS) {
+            let j1 = (j0 + TOKENS_PER_PASS).min(t);
+            let xs = &x[j0 * n..j1 * n];
+            for (r, o) in out.chunks_exact_mut(t).enumerate() {
+                let row = &w[(r0 + r) * n..(r0 + r + 1) * n];
+                dot_row(row, xs, n, &mut o[j0..j1]);
+            }
         }
     };
     if t * n * d >= PARALLEL_MIN {
@@ -659,6 +668,7 @@ mod tests {
             (5, 64, 70),
             (13, 43, 9),
             (9, 600, 300),
+            (70, 33, 65),
         ] {
             let (x, w) = (r(t * n), r(d * n));
             let y = matmul(&x, t, n, &w, d);

@@ -782,7 +782,11 @@ impl GgufFile {
                 expected.push((format!("blk.{l}.{n}.weight"), shape));
             }
             if p.qkv_bias {
-                for (n, len) in [("attn_q", p.d_model), ("attn_k", kv_dim), ("attn_v", kv_dim)] {
+                for (n, len) in [
+                    ("attn_q", p.d_model),
+                    ("attn_k", kv_dim),
+                    ("attn_v", kv_dim),
+                ] {
                     expected.push((format!("blk.{l}.{n}.bias"), vec![len]));
                 }
             }
@@ -879,11 +883,9 @@ pub struct LlamaParams {
 /// Dequantizes `n` elements of type `ty` from `bytes` (exactly `n / block * block_bytes` of
 /// them) to f32, following ggml's block layouts.
 pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
-    let (block, block_bytes) = ty.block_layout().ok_or_else(|| {
-        malformed(format!(
-            "type {ty} cannot be dequantized ({SUPPORTED} can)"
-        ))
-    })?;
+    let (block, block_bytes) = ty
+        .block_layout()
+        .ok_or_else(|| malformed(format!("type {ty} cannot be dequantized ({SUPPORTED} can)")))?;
     if n % block != 0 {
         return Err(malformed(format!(
             "{n} elements are not a whole number of {ty} blocks of {block}"

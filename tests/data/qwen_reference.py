@@ -18,7 +18,8 @@ f16-cache numbers differ slightly from these.
 
 Needs: pip install gguf tokenizers. Memory: one layer's float32 weights at a time plus the
 output matrix (about 1 GB for the 1.5B).
-Run:   python3 tests/data/qwen_reference.py MODEL.gguf [NAME=TEXTFILE ...]   (no texts: statistics only)
+Run:   python3 tests/data/qwen_reference.py MODEL.gguf [NAME=TEXTFILE[:N] ...]
+       (:N keeps the first N tokens; no texts: statistics only)
 """
 
 import json
@@ -124,8 +125,11 @@ def main():
             }
     entry["tensor_stats"] = stats
     for name, file in texts:
+        file, _, n = file.partition(":")
         text = open(file, encoding="utf-8").read()
         ids = tok.encode(text, add_special_tokens=False).ids
+        if n:
+            ids = ids[: int(n)]
         logits = forward(np.array(ids)).astype(np.float64)
         m = logits.max(axis=1, keepdims=True)
         lse = (np.log(np.exp(logits - m).sum(axis=1, keepdims=True)) + m)[:, 0]

@@ -109,10 +109,7 @@ pub fn run(opts: &Options) -> Result<serde_json::Value, String> {
         .ok_or("internal: the capture was not recorded")?;
     let t = ids.len();
     if cap.tokens != t {
-        return Err(format!(
-            "internal: recorded {} tokens of {t}",
-            cap.tokens
-        ));
+        return Err(format!("internal: recorded {} tokens of {t}", cap.tokens));
     }
 
     let predictions = t - 1;
@@ -148,7 +145,10 @@ pub fn run(opts: &Options) -> Result<serde_json::Value, String> {
     ]);
     if predictions > 0 {
         meta.insert("mean_nll_nats".into(), format!("{mean_nll:.6}"));
-        meta.insert("perplexity_f16_cache".into(), format!("{:.4}", mean_nll.exp()));
+        meta.insert(
+            "perplexity_f16_cache".into(),
+            format!("{:.4}", mean_nll.exp()),
+        );
     }
 
     let dtype = if opts.f32 { Dtype::F32 } else { Dtype::F16 };
@@ -171,9 +171,18 @@ pub fn run(opts: &Options) -> Result<serde_json::Value, String> {
     let id_bytes: Vec<u8> = ids.iter().flat_map(|&i| (i as i32).to_le_bytes()).collect();
     let last_bytes: Vec<u8> = last.iter().flat_map(|x| x.to_le_bytes()).collect();
     let tensors = [
-        ("q", view(dtype, vec![c.layers, t, c.heads, c.head_dim], &q)?),
-        ("k", view(dtype, vec![c.layers, t, c.kv_heads, c.head_dim], &k)?),
-        ("v", view(dtype, vec![c.layers, t, c.kv_heads, c.head_dim], &v)?),
+        (
+            "q",
+            view(dtype, vec![c.layers, t, c.heads, c.head_dim], &q)?,
+        ),
+        (
+            "k",
+            view(dtype, vec![c.layers, t, c.kv_heads, c.head_dim], &k)?,
+        ),
+        (
+            "v",
+            view(dtype, vec![c.layers, t, c.kv_heads, c.head_dim], &v)?,
+        ),
         ("token_ids", view(Dtype::I32, vec![t], &id_bytes)?),
         ("logits_last", view(Dtype::F32, vec![c.vocab], &last_bytes)?),
     ];
