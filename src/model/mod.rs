@@ -19,6 +19,8 @@
 
 pub mod bpe;
 pub mod config;
+#[cfg(target_arch = "x86_64")]
+mod dot_avx2;
 pub mod fetched;
 pub mod forward;
 pub mod gguf;
