@@ -1,6 +1,6 @@
-//! The CPU f32 forward pass of a llama-family model (llama, qwen2), with attention through kvpack's
-//! cache: every layer's K and V go into a [`KvLayer`] (f16, KIVI, ... on any path), and the
-//! layer's attention output comes from [`KvLayer::attend`] on what that cache stores.
+//! The CPU f32 forward pass of a llama-family model (llama, qwen2), with attention through
+//! kvpack's cache: every layer's K and V go into a [`KvLayer`] (f16, KIVI, ... on any path), and
+//! the layer's attention output comes from [`KvLayer::attend`] on what that cache stores.
 //!
 //! Per token (or per chunk of tokens): embedding → for each block: RMSNorm, q/k/v projections
 //! (plus their biases when [`Config::qkv_bias`]), RoPE (on the pairs [`Config::rope_pairing`]
