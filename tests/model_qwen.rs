@@ -116,27 +116,53 @@ fn quant_blocks_known_values() {
     assert_eq!(GgmlType::Q6_K.id(), 14);
 }
 
-/// A GGUF whose k-quant tensor has a row that is not whole 256-value blocks is a format error.
-#[test]
-fn kquant_rows_must_be_whole_blocks() {
-    let put_str = |b: &mut Vec<u8>, s: &str| {
-        b.extend_from_slice(&(s.len() as u64).to_le_bytes());
-        b.extend_from_slice(s.as_bytes());
-    };
-    let file = |row: u64, ty: u32, data: usize| {
-        let mut b = b"GGUF".to_vec();
-        b.extend_from_slice(&3u32.to_le_bytes());
-        b.extend_from_slice(&1u64.to_le_bytes()); // tensors
-        b.extend_from_slice(&0u64.to_le_bytes()); // metadata
-        put_str(&mut b, "t");
-        b.extend_from_slice(&2u32.to_le_bytes());
-        b.extend_from_slice(&row.to_le_bytes());
-        b.extend_from_slice(&2u64.to_le_bytes());
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    b.extend_from_slice(s.as_bytes());
+}
+
+/// Metadata value: (key, GGUF type id, value bytes).
+type Kv = (&'static str, u32, Vec<u8>);
+
+/// A GGUF v3 file: metadata, then tensors (name, ggml dims, type id, data), aligned to 32.
+fn gguf_bytes(kv: &[Kv], tensors: &[(String, Vec<u64>, u32, Vec<u8>)]) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    b.extend_from_slice(&(kv.len() as u64).to_le_bytes());
+    for (k, ty, v) in kv {
+        put_str(&mut b, k);
         b.extend_from_slice(&ty.to_le_bytes());
-        b.extend_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(v);
+    }
+    let mut offset = 0u64;
+    for (name, dims, ty, data) in tensors {
+        put_str(&mut b, name);
+        b.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for d in dims {
+            b.extend_from_slice(&d.to_le_bytes());
+        }
+        b.extend_from_slice(&ty.to_le_bytes());
+        b.extend_from_slice(&offset.to_le_bytes());
+        offset += (data.len() as u64).div_ceil(32) * 32;
+    }
+    while b.len() % 32 != 0 {
+        b.push(0);
+    }
+    for (_, _, _, data) in tensors {
+        b.extend_from_slice(data);
         while b.len() % 32 != 0 {
             b.push(0);
         }
+    }
+    b
+}
+
+/// A GGUF whose k-quant tensor has a row that is not whole 256-value blocks is a format error.
+#[test]
+fn kquant_rows_must_be_whole_blocks() {
+    let file = |row: u64, ty: u32, data: usize| {
+        let mut b = gguf_bytes(&[], &[("t".into(), vec![row, 2], ty, vec![])]);
         b.resize(b.len() + data, 0);
         GgufFile::from_bytes(b)
     };
@@ -148,6 +174,101 @@ fn kquant_rows_must_be_whole_blocks() {
         assert!(is_format_error(file(128, ty, bytes)));
         assert!(is_format_error(file(896, ty, 8 * bytes)));
         assert!(is_format_error(file(256, ty, 2 * bytes - 1)));
+    }
+}
+
+/// A tiny qwen2 checkpoint (F32): 1 layer, d_model 8, 2 query heads and 1 KV head of 4, FFN
+/// 6, vocabulary 5; `bias` scales the q/k/v biases, `drop` leaves one tensor out.
+fn tiny_qwen2(bias: f32, drop: Option<&str>) -> GgufFile {
+    let (d, hidden, vocab, kv_dim) = (8u64, 6u64, 5u64, 4u64);
+    let u32v = |v: u32| v.to_le_bytes().to_vec();
+    let kv: Vec<Kv> = vec![
+        ("general.architecture", 8, {
+            let mut b = Vec::new();
+            put_str(&mut b, "qwen2");
+            b
+        }),
+        ("qwen2.block_count", 4, u32v(1)),
+        ("qwen2.context_length", 4, u32v(64)),
+        ("qwen2.embedding_length", 4, u32v(d as u32)),
+        ("qwen2.feed_forward_length", 4, u32v(hidden as u32)),
+        ("qwen2.attention.head_count", 4, u32v(2)),
+        ("qwen2.attention.head_count_kv", 4, u32v(1)),
+        ("qwen2.rope.freq_base", 6, 1.0e6f32.to_le_bytes().to_vec()),
+        (
+            "qwen2.attention.layer_norm_rms_epsilon",
+            6,
+            1e-6f32.to_le_bytes().to_vec(),
+        ),
+        ("qwen2.vocab_size", 4, u32v(vocab as u32)),
+    ];
+    let mut seed = 3u32;
+    let mut t = |name: &str, dims: Vec<u64>, scale: f32| {
+        let n: u64 = dims.iter().product();
+        let data: Vec<u8> = (0..n)
+            .flat_map(|_| {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (((seed >> 8) as f32 / 16_777_216.0 - 0.5) * scale).to_le_bytes()
+            })
+            .collect();
+        (name.to_string(), dims, 0u32, data)
+    };
+    let mut tensors = vec![
+        t("token_embd.weight", vec![d, vocab], 1.0),
+        t("output.weight", vec![d, vocab], 1.0),
+        t("output_norm.weight", vec![d], 1.0),
+        t("blk.0.attn_norm.weight", vec![d], 1.0),
+        t("blk.0.attn_q.weight", vec![d, d], 1.0),
+        t("blk.0.attn_k.weight", vec![d, kv_dim], 1.0),
+        t("blk.0.attn_v.weight", vec![d, kv_dim], 1.0),
+        t("blk.0.attn_q.bias", vec![d], bias),
+        t("blk.0.attn_k.bias", vec![kv_dim], bias),
+        t("blk.0.attn_v.bias", vec![kv_dim], bias),
+        t("blk.0.attn_output.weight", vec![d, d], 1.0),
+        t("blk.0.ffn_norm.weight", vec![d], 1.0),
+        t("blk.0.ffn_gate.weight", vec![d, hidden], 1.0),
+        t("blk.0.ffn_up.weight", vec![d, hidden], 1.0),
+        t("blk.0.ffn_down.weight", vec![hidden, d], 1.0),
+    ];
+    tensors.retain(|(n, ..)| Some(n.as_str()) != drop);
+    GgufFile::from_bytes(gguf_bytes(&kv, &tensors)).unwrap()
+}
+
+/// A tiny qwen2 GGUF loads as qwen2 (biases, RoPE on halves, untied head, θ and eps from the
+/// file); its biases change the output; a missing bias or weight is an error, not a panic.
+#[test]
+fn tiny_qwen2_loads_and_uses_biases() {
+    use kvpack::model::load::weights_from_gguf;
+    let w = weights_from_gguf(&tiny_qwen2(1.0, None)).unwrap();
+    let c = &w.config;
+    assert_eq!(c.arch, Arch::Qwen2);
+    assert_eq!((c.heads, c.kv_heads, c.head_dim), (2, 1, 4));
+    assert_eq!(c.rope_pairing, RopePairing::Halves);
+    assert!(c.qkv_bias && !w.tied());
+    assert_eq!((c.rope_theta, c.norm_eps), (1.0e6, 1e-6));
+    assert_eq!(w.layers[0].bk.len(), 4);
+    let run = |w: Weights| {
+        let mut s =
+            Session::new(Arc::new(w), &Context::cpu(), Method::F16, PathChoice::Cpu).unwrap();
+        s.forward_chunk(&[1, 4, 2]).unwrap()
+    };
+    let with = run(w);
+    let without = run(weights_from_gguf(&tiny_qwen2(0.0, None)).unwrap());
+    assert!(with.iter().all(|x| x.is_finite()));
+    assert!(
+        with.iter().zip(&without).any(|(a, b)| (a - b).abs() > 1e-3),
+        "the biases change nothing"
+    );
+    for missing in [
+        "blk.0.attn_q.bias",
+        "blk.0.attn_v.bias",
+        "blk.0.attn_k.weight",
+    ] {
+        let r = weights_from_gguf(&tiny_qwen2(1.0, Some(missing)));
+        assert!(
+            matches!(r, Err(Error::Config(_)) | Err(Error::Format { .. })),
+            "without {missing}: {r:?}"
+        );
     }
 }
 
