@@ -143,9 +143,8 @@ def main():
         q5("Q5_1", 0.0213, -0.3, [rng.randrange(32) for _ in range(32)], "random codes")
     )
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quant_blocks.json")
-    with open(out, "w") as f:
-        json.dump(blocks, f, indent=0)
-        f.write("\n")
+    with open(out, "w") as f:  # one block per line
+        f.write("[\n" + ",\n".join(json.dumps(b) for b in blocks) + "\n]\n")
     print(f"wrote {out}: {len(blocks)} blocks")
 
 

@@ -24,6 +24,7 @@ Run:   python3 tests/data/qwen_reference.py MODEL.gguf [NAME=TEXTFILE[:N] ...]
 
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -147,9 +148,14 @@ def main():
         print(f"{os.path.basename(path)} {name}: {len(ids)} tokens, "
               f"perplexity {np.exp(nll.mean()):.4f}, last argmax {int(top[0])}")
     with open(dst, "w") as f:
-        json.dump(ref, f, indent=1)
-        f.write("\n")
+        f.write(dumps(ref))
     print(f"wrote {dst}")
+
+
+def dumps(ref):
+    """JSON with one key per line and every innermost list (ids, [id, logit]) on one line."""
+    text = json.dumps(ref, indent=1)
+    return re.sub(r"\[\s+([^\[\]]*?)\s+\]", lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]", text) + "\n"
 
 
 if __name__ == "__main__":
