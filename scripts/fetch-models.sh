@@ -48,7 +48,7 @@ qwen2.5-coder-1.5b)
     SIZE_NOTE="22 wheels, 1.1 GB"
     ;;
 -h | --help)
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
 *)
