@@ -36,6 +36,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod layer;
 pub mod method;
+#[cfg(feature = "model")]
 pub mod model;
 pub mod path;
 pub mod store;
