@@ -35,10 +35,7 @@ static inline float2 kivi_k_pair(constant KParams& KP, device const uint* kseg, 
 
 // 1 + c / 2^b for code j of `w` (bits j·b ..): the code moved into the mantissa's top bits.
 static inline float kivi_kx(uint w, uint j) {
-    const uint at = j * KIVI_KB;
-    const uint top = 23u - KIVI_KB;
-    const uint v = at <= top ? (w << (top - at)) : (w >> (at - top));
-    return as_type<float>((v & (KIVI_K_MASK << top)) | 0x3f800000u);
+    return bits_unit(w, j * KIVI_KB, KIVI_KB);
 }
 
 template <typename Sh>

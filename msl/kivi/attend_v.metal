@@ -42,9 +42,7 @@ static inline float2 kivi_v_pair(constant VParams& VP, device const uint* vseg, 
 }
 
 static inline float kivi_vx(uint w, uint at) {
-    const uint top = 23u - KIVI_VB;
-    const uint v = at <= top ? (w << (top - at)) : (w >> (at - top));
-    return as_type<float>((v & (KIVI_V_MASK << top)) | 0x3f800000u);
+    return bits_unit(w, at, KIVI_VB);
 }
 
 static inline void v_reset(thread VState& s) {

@@ -101,13 +101,15 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
     let name: &'static str = Box::leak(format!("{prefix}_{}_{}", k.name, v.name).into_boxed_str());
     let mut wgsl = vec![DISPATCH, PARAMS];
     let mut msl: Vec<&'static str> = Vec::new();
+    // Helpers both sides name (e.g. wgsl/common/bits.wgsl) once: by content (a `const`'s
+    // address is not unique).
     for c in k.wgsl_common.iter().chain(v.wgsl_common) {
-        if !wgsl.iter().any(|w| std::ptr::eq(*w, *c)) {
+        if !wgsl.contains(c) {
             wgsl.push(c);
         }
     }
     for c in k.msl_common.iter().chain(v.msl_common) {
-        if !msl.iter().any(|w| std::ptr::eq(*w, *c)) {
+        if !msl.contains(c) {
             msl.push(c);
         }
     }

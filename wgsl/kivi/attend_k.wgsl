@@ -42,15 +42,7 @@ fn kivi_k_pair(gi: u32) -> vec2<f32> {
 
 // 1 + c / 2^b for code j of `w` (bits j·b ..): the code moved into the mantissa's top bits.
 fn kivi_kx(w: u32, j: u32) -> f32 {
-    let at = j * KB;
-    let top = 23u - KB;
-    var v: u32;
-    if (at <= top) {
-        v = w << (top - at);
-    } else {
-        v = w >> (at - top);
-    }
-    return bitcast<f32>((v & (K_MASK << top)) | 0x3f800000u);
+    return bits_unit(w, j * KB, KB);
 }
 
 // Code i of the stream starting at word `base` (any b, straddling words).
@@ -58,11 +50,11 @@ fn kivi_k_code(base: u32, i: u32) -> u32 {
     let start = i * KB;
     let w = base + (start >> 5u);
     let off = start & 31u;
-    var v = kseg[w] >> off;
+    var hi = 0u;
     if (off + KB > 32u) {
-        v |= kseg[w + 1u] << (32u - off);
+        hi = kseg[w + 1u];
     }
-    return v & K_MASK;
+    return bits_code(kseg[w], hi, off, KB);
 }
 
 fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {

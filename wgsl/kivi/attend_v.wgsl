@@ -53,25 +53,18 @@ fn kivi_v_pair(gi: u32) -> vec2<f32> {
 }
 
 fn kivi_vx(w: u32, at: u32) -> f32 {
-    let top = 23u - VB;
-    var v: u32;
-    if (at <= top) {
-        v = w << (top - at);
-    } else {
-        v = w >> (at - top);
-    }
-    return bitcast<f32>((v & (V_MASK << top)) | 0x3f800000u);
+    return bits_unit(w, at, VB);
 }
 
 fn kivi_v_code(base: u32, i: u32) -> u32 {
     let start = i * VB;
     let w = base + (start >> 5u);
     let off = start & 31u;
-    var v = vseg[w] >> off;
+    var hi = 0u;
     if (off + VB > 32u) {
-        v |= vseg[w + 1u] << (32u - off);
+        hi = vseg[w + 1u];
     }
-    return v & V_MASK;
+    return bits_code(vseg[w], hi, off, VB);
 }
 
 fn v_reset(vs: ptr<function, VState>) {
