@@ -7,8 +7,9 @@
 // Dispatch: one invocation per (block, channel pair): i = block * pairs + p, where pair p is
 // the residual row's word p (channels 2p and 2p + 1 of the flattened head * D + channel
 // index). Consecutive invocations read consecutive words of a token row, so a subgroup's
-// loads are coalesced although each invocation strides by a row per token. The block's words
-// are read once and the first KCACHE kept in registers for the code pass. No
+// loads are coalesced although each invocation strides by a row per token. The block's first
+// KCACHE words are loaded back to back (unrolled: all in flight at once) and kept in registers
+// for the code pass; codes stream into their words (Packer) without a per-word token loop. No
 // cross-invocation reduction: one source serves both WGSL variants.
 
 const KCACHE: u32 = min(KEY_GROUP, 64u);
@@ -20,31 +21,48 @@ fn key_word(s: u32, p: u32) -> u32 {
     return incoming[(s - P.inc_start) * P.resid_row_words + p];
 }
 
+// A group's code words filled token by token: `acc` holds word `w` of the group until a code
+// starts in the next word (or straddles into it), then word w is stored.
+struct Packer {
+    acc: u32,
+    w: u32,
+}
+
+fn pack_code(pk: ptr<function, Packer>, base: u32, t: u32, c: u32, b: u32) {
+    let start = t * b;
+    let ws = start >> 5u;
+    let off = start & 31u;
+    if (ws != (*pk).w) {
+        codes[base + (*pk).w] = (*pk).acc;
+        (*pk).acc = 0u;
+        (*pk).w = ws;
+    }
+    (*pk).acc |= c << off;
+    if (off + b > 32u) {
+        codes[base + ws] = (*pk).acc;
+        (*pk).acc = c >> (32u - off);
+        (*pk).w = ws + 1u;
+    }
+}
+
+// Codes of one channel of the pair (`half_` 0: the low f16 of each word, 1: the high) packed
+// into group `gi`'s words. Tokens below KCACHE come from the registers (the loop is unrolled at
+// composition, so `cache` is indexed by constants and never spills to the stack).
 fn write_codes(gi: u32, half_: u32, s0: u32, p: u32, scale: f32, lo: f32, cache: ptr<function, array<u32, KCACHE>>) {
     let b = P.bits;
     let levels = (1u << b) - 1u;
     let base = gi * P.group_words;
-    for (var w = 0u; w < P.group_words; w++) {
-        let bit0 = w * 32u;
-        let end_bit = min(bit0 + 32u, KEY_GROUP * b);
-        var acc = 0u;
-        for (var t = bit0 / b; t < (end_bit + b - 1u) / b; t++) {
-            var word: u32;
-            if (t < KCACHE) {
-                word = (*cache)[t];
-            } else {
-                word = key_word(s0 + t, p);
-            }
-            let c = kivi_code(unpack2x16float(word)[half_], scale, lo, levels);
-            let start = t * b;
-            if (start >= bit0) {
-                acc |= c << (start - bit0);
-            } else {
-                acc |= c >> (bit0 - start);
-            }
-        }
-        codes[base + w] = acc;
+    var pk = Packer(0u, 0u);
+    // @unroll 64 kqc
+    for (var t = 0u; t < KCACHE; t++) {
+        let c = kivi_code(unpack2x16float((*cache)[t])[half_], scale, lo, levels);
+        pack_code(&pk, base, t, c, b);
     }
+    for (var t = KCACHE; t < KEY_GROUP; t++) {
+        let c = kivi_code(unpack2x16float(key_word(s0 + t, p))[half_], scale, lo, levels);
+        pack_code(&pk, base, t, c, b);
+    }
+    codes[base + pk.w] = pk.acc;
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -65,12 +83,16 @@ fn main(
     var cache: array<u32, KCACHE>;
     var lo = vec2<f32>(3.0e38);
     var hi = vec2<f32>(-3.0e38);
-    for (var t = 0u; t < KEY_GROUP; t++) {
+    // @unroll 64 kql
+    for (var t = 0u; t < KCACHE; t++) {
         let w = key_word(s0 + t, p);
-        if (t < KCACHE) {
-            cache[t] = w;
-        }
+        cache[t] = w;
         let x = unpack2x16float(w);
+        lo = min(lo, x);
+        hi = max(hi, x);
+    }
+    for (var t = KCACHE; t < KEY_GROUP; t++) {
+        let x = unpack2x16float(key_word(s0 + t, p));
         lo = min(lo, x);
         hi = max(hi, x);
     }
