@@ -1,7 +1,8 @@
 // kivi_quant_values_thread: per-token value quantization for value groups of at most 64
 // channels: one invocation owns one (token, head, group), keeps the group in registers and
 // packs its codes itself. No cross-invocation operation, so one source serves both WGSL
-// variants. (Measured on an H200: with one channel per invocation, the subgroup-cooperative
+// variants. The loops are unrolled at composition (src/gpu/unroll.rs), so the group's
+// values and words stay in registers whatever the driver does with loops. (Measured on an H200: with one channel per invocation, the subgroup-cooperative
 // kernel spends its time on per-element shuffles and barriers for groups this small; it
 // serves groups of 65..=256 channels.)
 // Layout: src/codecs/kivi/layout.rs. CPU reference: src/cpu/kivi/kivi_quant_values.rs.
@@ -36,6 +37,7 @@ fn main(
     var xs: array<f32, VALUE_GROUP>;
     var lo = 3.0e38;
     var hi = -3.0e38;
+    // @unroll 64 vql
     for (var c = 0u; c < VALUE_GROUP; c++) {
         if (c < n) {
             let x = load_x(s, e0 + c);
@@ -48,9 +50,11 @@ fn main(
     store_params(th * P.n_groups + j + P.dst_offset * P.heads * P.n_groups, scale, lo);
     let levels = (1u << VALUE_BITS) - 1u;
     var words: array<u32, WMAX>;
+    // @unroll 16 vqw
     for (var w = 0u; w < WMAX; w++) {
         words[w] = 0u;
     }
+    // @unroll 64 vqc
     for (var c = 0u; c < VALUE_GROUP; c++) {
         if (c < n) {
             let code = kivi_code(xs[c], scale, lo, levels);
@@ -65,6 +69,7 @@ fn main(
     }
     let base = ((P.dst_offset + t) * P.heads + h) * P.row_words + j * P.group_words;
     let used = (n * VALUE_BITS + 31u) / 32u;
+    // @unroll 16 vqw
     for (var w = 0u; w < WMAX; w++) {
         if (w < used) {
             codes[base + w] = words[w];
