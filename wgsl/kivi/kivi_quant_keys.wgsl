@@ -1,18 +1,22 @@
 // kivi_quant_keys: per-channel key quantization of whole token blocks, fused: min/max, codes
 // packed straight into the segment's code words, (scale, lo) stored; no intermediate tensor.
 // Layout: src/codecs/kivi/layout.rs. CPU reference: src/cpu/kivi/kivi_quant_keys.rs.
-// Bindings: wgsl/kivi/kivi_quant_io.wgsl. Specialized on KEY_GROUP (fixed for a cache's
-// life, never on the sequence length).
+// Bindings: wgsl/kivi/kivi_quant_io.wgsl. Specialized on KEY_GROUP and KEY_BITS (fixed for
+// a cache's life, never on the sequence length).
 //
 // Dispatch: one invocation per (block, channel pair): i = block * pairs + p, where pair p is
 // the residual row's word p (channels 2p and 2p + 1 of the flattened head * D + channel
 // index). Consecutive invocations read consecutive words of a token row, so a subgroup's
 // loads are coalesced although each invocation strides by a row per token. The block's first
-// KCACHE words are loaded back to back (unrolled: all in flight at once) and kept in registers
-// for the code pass; codes stream into their words (Packer) without a per-word token loop. No
+// KCACHE words are kept in registers for the code pass; a block wholly in the incoming rows
+// (a prefill) loads them with no branch in between, so they are in flight together. Specialized
+// on KEY_GROUP and KEY_BITS: code positions in the words are constants. No
 // cross-invocation reduction: one source serves both WGSL variants.
 
 const KCACHE: u32 = min(KEY_GROUP, 64u);
+// Words of one channel's group stream (KEY_GROUP codes of KEY_BITS bits).
+const KWORDS: u32 = (KEY_GROUP * KEY_BITS + 31u) / 32u;
+const KWORDS_UNROLLED: u32 = min(KWORDS, 16u); // all of them for groups of up to 64 tokens
 
 fn key_word(s: u32, p: u32) -> u32 {
     if (s < P.t_old) {
@@ -21,48 +25,38 @@ fn key_word(s: u32, p: u32) -> u32 {
     return incoming[(s - P.inc_start) * P.resid_row_words + p];
 }
 
-// A group's code words filled token by token: `acc` holds word `w` of the group until a code
-// starts in the next word (or straddles into it), then word w is stored.
-struct Packer {
-    acc: u32,
-    w: u32,
-}
-
-fn pack_code(pk: ptr<function, Packer>, base: u32, t: u32, c: u32, b: u32) {
-    let start = t * b;
-    let ws = start >> 5u;
+// Code `c` of token t placed into the group's words (constant positions once unrolled).
+fn place(words: ptr<function, array<u32, KWORDS>>, t: u32, c: u32) {
+    let start = t * KEY_BITS;
+    let w = start >> 5u;
     let off = start & 31u;
-    if (ws != (*pk).w) {
-        codes[base + (*pk).w] = (*pk).acc;
-        (*pk).acc = 0u;
-        (*pk).w = ws;
-    }
-    (*pk).acc |= c << off;
-    if (off + b > 32u) {
-        codes[base + ws] = (*pk).acc;
-        (*pk).acc = c >> (32u - off);
-        (*pk).w = ws + 1u;
+    (*words)[w] |= c << off;
+    if (off + KEY_BITS > 32u) {
+        (*words)[w + 1u] |= c >> (32u - off);
     }
 }
 
 // Codes of one channel of the pair (`half_` 0: the low f16 of each word, 1: the high) packed
-// into group `gi`'s words. Tokens below KCACHE come from the registers (the loop is unrolled at
-// composition, so `cache` is indexed by constants and never spills to the stack).
+// into group `gi`'s words. Unrolled at composition: `cache` and `words` are indexed by
+// constants (registers), every shift is a constant.
 fn write_codes(gi: u32, half_: u32, s0: u32, p: u32, scale: f32, lo: f32, cache: ptr<function, array<u32, KCACHE>>) {
-    let b = P.bits;
-    let levels = (1u << b) - 1u;
-    let base = gi * P.group_words;
-    var pk = Packer(0u, 0u);
+    let levels = (1u << KEY_BITS) - 1u;
+    var words: array<u32, KWORDS>;
     // @unroll 64 kqc
     for (var t = 0u; t < KCACHE; t++) {
-        let c = kivi_code(unpack2x16float((*cache)[t])[half_], scale, lo, levels);
-        pack_code(&pk, base, t, c, b);
+        place(&words, t, kivi_code(unpack2x16float((*cache)[t])[half_], scale, lo, levels));
     }
     for (var t = KCACHE; t < KEY_GROUP; t++) {
-        let c = kivi_code(unpack2x16float(key_word(s0 + t, p))[half_], scale, lo, levels);
-        pack_code(&pk, base, t, c, b);
+        place(&words, t, kivi_code(unpack2x16float(key_word(s0 + t, p))[half_], scale, lo, levels));
     }
-    codes[base + pk.w] = pk.acc;
+    let base = gi * P.group_words;
+    // @unroll 16 kqc
+    for (var w = 0u; w < KWORDS_UNROLLED; w++) {
+        codes[base + w] = words[w];
+    }
+    for (var w = KWORDS_UNROLLED; w < KWORDS; w++) {
+        codes[base + w] = words[w]; // groups above 64 tokens only
+    }
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -81,13 +75,25 @@ fn main(
     let j = i / pairs;
     let s0 = P.src_start + j * KEY_GROUP;
     var cache: array<u32, KCACHE>;
+    if (s0 >= P.t_old) {
+        // The whole block is in this append's rows (every block of a prefill): loads with no
+        // branch between them, all in flight at once.
+        let r0 = (s0 - P.inc_start) * P.resid_row_words + p;
+        // @unroll 64 kql
+        for (var t = 0u; t < KCACHE; t++) {
+            cache[t] = incoming[r0 + t * P.resid_row_words];
+        }
+    } else {
+        // @unroll 64 kql
+        for (var t = 0u; t < KCACHE; t++) {
+            cache[t] = key_word(s0 + t, p);
+        }
+    }
     var lo = vec2<f32>(3.0e38);
     var hi = vec2<f32>(-3.0e38);
     // @unroll 64 kql
     for (var t = 0u; t < KCACHE; t++) {
-        let w = key_word(s0 + t, p);
-        cache[t] = w;
-        let x = unpack2x16float(w);
+        let x = unpack2x16float(cache[t]);
         lo = min(lo, x);
         hi = max(hi, x);
     }
