@@ -14,6 +14,8 @@
 // WORKGROUP_SIZE per workgroup, workgroups split over (x, y).
 
 const WMAX: u32 = (VALUE_GROUP * VALUE_BITS + 31u) / 32u;
+// Input words of a group that starts a word.
+const VWORDS: u32 = (VALUE_GROUP + 1u) / 2u;
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
@@ -37,13 +39,46 @@ fn main(
     var xs: array<f32, VALUE_GROUP>;
     var lo = 3.0e38;
     var hi = -3.0e38;
-    // @unroll 64 vql
-    for (var c = 0u; c < VALUE_GROUP; c++) {
-        if (c < n) {
-            let x = load_x(s, e0 + c);
-            xs[c] = x;
-            lo = min(lo, x);
-            hi = max(hi, x);
+    if ((e0 & 1u) == 0u) {
+        // The group starts a word (every even head width): its words are loaded with no
+        // branch in between (all in flight at once), from the ring or the incoming rows.
+        var ws: array<u32, VWORDS>;
+        let nw = (n + 1u) / 2u;
+        if (s >= P.t_old) {
+            let r = (s - P.inc_start) * P.resid_row_words + (e0 >> 1u);
+            // @unroll 32 vql
+            for (var k = 0u; k < VWORDS; k++) {
+                if (k < nw) {
+                    ws[k] = incoming[r + k];
+                }
+            }
+        } else {
+            let r = (s % P.ring_tokens) * P.resid_row_words + (e0 >> 1u);
+            // @unroll 32 vql
+            for (var k = 0u; k < VWORDS; k++) {
+                if (k < nw) {
+                    ws[k] = ring[r + k];
+                }
+            }
+        }
+        // @unroll 64 vql
+        for (var c = 0u; c < VALUE_GROUP; c++) {
+            if (c < n) {
+                let x = unpack2x16float(ws[c / 2u])[c % 2u];
+                xs[c] = x;
+                lo = min(lo, x);
+                hi = max(hi, x);
+            }
+        }
+    } else {
+        // @unroll 64 vql
+        for (var c = 0u; c < VALUE_GROUP; c++) {
+            if (c < n) {
+                let x = load_x(s, e0 + c);
+                xs[c] = x;
+                lo = min(lo, x);
+                hi = max(hi, x);
+            }
         }
     }
     let scale = kivi_scale(lo, hi, P.inv_levels);
