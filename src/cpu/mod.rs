@@ -5,8 +5,11 @@
 pub mod attend;
 pub mod bitpack;
 pub mod bitunpack;
+pub mod common;
 pub mod kivi_dequant_keys;
 pub mod kivi_dequant_values;
 pub mod kivi_group;
 pub mod kivi_quant_keys;
 pub mod kivi_quant_values;
+pub mod qjl;
+pub mod turboquant;
