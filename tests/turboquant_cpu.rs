@@ -18,7 +18,7 @@ use kvpack::cpu::turboquant::dequant::{
 };
 use kvpack::cpu::turboquant::layout::{ProdLayout, TqLayout};
 use kvpack::cpu::turboquant::quant::{quantize_mse, quantize_prod, quantize_rvq};
-use kvpack::cpu::turboquant::rotation::{inv_sqrt, inverse_rotate, rotate};
+use kvpack::cpu::turboquant::rotation::{butterflies, inv_sqrt, inverse_rotate, rotate};
 use kvpack::cpu::turboquant::score::{
     ProdKey, finish, prepare_query, prepare_sketch_query, prod_score, score_mse, score_rvq,
     value_rotated,
@@ -102,71 +102,43 @@ fn upper_half(v: &[f32]) -> &[f32] {
 /// `struct.pack('f', ..)`. Iterations it needed: 2, 46, 168, 605 (P = 128), 46, 170 (P = 64).
 #[allow(clippy::type_complexity)]
 const INDEPENDENT: &[(usize, u32, &[f32], &[f32])] = &[
-    (128, 1, &[0.070_661_574_602_127_08], &[]),
-    (
-        128,
-        2,
-        &[0.039_991_594_851_017, 0.133_041_515_946_388_24],
-        &[0.086_516_559_123_992_92],
-    ),
+    (128, 1, &[0.070661575], &[]),
+    (128, 2, &[0.039991595, 0.13304152], &[0.08651656]),
     (
         128,
         3,
-        &[
-            0.021_604_310_721_158_98,
-            0.066_585_607_826_709_75,
-            0.118_139_766_156_673_43,
-            0.188_397_184_014_320_37,
-        ],
-        &[
-            0.044_094_961_136_579_514,
-            0.092_362_686_991_691_59,
-            0.153_268_471_360_206_6,
-        ],
+        &[0.02160431, 0.06658561, 0.118139766, 0.18839718],
+        &[0.04409496, 0.09236269, 0.15326847],
     ),
     (
         128,
         4,
         &[
-            0.011_302_496_306_598_186,
-            0.034_151_569_008_827_21,
-            0.057_772_297_412_157_06,
-            0.082_828_454_673_290_25,
-            0.110_288_366_675_376_89,
-            0.141_805_201_768_875_12,
-            0.180_835_962_295_532_23,
-            0.237_663_820_385_932_92,
+            0.011302496,
+            0.03415157,
+            0.057772297,
+            0.082828455,
+            0.11028837,
+            0.1418052,
+            0.18083596,
+            0.23766382,
         ],
         &[
-            0.022_727_033_123_373_985,
-            0.045_961_935_073_137_28,
-            0.070_300_377_905_368_8,
-            0.096_558_414_399_623_87,
-            0.126_046_776_771_545_4,
-            0.161_320_582_032_203_67,
-            0.209_249_898_791_313_17,
+            0.022727033,
+            0.045961935,
+            0.07030038,
+            0.096558414,
+            0.12604678,
+            0.16132058,
+            0.2092499,
         ],
     ),
-    (
-        64,
-        2,
-        &[0.056_514_870_375_394_82, 0.187_496_855_854_988_1],
-        &[0.122_005_857_527_256_01],
-    ),
+    (64, 2, &[0.05651487, 0.18749686], &[0.12200586]),
     (
         64,
         3,
-        &[
-            0.030_469_179_153_442_383,
-            0.093_832_261_860_370_37,
-            0.166_167_855_262_756_35,
-            0.263_913_929_462_432_86,
-        ],
-        &[
-            0.062_150_720_506_906_51,
-            0.130_000_054_836_273_2,
-            0.215_040_892_362_594_6,
-        ],
+        &[0.03046918, 0.09383226, 0.16616786, 0.26391393],
+        &[0.06215072, 0.13000005, 0.21504089],
     ),
 ];
 
@@ -296,18 +268,10 @@ fn codebook_is_a_lloyd_fixed_point() {
 #[test]
 fn rvq_codebook_matches_independent_lloyd_max() {
     let want: &[(usize, u32, &[f32])] = &[
-        (128, 1, &[0.042_613_048_106_431_96]),
-        (
-            128,
-            2,
-            &[0.013_181_474_059_820_175, 0.039_645_388_722_419_74],
-        ),
-        (64, 1, &[0.060_196_850_448_846_82]),
-        (
-            64,
-            2,
-            &[0.018_527_599_051_594_734, 0.055_725_116_282_701_49],
-        ),
+        (128, 1, &[0.042613048]),
+        (128, 2, &[0.013181474, 0.03964539]),
+        (64, 1, &[0.06019685]),
+        (64, 2, &[0.018527599, 0.055725116]),
     ];
     for &(p, b, c) in want {
         let cb = rvq_codebook(p, b).unwrap();
@@ -538,6 +502,33 @@ fn zero_vector_and_padding() {
     let d = mse_distortion(&l, &s, &x);
     eprintln!("MSE b = 2, D = 96 (P = 128), uniform vectors: {d:.4}");
     assert!(d < 2.72 / 16.0 * 128.0 / 96.0, "{d}");
+}
+
+#[test]
+fn reconstruction_is_bit_exact_in_the_spec_order() {
+    // x̂ = n_st · inverse-rotate(ŷ) with every product rounded to f32 in this order:
+    // butterflies on ŷ, × c, × s_i, × n_st; composed here from the public pieces.
+    let mut rng = common::rng("reconstruction_is_bit_exact_in_the_spec_order");
+    let (h, d, b) = (2, 48, 3);
+    let l = TqLayout::new(h, d, b).unwrap();
+    let s = key_signs(5, &l);
+    let x: Vec<f32> = (0..4 * h * d)
+        .map(|_| rng.random_range(-9.0f32..9.0))
+        .collect();
+    let c = quantize_mse(&l, &s, &x).unwrap();
+    let xh = dequantize_mse(&l, &s, &c).unwrap();
+    let cb = codebook(l.padded, b).unwrap();
+    let mut codes = vec![0u8; l.padded];
+    let w = l.row_words();
+    for (i, got) in xh.chunks(d).enumerate() {
+        kvpack::cpu::bitunpack::bitunpack(&c.codes[i * w..(i + 1) * w], b, &mut codes).unwrap();
+        let mut v: Vec<f32> = codes.iter().map(|&k| cb.centroids[k as usize]).collect();
+        butterflies(&mut v);
+        let sh = &s[(i % h) * l.padded..];
+        let (cst, n) = (inv_sqrt(l.padded), c.norms[i].to_f32());
+        let want: Vec<f32> = (0..d).map(|j| v[j] * cst * sh[j] * n).collect();
+        assert_eq!(got, &want[..], "vector {i}");
+    }
 }
 
 #[test]

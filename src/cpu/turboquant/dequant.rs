@@ -62,8 +62,8 @@ fn count(l: &TqLayout, norms: &[f16], what: &'static str) -> Result<usize> {
     Ok(norms.len() / l.heads)
 }
 
-/// Runs `each(i, h)` (i = flat vector index, h = head) for every vector, collecting the
-/// `[n, H, D]` reconstruction.
+/// Reconstructs every vector i (flat index over `[n][H]`) from its `y_hat(i)`, collecting
+/// the `[n, H, D]` output.
 fn collect(
     l: &TqLayout,
     signs: &[f32],
@@ -73,10 +73,10 @@ fn collect(
 ) -> Result<Vec<f32>> {
     check_len("TurboQuant signs [H][P]", l.signs_len(), signs.len())?;
     let mut out = Vec::with_capacity(n * l.heads * l.dim);
-    for i in 0..n * l.heads {
+    for (i, &norm_st) in norms.iter().enumerate().take(n * l.heads) {
         let h = i % l.heads;
         let s = &signs[h * l.padded..(h + 1) * l.padded];
-        out.extend(reconstruct(y_hat(i)?, s, norms[i], l.dim));
+        out.extend(reconstruct(y_hat(i)?, s, norm_st, l.dim));
     }
     Ok(out)
 }
