@@ -523,7 +523,7 @@ fn reconstruction_is_bit_exact_in_the_spec_order() {
     for (i, got) in xh.chunks(d).enumerate() {
         kvpack::cpu::bitunpack::bitunpack(&c.codes[i * w..(i + 1) * w], b, &mut codes).unwrap();
         let mut v: Vec<f32> = codes.iter().map(|&k| cb.centroids[k as usize]).collect();
-        butterflies(&mut v);
+        butterflies(&mut v).unwrap();
         let sh = &s[(i % h) * l.padded..];
         let (cst, n) = (inv_sqrt(l.padded), c.norms[i].to_f32());
         let want: Vec<f32> = (0..d).map(|j| v[j] * cst * sh[j] * n).collect();

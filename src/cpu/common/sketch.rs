@@ -2,6 +2,7 @@
 //! of TurboQuant-Prod (../shared/spec/turboquant.md, "TurboQuant-Prod"): sign bits of S·v
 //! packed LSB-first, and the estimator's `√(π/2)/m · ⟨S q, 2σ − 1⟩`.
 
+use super::vector::check_len;
 use crate::error::{Error, Result};
 
 /// m must be a positive multiple of 32 (rows of whole u32 words).
@@ -30,8 +31,9 @@ pub fn sign_row(proj: &[f32]) -> Vec<u32> {
 }
 
 /// `⟨S q, 2σ − 1⟩` computed as `2·Σ_{σ_i=1} (S q)_i − Σ_i (S q)_i`, both sums in f32 in index
-/// order (the doubling is exact). `row` holds at least `sq.len()` bits.
-pub fn signed_sum(sq: &[f32], row: &[u32]) -> f32 {
+/// order (the doubling is exact). `row` must be `ceil(sq.len() / 32)` words.
+pub fn signed_sum(sq: &[f32], row: &[u32]) -> Result<f32> {
+    check_len("sign row words", sq.len().div_ceil(32), row.len())?;
     let (mut pos, mut all) = (0.0f32, 0.0f32);
     for (i, &x) in sq.iter().enumerate() {
         if (row[i / 32] >> (i % 32)) & 1 == 1 {
@@ -39,11 +41,19 @@ pub fn signed_sum(sq: &[f32], row: &[u32]) -> f32 {
         }
         all += x;
     }
-    2.0 * pos - all
+    Ok(2.0 * pos - all)
 }
 
 /// `Sᵀ·(2σ − 1)` for `S` `[m][cols]` row-major: entry j is `Σ_i ±S[i][j]` in index order i.
-pub fn transpose_signed(s: &[f32], cols: usize, row: &[u32]) -> Vec<f32> {
+/// `row` must be `ceil(m / 32)` words.
+pub fn transpose_signed(s: &[f32], cols: usize, row: &[u32]) -> Result<Vec<f32>> {
+    if cols == 0 || s.len() % cols != 0 {
+        return Err(Error::Shape {
+            what: "sketch",
+            message: format!("{} entries are not rows of {cols}", s.len()),
+        });
+    }
+    check_len("sign row words", (s.len() / cols).div_ceil(32), row.len())?;
     let mut out = vec![0.0f32; cols];
     for (i, srow) in s.chunks_exact(cols).enumerate() {
         let plus = (row[i / 32] >> (i % 32)) & 1 == 1;
@@ -55,7 +65,7 @@ pub fn transpose_signed(s: &[f32], cols: usize, row: &[u32]) -> Vec<f32> {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -72,12 +82,15 @@ mod tests {
         assert_eq!(row, [0b11, 0b10]);
         let sq: Vec<f32> = (0..64).map(|i| i as f32).collect();
         // σ = {0, 1, 33}: 2·(0 + 1 + 33) − Σ 0..63.
-        assert_eq!(signed_sum(&sq, &row), 68.0 - 2016.0);
+        assert_eq!(signed_sum(&sq, &row).unwrap(), 68.0 - 2016.0);
+        assert!(signed_sum(&sq, &row[..1]).is_err());
         assert!(check_sketch_rows(64).is_ok());
         for bad in [0, 16, 48, 100] {
             assert!(matches!(check_sketch_rows(bad), Err(Error::Config(_))));
         }
         let s = [1.0f32, 2.0, 3.0, 4.0];
-        assert_eq!(transpose_signed(&s, 2, &[0b01]), [-2.0, -2.0]);
+        assert_eq!(transpose_signed(&s, 2, &[0b01]).unwrap(), [-2.0, -2.0]);
+        assert!(transpose_signed(&s, 3, &[0b01]).is_err());
+        assert!(transpose_signed(&s, 2, &[]).is_err());
     }
 }

@@ -18,11 +18,14 @@ pub fn norm(x: &[f32]) -> f32 {
 }
 
 /// `S·v` with `S` `[rows][cols]` row-major and `v` of length `cols`: entry i is
-/// `Σ_j S[i][j]·v_j` in f32, in index order. Lengths must agree (checked by the callers).
-pub fn mat_vec(s: &[f32], rows: usize, cols: usize, v: &[f32]) -> Vec<f32> {
-    debug_assert_eq!(s.len(), rows * cols);
-    debug_assert_eq!(v.len(), cols);
-    s.chunks_exact(cols).map(|row| dot(row, v)).collect()
+/// `Σ_j S[i][j]·v_j` in f32, in index order.
+pub fn mat_vec(s: &[f32], rows: usize, cols: usize, v: &[f32]) -> Result<Vec<f32>> {
+    check_len("matrix entries", rows * cols, s.len())?;
+    check_len("vector length", cols, v.len())?;
+    if cols == 0 {
+        return Ok(vec![0.0; rows]);
+    }
+    Ok(s.chunks_exact(cols).map(|row| dot(row, v)).collect())
 }
 
 /// A norm as stored: the nearest f16, or an error naming the vector when f16 cannot hold it.
@@ -85,7 +88,9 @@ mod tests {
         assert_eq!(dot(&a, &[1.0, 1.0, 1.0]), 1.0);
         assert_eq!(norm(&[3.0, 4.0]), 5.0);
         let s = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
-        assert_eq!(mat_vec(&s, 2, 3, &[1.0, 0.0, -1.0]), [-2.0, -2.0]);
+        assert_eq!(mat_vec(&s, 2, 3, &[1.0, 0.0, -1.0]).unwrap(), [-2.0, -2.0]);
+        assert!(mat_vec(&s, 3, 3, &[1.0, 0.0, -1.0]).is_err());
+        assert!(mat_vec(&s, 2, 3, &[1.0, 0.0]).is_err());
     }
 
     #[test]

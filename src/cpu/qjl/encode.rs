@@ -34,7 +34,7 @@ pub fn qjl_encode(l: &QjlLayout, sketch: &[f32], k: &[f32]) -> Result<QjlCodes> 
         out.norms
             .push(store_norm(norm(key), "QJL key", i / l.heads, i % l.heads)?);
         out.signs
-            .extend(sign_row(&mat_vec(sketch, l.m, l.dim, key)));
+            .extend(sign_row(&mat_vec(sketch, l.m, l.dim, key)?));
     }
     Ok(out)
 }

@@ -21,12 +21,12 @@ pub fn prepare_query(l: &QjlLayout, sketch: &[f32], q: &[f32]) -> Result<Vec<f32
             value: q[index],
         });
     }
-    Ok(mat_vec(sketch, l.m, l.dim, q))
+    mat_vec(sketch, l.m, l.dim, q)
 }
 
 /// The estimate of ⟨q, k⟩ from `sq` ([`prepare_query`]), one key's sign row (m/32 words) and
 /// its stored norm.
 pub fn qjl_score(sq: &[f32], row: &[u32], norm_st: f16) -> Result<f32> {
     check_len("QJL sign row words", sq.len().div_ceil(32), row.len())?;
-    Ok(norm_st.to_f32() * (scale(sq.len()) * signed_sum(sq, row)))
+    Ok(norm_st.to_f32() * (scale(sq.len()) * signed_sum(sq, row)?))
 }

@@ -47,7 +47,10 @@ impl Codebook {
         code(y, &self.boundaries)
     }
 
-    /// The f32 centroid of `code` (< 2^b).
+    /// The f32 centroid of `code`.
+    ///
+    /// # Panics
+    /// If `code` ≥ 2^b (codes from [`Codebook::code`] or a checked unpack never are).
     pub fn centroid(&self, code: u32) -> f32 {
         self.centroids[code as usize]
     }

@@ -8,7 +8,7 @@ use half::f16;
 use super::codebook::{Codebook, codebook, rvq_codebook};
 use super::layout::{ProdLayout, TqLayout};
 use super::quant::{MseCodes, ProdCodes, RvqCodes};
-use super::rotation::inverse_rotate_in_place;
+use super::rotation::{inverse_rotate, inverse_rotate_in_place};
 use crate::cpu::bitunpack::bitunpack;
 use crate::cpu::common::sketch::{scale, transpose_signed};
 use crate::cpu::common::vector::check_len;
@@ -35,13 +35,20 @@ pub fn decode_rvq_rows(rows: &[u32], cb1: &Codebook, cb2: &Codebook) -> Result<V
     Ok(y1.iter().zip(&e2).map(|(&a, &b)| a + b).collect())
 }
 
-/// `n_st · inverse-rotate(ŷ)` in the spec's order, truncated to the first `dim` coordinates.
-pub fn reconstruct(mut y_hat: Vec<f32>, signs: &[f32], norm_st: f16, dim: usize) -> Vec<f32> {
-    inverse_rotate_in_place(&mut y_hat, signs);
+/// `n_st · inverse-rotate(ŷ)` in the spec's order, truncated to the first `dim` ≤ P
+/// coordinates (`y_hat` and `signs` P long).
+pub fn reconstruct(y_hat: &[f32], signs: &[f32], norm_st: f16, dim: usize) -> Result<Vec<f32>> {
+    let mut v = inverse_rotate(y_hat, signs)?;
+    if dim > v.len() {
+        return Err(Error::Shape {
+            what: "TurboQuant reconstruction",
+            message: format!("D = {dim} > P = {}", v.len()),
+        });
+    }
     let n = norm_st.to_f32();
-    y_hat.truncate(dim);
-    y_hat.iter_mut().for_each(|v| *v *= n);
-    y_hat
+    v.truncate(dim);
+    v.iter_mut().for_each(|x| *x *= n);
+    Ok(v)
 }
 
 /// Checks stored norms `[n][H]` (finite) and returns n.
@@ -76,7 +83,7 @@ fn collect(
     for (i, &norm_st) in norms.iter().enumerate().take(n * l.heads) {
         let h = i % l.heads;
         let s = &signs[h * l.padded..(h + 1) * l.padded];
-        out.extend(reconstruct(y_hat(i)?, s, norm_st, l.dim));
+        out.extend(reconstruct(&y_hat(i)?, s, norm_st, l.dim)?);
     }
     Ok(out)
 }
@@ -171,7 +178,7 @@ pub fn dequantize_prod(
         let s = &signs[h * s1.padded..(h + 1) * s1.padded];
         let mut u = decode_row(&c.codes[i * w..(i + 1) * w], &cb)?;
         inverse_rotate_in_place(&mut u, s);
-        let t = transpose_signed(sketch, s1.padded, &c.signs[i * sw..(i + 1) * sw]);
+        let t = transpose_signed(sketch, s1.padded, &c.signs[i * sw..(i + 1) * sw])?;
         let (rho, nrm) = (c.residual_norms[i].to_f32(), c.norms[i].to_f32());
         out.extend(
             u.iter()

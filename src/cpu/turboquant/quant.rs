@@ -11,11 +11,11 @@ use half::f16;
 
 use super::codebook::{Codebook, codebook, rvq_codebook};
 use super::layout::{ProdLayout, TqLayout};
-use super::rotation::{inverse_rotate_in_place, rotate_in_place};
+use super::rotation::{inverse_rotate_in_place, rotate};
 use crate::cpu::bitpack::{bitpack, packed_words};
 use crate::cpu::common::sketch::sign_row;
 use crate::cpu::common::vector::{batch_len, check_len, f16_input, mat_vec, norm, store_norm};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// What the input is called in errors.
 const INPUT: &str = "TurboQuant input";
@@ -64,17 +64,22 @@ pub struct Rotated {
     pub y: Vec<f32>,
 }
 
-/// Normalizes and rotates one vector `x` (D f16-valued coordinates) with the P ±1 `signs` of
-/// its head; `token` and `head` name it in the error for a norm beyond f16.
+/// Normalizes and rotates one vector `x` (D ≤ P f16-valued coordinates) with the P ±1
+/// `signs` of its head; `token` and `head` name it in the error for a norm beyond f16.
 pub fn normalize_rotate(x: &[f32], signs: &[f32], token: usize, head: usize) -> Result<Rotated> {
+    if x.len() > signs.len() {
+        return Err(Error::Shape {
+            what: INPUT,
+            message: format!("{} coordinates, more than P = {}", x.len(), signs.len()),
+        });
+    }
     let n = norm(x);
-    let norm_st = store_norm(n, "TurboQuant input", token, head)?;
+    let norm_st = store_norm(n, INPUT, token, head)?;
     let mut unit = vec![0.0f32; signs.len()];
     for (u, &xi) in unit.iter_mut().zip(x) {
         *u = if n == 0.0 { xi } else { xi / n };
     }
-    let mut y = unit.clone();
-    rotate_in_place(&mut y, signs);
+    let y = rotate(&unit, signs)?;
     Ok(Rotated {
         norm: n,
         norm_st,
@@ -195,7 +200,7 @@ pub fn quantize_prod(
         out.norms.push(r.norm_st);
         out.residual_norms.push(rho);
         out.signs
-            .extend(sign_row(&mat_vec(sketch, l.m, s1.padded, &res)));
+            .extend(sign_row(&mat_vec(sketch, l.m, s1.padded, &res)?));
         Ok(())
     })?;
     Ok(out)

@@ -23,8 +23,20 @@ pub fn inv_sqrt(p: usize) -> f32 {
 
 /// The unnormalized Walsh–Hadamard transform in place: log2(P) passes of butterflies
 /// `(a, b) → (a + b, a − b)` over strides 1, 2, 4, … P/2 (at stride h, index i with bit h
-/// clear pairs with i + h). `v.len()` must be a power of two.
-pub fn butterflies(v: &mut [f32]) {
+/// clear pairs with i + h). `v.len()` must be a power of two (an error otherwise).
+pub fn butterflies(v: &mut [f32]) -> Result<()> {
+    if !v.len().is_power_of_two() {
+        return Err(Error::Shape {
+            what: "Walsh–Hadamard input",
+            message: format!("length {} is not a power of two", v.len()),
+        });
+    }
+    wht(v);
+    Ok(())
+}
+
+/// [`butterflies`] on a power-of-two length.
+fn wht(v: &mut [f32]) {
     let p = v.len();
     let mut h = 1;
     while h < p {
@@ -67,11 +79,11 @@ pub fn inverse_rotate(y: &[f32], signs: &[f32]) -> Result<Vec<f32>> {
 }
 
 /// [`rotate`] without the length checks (callers have checked them).
-pub(crate) fn rotate_in_place(v: &mut [f32], signs: &[f32]) {
+fn rotate_in_place(v: &mut [f32], signs: &[f32]) {
     for (x, s) in v.iter_mut().zip(signs) {
         *x *= s;
     }
-    butterflies(v);
+    wht(v);
     let c = inv_sqrt(v.len());
     for x in v.iter_mut() {
         *x *= c;
@@ -80,7 +92,7 @@ pub(crate) fn rotate_in_place(v: &mut [f32], signs: &[f32]) {
 
 /// [`inverse_rotate`] without the length checks.
 pub(crate) fn inverse_rotate_in_place(v: &mut [f32], signs: &[f32]) {
-    butterflies(v);
+    wht(v);
     let c = inv_sqrt(v.len());
     for (x, s) in v.iter_mut().zip(signs) {
         *x = *x * c * s;
@@ -112,7 +124,7 @@ mod tests {
         for j in 0..p {
             let mut e = vec![0.0f32; p];
             e[j] = 1.0;
-            butterflies(&mut e);
+            butterflies(&mut e).unwrap();
             for (i, &x) in e.iter().enumerate() {
                 let want = if (i & j).count_ones() % 2 == 0 {
                     1.0
@@ -137,6 +149,7 @@ mod tests {
 
     #[test]
     fn bad_lengths() {
+        assert!(butterflies(&mut [0.0; 6]).is_err());
         assert!(rotate(&[0.0; 6], &[1.0; 6]).is_err());
         assert!(rotate(&[0.0; 2], &[1.0; 2]).is_err());
         assert!(rotate(&[0.0; 8], &[1.0; 4]).is_err());

@@ -58,7 +58,7 @@ pub fn prepare_sketch_query(q: &[f32], sketch: &[f32], m: usize) -> Result<Vec<f
         });
     }
     let v = padded(q, sketch.len() / m)?;
-    Ok(mat_vec(sketch, m, v.len(), &v))
+    mat_vec(sketch, m, v.len(), &v)
 }
 
 /// `n_st · ⟨q′, ŷ⟩` for one key's MSE code row (`q_rot` from [`prepare_query`]).
@@ -103,7 +103,7 @@ pub fn prod_score(q_rot: &[f32], sq: &[f32], key: ProdKey<'_>, cb: &Codebook) ->
         key.signs.len(),
     )?;
     let mse = dot(q_rot, &decode_row(key.row, cb)?);
-    let t = scale(sq.len()) * signed_sum(sq, key.signs);
+    let t = scale(sq.len()) * signed_sum(sq, key.signs)?;
     Ok(key.norm_st.to_f32() * (mse + key.residual_norm_st.to_f32() * t))
 }
 
