@@ -1,7 +1,7 @@
 //! Scalar Lloyd–Max codebooks (../shared/spec/turboquant.md, "Codebook" and
 //! "TurboQuant-RVQ"), computed in f64 and handed to every path as f32 tables.
 //!
-//! Procedure, for a density symmetric about 0 ([`super::density`]) and b bits: only the
+//! Procedure, for a density symmetric about 0 (`density.rs`) and b bits: only the
 //! positive half is iterated; its 2^(b−1) centroids start at the (k + ½)/2^b quantiles
 //! (k = 2^(b−1) … 2^b − 1), then Lloyd's steps (boundaries = midpoints of neighbouring
 //! centroids, the first positive cell starting at exactly 0; centroid = conditional mean of
