@@ -3,12 +3,16 @@
 //! codec) pair: every pair of the codecs here is listed.
 
 use crate::attention::kernel::{self, AttendHooks};
-use crate::codecs::{f16, kivi};
+use crate::codecs::{f16, kivi, turboquant};
 use crate::gpu::registry::KernelDef;
 
 /// The codecs' attention hooks.
-pub fn attend_hooks() -> [&'static AttendHooks; 2] {
-    [&f16::kernels::ATTEND_HOOKS, &kivi::kernels::ATTEND_HOOKS]
+pub fn attend_hooks() -> [&'static AttendHooks; 3] {
+    [
+        &f16::kernels::ATTEND_HOOKS,
+        &kivi::kernels::ATTEND_HOOKS,
+        &turboquant::kernels::ATTEND_HOOKS,
+    ]
 }
 
 /// Every kernel: bit packing, each codec's own, and the attention kernels of every codec pair.
@@ -21,6 +25,8 @@ pub fn all() -> Vec<&'static KernelDef> {
         &kivi::kernels::KIVI_QUANT_VALUES_THREAD,
         &kivi::kernels::KIVI_DEQUANT_KEYS,
         &kivi::kernels::KIVI_DEQUANT_VALUES,
+        &turboquant::kernels::TURBOQUANT_QUANT,
+        &turboquant::kernels::TURBOQUANT_DEQUANT,
     ];
     for k in attend_hooks() {
         for v in attend_hooks() {

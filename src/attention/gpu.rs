@@ -17,6 +17,9 @@ pub struct SideBuffers<'a> {
     pub segments: Vec<SegmentRef<'a>>,
     /// Its residual ring, if it has one.
     pub ring: Option<&'a wgpu::Buffer>,
+    /// Its codec's tables (bound even before the side has a segment: a hook may read them
+    /// for tokens that are all in the ring, e.g. a rotation of the query or of the output).
+    pub tables: &'a wgpu::Buffer,
 }
 
 /// The kernels one call runs on, resolved for a path choice.
@@ -72,8 +75,16 @@ pub fn specialization(
 }
 
 /// Plans a call on `ctx`'s device.
-pub fn plan_for(ctx: &Context, call: &Call, shape: &CacheShape, k: &dyn Codec) -> Result<Plan> {
-    let need = plan::workgroup_bytes(call.dim, k.attend_prep_width(), shape.value_dim);
+pub fn plan_for(
+    ctx: &Context,
+    call: &Call,
+    shape: &CacheShape,
+    k: &dyn Codec,
+    v: &dyn Codec,
+) -> Result<Plan> {
+    let need = plan::workgroup_bytes(call.dim, k.attend_prep_width(), shape.value_dim)
+        + k.attend_workgroup_bytes()
+        + v.attend_workgroup_bytes();
     let limit = ctx.max_workgroup_storage_size() as usize;
     if need > limit {
         return Err(Error::Limit {
@@ -109,7 +120,7 @@ pub fn encode<'a>(
     let [ks, vs] = sides;
     let (k, v) = (ks.codec, vs.codec);
     let paths = AttendPaths::resolve(ctx, k, v, choice)?;
-    let plan = plan_for(ctx, call, shape, k)?;
+    let plan = plan_for(ctx, call, shape, k, v)?;
     let (dispatches, merge) = dispatch_plans(call, &plan, k, v, wide_subgroups(ctx));
     let partials = match plan.merge {
         Some(_) => Some(gpu::storage_buffer(
@@ -143,11 +154,7 @@ pub fn encode<'a>(
             Some(r) => Bind::from(r.buffer),
             None => Bind::from(placeholder),
         };
-        let tables = |s: &SideBuffers<'a>| {
-            s.segments
-                .first()
-                .map_or(Bind::from(placeholder), |r| Bind::from(r.tables))
-        };
+        let tables = |s: &SideBuffers<'a>| Bind::from(s.tables);
         items.push((
             paths.partials,
             dp,
@@ -178,9 +185,7 @@ pub fn encode<'a>(
                 Bind::from(placeholder),
                 Bind::from(placeholder),
                 Bind::from(placeholder),
-                vs.segments
-                    .first()
-                    .map_or(Bind::from(placeholder), |r| Bind::from(r.tables)),
+                Bind::from(vs.tables),
                 Bind::from(placeholder),
                 Bind::from(placeholder),
             ],

@@ -61,4 +61,6 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
     }
 }
 
+fn v_prepare(lid: u32, h: u32) {}
+
 fn v_finish(lid: u32, h: u32) {}

@@ -5,13 +5,19 @@
 //! - [`rotation`]: P, c = 1/√P, the rotation and its inverse.
 //! - [`codebook`]: the f64 Lloyd–Max tables, rounded to f32, cached per (P, b).
 //! - [`layout`]: shapes of codes, norms, signs and sketches.
-//! - [`quant`], [`dequant`]: twins of the kernels `turboquant_quant` and `turboquant_dequant`.
-//! - [`score`]: the attention side (rotated queries, scores on codes, rotated values).
+//! - [`turboquant_quant`], [`turboquant_dequant`]: twins of the kernels of the same names
+//!   (`wgsl/turboquant/`, `msl/turboquant/`).
+//! - [`attend_k`], [`attend_v`]: twins of the attention hooks (`wgsl/turboquant/attend_{k,v}.wgsl`):
+//!   the rotated query and the score on codes; values in the rotated space and the inverse
+//!   rotation of the output.
+//! - [`score`]: the same attention side as batch helpers (and Prod's estimator).
 
+pub mod attend_k;
+pub mod attend_v;
 pub mod codebook;
 mod density;
-pub mod dequant;
 pub mod layout;
-pub mod quant;
 pub mod rotation;
 pub mod score;
+pub mod turboquant_dequant;
+pub mod turboquant_quant;

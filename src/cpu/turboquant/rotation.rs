@@ -79,7 +79,7 @@ pub fn inverse_rotate(y: &[f32], signs: &[f32]) -> Result<Vec<f32>> {
 }
 
 /// [`rotate`] without the length checks (callers have checked them).
-fn rotate_in_place(v: &mut [f32], signs: &[f32]) {
+pub(crate) fn rotate_in_place(v: &mut [f32], signs: &[f32]) {
     for (x, s) in v.iter_mut().zip(signs) {
         *x *= s;
     }

@@ -1,6 +1,7 @@
-//! CPU reference of the future kernel `turboquant_quant` (../shared/spec/turboquant.md,
-//! "TurboQuant-MSE", "TurboQuant-RVQ", "TurboQuant-Prod"). One "invocation" owns one
-//! (token, head) vector; shapes in [`super::layout`].
+//! CPU reference of the kernel `turboquant_quant` (wgsl/turboquant/, msl/turboquant/;
+//! ../shared/spec/turboquant.md, "TurboQuant-MSE", "TurboQuant-RVQ", "TurboQuant-Prod"). One
+//! "invocation" owns one (token, head) vector ([`quantize_vector`]: what the codec's CPU path
+//! and the kernels do per vector); shapes in [`super::layout`].
 //!
 //! Per vector x (D values, rounded to f16 on entry): n = ‖x‖₂ in f32 (sum of squares in index
 //! order, correctly rounded square root), stored as f16; u = x / n (x itself when n = 0),
@@ -121,6 +122,33 @@ fn for_each_vector(
     Ok(())
 }
 
+/// One vector's work, as the kernel does it: `x` (D ≤ P f16-valued coordinates) normalized
+/// and rotated with its head's P ±1 `signs`, then coded by `stages` (one codebook: MSE; two:
+/// RVQ, the second coding `e_i = y_i − ŷ₁_i` in f32); the S packed rows (each
+/// `packed_words(P, b)` words) are appended to `rows`. Returns the stored norm; a norm beyond
+/// f16 is [`crate::Error::Config`] naming `token` and `head`.
+pub fn quantize_vector(
+    x: &[f32],
+    signs: &[f32],
+    stages: &[&Codebook],
+    token: usize,
+    head: usize,
+    rows: &mut Vec<u32>,
+) -> Result<f16> {
+    let r = normalize_rotate(x, signs, token, head)?;
+    let mut y = r.y;
+    for (s, cb) in stages.iter().enumerate() {
+        let codes = codes_of(&y, cb);
+        rows.extend(pack_row(&codes, cb.bits)?);
+        if s + 1 < stages.len() {
+            for (v, &c) in y.iter_mut().zip(&codes) {
+                *v -= cb.centroid(u32::from(c));
+            }
+        }
+    }
+    Ok(r.norm_st)
+}
+
 /// TurboQuant-MSE: `x` is `[n, H, D]` (rounded to f16 on entry), `signs` `[H][P]`.
 /// Errors: NaN, ±Inf or beyond-f16 input ([`crate::Error::NonFinite`]), a norm beyond f16
 /// ([`crate::Error::Config`] naming token and head), bad lengths.
@@ -132,9 +160,8 @@ pub fn quantize_mse(l: &TqLayout, signs: &[f32], x: &[f32]) -> Result<MseCodes> 
         norms: Vec::with_capacity(n * l.heads),
     };
     for_each_vector(l, &x, signs, |t, h, row, s| {
-        let r = normalize_rotate(row, s, t, h)?;
-        out.codes.extend(pack_row(&codes_of(&r.y, &cb), l.bits)?);
-        out.norms.push(r.norm_st);
+        out.norms
+            .push(quantize_vector(row, s, &[&cb], t, h, &mut out.codes)?);
         Ok(())
     })?;
     Ok(out)
@@ -150,16 +177,8 @@ pub fn quantize_rvq(l: &TqLayout, signs: &[f32], x: &[f32]) -> Result<RvqCodes> 
         norms: Vec::with_capacity(n * l.heads),
     };
     for_each_vector(l, &x, signs, |t, h, row, s| {
-        let r = normalize_rotate(row, s, t, h)?;
-        let c1 = codes_of(&r.y, &cb1);
-        let e: Vec<f32> =
-            r.y.iter()
-                .zip(&c1)
-                .map(|(&y, &c)| y - cb1.centroid(u32::from(c)))
-                .collect();
-        out.codes.extend(pack_row(&c1, l.bits)?);
-        out.codes.extend(pack_row(&codes_of(&e, &cb2), l.bits)?);
-        out.norms.push(r.norm_st);
+        out.norms
+            .push(quantize_vector(row, s, &[&cb1, &cb2], t, h, &mut out.codes)?);
         Ok(())
     })?;
     Ok(out)

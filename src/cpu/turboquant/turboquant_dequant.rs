@@ -1,4 +1,4 @@
-//! CPU reference of the future kernel `turboquant_dequant` (../shared/spec/turboquant.md,
+//! CPU reference of the kernel `turboquant_dequant` (../shared/spec/turboquant.md,
 //! "TurboQuant-MSE" reconstruction): `x̂ = n_st · inverse-rotate(ŷ)`, in this order with every
 //! product rounded to f32: butterflies on ŷ, × c, × s_i (exact), × n_st; the first D
 //! coordinates. Shapes in [`super::layout`]; outputs are `[n, H, D]` f32.
@@ -7,7 +7,7 @@ use half::f16;
 
 use super::codebook::{Codebook, codebook, rvq_codebook};
 use super::layout::{ProdLayout, TqLayout};
-use super::quant::{MseCodes, ProdCodes, RvqCodes};
+use super::turboquant_quant::{MseCodes, ProdCodes, RvqCodes};
 use super::rotation::{inverse_rotate, inverse_rotate_in_place};
 use crate::cpu::bitunpack::bitunpack;
 use crate::cpu::common::sketch::{scale, transpose_signed};
