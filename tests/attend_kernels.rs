@@ -160,6 +160,43 @@ fn cases() -> Vec<Case> {
             ring_extra: 5,
             ..base
         },
+        Case {
+            what: "turboquant-mse 3-bit both sides (funnel-shifted windows), two segments, wrapped ring",
+            method: "turboquant-mse:bits=3,residual=40",
+            t: 333,
+            seg_tokens: 256,
+            ring_extra: 5,
+            ..base
+        },
+        Case {
+            what: "turboquant-rvq 2+2 keys / kivi values, D=80 (P=128)",
+            method: "turboquant-rvq:bits=2/kivi:bits=4,group=32,residual=32",
+            t: 300,
+            hq: 6,
+            hkv: 2,
+            d: 80,
+            ..base
+        },
+        Case {
+            what: "f16 keys / turboquant-mse 4-bit values D=128, prefill Tq=5, window 100",
+            method: "f16/turboquant-mse:bits=4,residual=16",
+            t: 270,
+            tq: 5,
+            hq: 8,
+            hkv: 4,
+            d: 128,
+            opts: w(100, 2),
+            target: 40,
+            ..base
+        },
+        Case {
+            what: "turboquant values, every token in the window (ring splits only, merged)",
+            method: "turboquant-mse:bits=4,residual=200",
+            t: 150,
+            hq: 4,
+            hkv: 2,
+            ..base
+        },
     ]
 }
 
@@ -267,6 +304,14 @@ fn on_target(
         poison_f32(out_len)
     };
     let placeholder = bytes(&[0u32]);
+    // A codec's tables are bound whether or not its side holds quantized tokens.
+    let tables = |codec: &dyn Codec| {
+        if codec.tables().is_empty() {
+            placeholder.clone()
+        } else {
+            bytes(codec.tables())
+        }
+    };
     let uni = |codec: &dyn Codec, s: Option<&SegmentBytes>| {
         codec.attend_uniform(s.map(|x| x.1.as_slice()))
     };
@@ -278,9 +323,9 @@ fn on_target(
             bytes(bytemuck::cast_slice(q)),
             std::mem::take(&mut partials),
             kseg.map_or(placeholder.clone(), |s| s.0.clone()),
-            placeholder.clone(),
+            tables(k),
             vseg.map_or(placeholder.clone(), |s| s.0.clone()),
-            placeholder.clone(),
+            tables(v),
             rings[0].clone(),
             rings[1].clone(),
         ];
@@ -301,7 +346,7 @@ fn on_target(
                 placeholder.clone(),
                 placeholder.clone(),
                 placeholder.clone(),
-                placeholder.clone(),
+                tables(v),
                 placeholder.clone(),
                 placeholder.clone(),
             ];
