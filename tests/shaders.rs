@@ -81,17 +81,22 @@ fn attend_specs() -> Vec<Specialization> {
 /// The specializations of TurboQuant's own kernels: a small P with 3-bit codes straddling
 /// words, and the largest P the GPU kernels hold with 8+8-bit RVQ.
 fn turboquant_specs() -> Vec<Specialization> {
-    [(4u32, 2u32, 3u32, 1u32), (128, 7, 3, 2), (128, 7, 4, 1), (1024, 10, 8, 2)]
-        .into_iter()
-        .map(|(p, lg, b, s)| {
-            Specialization(vec![
-                ("TQ_P", p),
-                ("TQ_LOG2P", lg),
-                ("TQ_BITS", b),
-                ("TQ_STAGES", s),
-            ])
-        })
-        .collect()
+    [
+        (4u32, 2u32, 3u32, 1u32),
+        (128, 7, 3, 2),
+        (128, 7, 4, 1),
+        (1024, 10, 8, 2),
+    ]
+    .into_iter()
+    .map(|(p, lg, b, s)| {
+        Specialization(vec![
+            ("TQ_P", p),
+            ("TQ_LOG2P", lg),
+            ("TQ_BITS", b),
+            ("TQ_STAGES", s),
+        ])
+    })
+    .collect()
 }
 
 #[test]

@@ -56,12 +56,30 @@ fn cases() -> Vec<Case> {
         seg_token,
     };
     vec![
-        c("D=64 MSE-3, odd H (codes through memory)", Variant::Mse, 3, 3, 64, 40, 15, 5),
+        c(
+            "D=64 MSE-3, odd H (codes through memory)",
+            Variant::Mse,
+            3,
+            3,
+            64,
+            40,
+            15,
+            5,
+        ),
         c("D=80 (P=128) RVQ 2+2", Variant::Rvq, 2, 2, 80, 33, 0, 0),
         c("D=128 MSE-4", Variant::Mse, 4, 4, 128, 24, 24, 3),
         c("D=256 RVQ 1+1, one head", Variant::Rvq, 1, 1, 256, 20, 7, 1),
         c("D=3 (P=4) MSE-8", Variant::Mse, 8, 2, 3, 30, 10, 2),
-        c("D=512 MSE-2 (P beyond the invocation limit)", Variant::Mse, 2, 1, 512, 9, 4, 0),
+        c(
+            "D=512 MSE-2 (P beyond the invocation limit)",
+            Variant::Mse,
+            2,
+            1,
+            512,
+            9,
+            4,
+            0,
+        ),
     ]
 }
 
@@ -74,7 +92,11 @@ fn inputs(rng: &mut impl Rng, c: &Case) -> Vec<f16> {
     let mut x: Vec<f16> = (0..c.n * row)
         .map(|i| {
             let v: f32 = rng.random_range(-1.0..1.0);
-            let tail = if rng.random_range(0..50) == 0 { 8.0 } else { 1.0 };
+            let tail = if rng.random_range(0..50) == 0 {
+                8.0
+            } else {
+                1.0
+            };
             f16::from_f32(offs[i % row] + tail * v)
         })
         .collect();
@@ -144,7 +166,13 @@ fn reference(codec: &TurboQuantCodec, c: &Case, x: &[f16]) -> Stored {
 
 /// Runs `def` (turboquant_quant or a planted variant) on `t` and returns the words of the
 /// tokens it wrote, after checking that nothing outside them changed.
-fn quantize_on(t: &Target, def: &'static KernelDef, codec: &TurboQuantCodec, c: &Case, x: &[f16]) -> Stored {
+fn quantize_on(
+    t: &Target,
+    def: &'static KernelDef,
+    codec: &TurboQuantCodec,
+    c: &Case,
+    x: &[f16],
+) -> Stored {
     let l = codec.layout();
     let row = c.heads * c.dim;
     let rw = row.div_ceil(2);
@@ -173,7 +201,11 @@ fn quantize_on(t: &Target, def: &'static KernelDef, codec: &TurboQuantCodec, c: 
     plan.kernel = def;
     let mut bufs = vec![
         bytes(&ring),
-        bytes(if incoming.is_empty() { &[0u32] } else { &incoming }),
+        bytes(if incoming.is_empty() {
+            &[0u32]
+        } else {
+            &incoming
+        }),
         bytes(&vec![POISON; total * l.code_words()]),
         bytes(&vec![POISON; total * l.norm_words()]),
         bytes(codec.tables()),
@@ -184,13 +216,19 @@ fn quantize_on(t: &Target, def: &'static KernelDef, codec: &TurboQuantCodec, c: 
     let (a, b) = (c.seg_token, c.seg_token + c.n);
     for (name, w, per) in [("codes", &codes, cw), ("norms", &norms, nw)] {
         assert!(
-            w[..a * per].iter().chain(&w[b * per..]).all(|&x| x == POISON),
+            w[..a * per]
+                .iter()
+                .chain(&w[b * per..])
+                .all(|&x| x == POISON),
             "{} {}: {name} written outside tokens [{a}, {b}) of the segment",
             t.name(),
             c.what
         );
     }
-    (codes[a * cw..b * cw].to_vec(), norms[a * nw..b * nw].to_vec())
+    (
+        codes[a * cw..b * cw].to_vec(),
+        norms[a * nw..b * nw].to_vec(),
+    )
 }
 
 /// What the agreement check counted.
@@ -226,7 +264,9 @@ fn agree(
     if exact && want != got {
         let i = want.0.iter().zip(&got.0).position(|(p, q)| p != q);
         let j = want.1.iter().zip(&got.1).position(|(p, q)| p != q);
-        return Err(format!("not bit-identical: first code word {i:?}, norm word {j:?}"));
+        return Err(format!(
+            "not bit-identical: first code word {i:?}, norm word {j:?}"
+        ));
     }
     let books = codec.codebooks();
     let rw = l.row_words();
@@ -241,8 +281,13 @@ fn agree(
                 }
                 a.norms_ulp += 1;
             }
-            let xr: Vec<f32> = x[t * row + h * c.dim..][..c.dim].iter().map(|v| v.to_f32()).collect();
-            let y = normalize_rotate(&xr, codec.head_signs(h), t, h).expect("rotate").y;
+            let xr: Vec<f32> = x[t * row + h * c.dim..][..c.dim]
+                .iter()
+                .map(|v| v.to_f32())
+                .collect();
+            let y = normalize_rotate(&xr, codec.head_signs(h), t, h)
+                .expect("rotate")
+                .y;
             let mut moved1 = vec![false; l.padded];
             let mut yv = y.clone();
             for (s, cb) in books.iter().enumerate() {
@@ -292,23 +337,38 @@ fn turboquant_kernels_match_reference(t: &Target) {
         // The CPU target: the codec's words against the batch reference of the spec.
         if let Target::Cpu(_) = t {
             let xs: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
-            let signs: Vec<f32> = (0..c.heads).flat_map(|h| codec.head_signs(h).to_vec()).collect();
+            let signs: Vec<f32> = (0..c.heads)
+                .flat_map(|h| codec.head_signs(h).to_vec())
+                .collect();
             let (codes, norms) = match c.variant {
                 Variant::Mse => {
-                    let m = kvpack::cpu::turboquant::turboquant_quant::quantize_mse(&l.stage(), &signs, &xs)
-                        .expect("mse");
+                    let m = kvpack::cpu::turboquant::turboquant_quant::quantize_mse(
+                        &l.stage(),
+                        &signs,
+                        &xs,
+                    )
+                    .expect("mse");
                     (m.codes, m.norms)
                 }
                 Variant::Rvq => {
-                    let m = kvpack::cpu::turboquant::turboquant_quant::quantize_rvq(&l.stage(), &signs, &xs)
-                        .expect("rvq");
+                    let m = kvpack::cpu::turboquant::turboquant_quant::quantize_rvq(
+                        &l.stage(),
+                        &signs,
+                        &xs,
+                    )
+                    .expect("rvq");
                     (m.codes, m.norms)
                 }
             };
             assert_eq!(want.0, codes, "{}: codes", c.what);
             for (i, n) in norms.iter().enumerate() {
                 let w = want.1[(i / c.heads) * l.norm_words() + (i % c.heads) / 2];
-                assert_eq!((w >> (16 * ((i % c.heads) % 2))) as u16, n.to_bits(), "{}: norm {i}", c.what);
+                assert_eq!(
+                    (w >> (16 * ((i % c.heads) % 2))) as u16,
+                    n.to_bits(),
+                    "{}: norm {i}",
+                    c.what
+                );
             }
             continue;
         }
@@ -345,7 +405,8 @@ fn turboquant_kernels_match_reference(t: &Target) {
             bytes(codec.tables()),
             bytes(&vec![0x7fc0_0000u32; out_len]),
         ];
-        run_plan(t, &plan, &mut bufs).unwrap_or_else(|e| panic!("{} {}: dequant: {e}", t.name(), c.what));
+        run_plan(t, &plan, &mut bufs)
+            .unwrap_or_else(|e| panic!("{} {}: dequant: {e}", t.name(), c.what));
         let got_x: Vec<f32> = bytemuck::pod_collect_to_vec(&bufs[3]);
         let words_ref = [want.0.as_slice(), want.1.as_slice()];
         let mut want_x = vec![0f32; out_len];
@@ -373,16 +434,18 @@ fn planted(t: &Target, name: &str, from: &str, to: &str) -> Option<&'static Kern
     let full = leak(format!("turboquant_quant_planted_{name}"));
     let src = match t {
         Target::MslEmulated(_) => TURBOQUANT_QUANT.msl.expect("msl"),
-        Target::Wgsl(_, PathChoice::WgslSubgroup) => TURBOQUANT_QUANT.wgsl_subgroup.expect("subgroup"),
+        Target::Wgsl(_, PathChoice::WgslSubgroup) => {
+            TURBOQUANT_QUANT.wgsl_subgroup.expect("subgroup")
+        }
         _ => TURBOQUANT_QUANT.wgsl,
     };
     if !src.contains(from) {
         return None;
     }
-    let body = leak(
-        src.replace(from, to)
-            .replace("kernel void turboquant_quant(", &format!("kernel void {full}(")),
-    );
+    let body = leak(src.replace(from, to).replace(
+        "kernel void turboquant_quant(",
+        &format!("kernel void {full}("),
+    ));
     Some(Box::leak(Box::new(KernelDef {
         name: full,
         wgsl_subgroup: TURBOQUANT_QUANT.wgsl_subgroup.map(|_| body),
@@ -474,14 +537,22 @@ fn planted_move(t: &Target, name: &str, line: &str, call: &str) -> &'static Kern
     let full = leak(format!("turboquant_quant_planted_{name}"));
     let src = match t {
         Target::MslEmulated(_) => TURBOQUANT_QUANT.msl.expect("msl"),
-        Target::Wgsl(_, PathChoice::WgslSubgroup) => TURBOQUANT_QUANT.wgsl_subgroup.expect("subgroup"),
+        Target::Wgsl(_, PathChoice::WgslSubgroup) => {
+            TURBOQUANT_QUANT.wgsl_subgroup.expect("subgroup")
+        }
         _ => TURBOQUANT_QUANT.wgsl,
     };
-    assert!(src.contains("// @tq-signs-after"), "no sign marker after the passes");
+    assert!(
+        src.contains("// @tq-signs-after"),
+        "no sign marker after the passes"
+    );
     let body = leak(
         src.replace(line, "")
             .replace("// @tq-signs-after", call)
-            .replace("kernel void turboquant_quant(", &format!("kernel void {full}(")),
+            .replace(
+                "kernel void turboquant_quant(",
+                &format!("kernel void {full}("),
+            ),
     );
     Box::leak(Box::new(KernelDef {
         name: full,
@@ -505,7 +576,11 @@ fn run_plant(t: &Target, def: &'static KernelDef, what: &str, rng: &mut impl Rng
             found.push(format!("{}: {e}", c.what));
         }
     }
-    eprintln!("turboquant planted[{}]: {what}: caught in {:?}", t.name(), found);
+    eprintln!(
+        "turboquant planted[{}]: {what}: caught in {:?}",
+        t.name(),
+        found
+    );
     assert!(!found.is_empty(), "{}: {what} went unnoticed", t.name());
     1
 }
@@ -515,12 +590,18 @@ fn run_plant(t: &Target, def: &'static KernelDef, what: &str, rng: &mut impl Rng
 /// and D are typed errors.
 fn turboquant_bad_input(t: &Target) {
     let (h, d) = (2, 64);
-    for spec in ["turboquant-mse:bits=4", "kivi:bits=2/turboquant-rvq:bits=2,residual=64"] {
+    for spec in [
+        "turboquant-mse:bits=4",
+        "kivi:bits=2/turboquant-rvq:bits=2,residual=64",
+    ] {
         let mut l = Method::parse(spec)
             .and_then(|m| m.layer(t.ctx(), h, d, t.path()))
             .expect("layer");
-        let good: Vec<f32> = (0..5 * h * d).map(|i| ((i % 7) as f32 - 3.0) * 0.5).collect();
-        l.append(Input::F32(&good), Input::F32(&good)).expect("append");
+        let good: Vec<f32> = (0..5 * h * d)
+            .map(|i| ((i % 7) as f32 - 3.0) * 0.5)
+            .collect();
+        l.append(Input::F32(&good), Input::F32(&good))
+            .expect("append");
         let before = (l.snapshot().expect("snapshot"), l.memory(), l.len());
         let mut big = good.clone();
         for v in &mut big[2 * h * d + d..2 * h * d + 2 * d] {
@@ -534,7 +615,8 @@ fn turboquant_bad_input(t: &Target) {
         let after = (l.snapshot().expect("snapshot"), l.memory(), l.len());
         assert!(after.0 == before.0, "{} {spec}: words changed", t.name());
         assert_eq!((after.1, after.2), (before.1, before.2));
-        l.append(Input::F32(&good), Input::F32(&good)).expect("good append after");
+        l.append(Input::F32(&good), Input::F32(&good))
+            .expect("good append after");
     }
     for (spec, d) in [
         ("turboquant-mse:bits=0", 64),
@@ -552,7 +634,8 @@ fn turboquant_bad_input(t: &Target) {
     }
     if t.is_gpu() {
         // P = 2048: beyond what the GPU kernels hold, a typed error (the CPU path takes it).
-        let r = Method::parse("turboquant-mse:bits=2").and_then(|m| m.layer(t.ctx(), 1, 1500, t.path()));
+        let r = Method::parse("turboquant-mse:bits=2")
+            .and_then(|m| m.layer(t.ctx(), 1, 1500, t.path()));
         assert!(matches!(r, Err(Error::Limit { .. })), "{:?}", r.map(|_| ()));
     }
 }
@@ -564,9 +647,18 @@ fn turboquant_method_grammar() {
         ("turboquant-mse:bits=3", "turboquant-mse:bits=3"),
         ("turboquant-mse", "turboquant-mse:bits=4"),
         ("turboquant-rvq", "turboquant-rvq:bits=2"),
-        ("turboquant-mse:kbits=4,vbits=2", "turboquant-mse:bits=4/turboquant-mse:bits=2"),
-        ("turboquant-mse:bits=4/kivi:bits=2", "turboquant-mse:bits=4/kivi:bits=2,group=32,params=f16"),
-        ("turboquant-rvq:bits=1,seed=0x2a,residual=16", "turboquant-rvq:bits=1,seed=0x2a,residual=16"),
+        (
+            "turboquant-mse:kbits=4,vbits=2",
+            "turboquant-mse:bits=4/turboquant-mse:bits=2",
+        ),
+        (
+            "turboquant-mse:bits=4/kivi:bits=2",
+            "turboquant-mse:bits=4/kivi:bits=2,group=32,params=f16",
+        ),
+        (
+            "turboquant-rvq:bits=1,seed=0x2a,residual=16",
+            "turboquant-rvq:bits=1,seed=0x2a,residual=16",
+        ),
         ("turboquant-mse:seed=42", "turboquant-mse:bits=4,seed=0x2a"),
     ] {
         let m = Method::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
@@ -575,7 +667,10 @@ fn turboquant_method_grammar() {
     }
     let m = Method::parse("turboquant-mse:bits=3").expect("method");
     let g = Geometry::new(4, 64).expect("geometry");
-    assert!((m.bits_per_value(g) - 3.25).abs() < 1e-12, "3-bit MSE at D = 64 holds 3.25 bits");
+    assert!(
+        (m.bits_per_value(g) - 3.25).abs() < 1e-12,
+        "3-bit MSE at D = 64 holds 3.25 bits"
+    );
     assert_eq!(m.residual(), 0);
     for bad in [
         "turboquant-mse:vbits=2/f16",
@@ -593,7 +688,9 @@ fn turboquant_method_grammar() {
 fn turboquant_layers_draw_their_own_signs() {
     let ctx = Context::cpu();
     let m = Method::parse("turboquant-mse:bits=4").expect("method");
-    let x: Vec<f32> = (0..10 * 2 * 64).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    let x: Vec<f32> = (0..10 * 2 * 64)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+        .collect();
     let mut words = Vec::new();
     for index in [0, 1, 0] {
         let mut l = Layer::new_at(&ctx, index, 2, 64, &m, PathChoice::Cpu).expect("layer");
@@ -602,6 +699,12 @@ fn turboquant_layers_draw_their_own_signs() {
     }
     assert!(words[0] == words[2]);
     assert!(words[0].keys.streams[0] != words[1].keys.streams[0]);
-    assert!(words[0].keys.streams[0] != words[0].values.streams[0], "keys and values use streams 0 and 1");
-    assert_eq!(words[0].keys.streams[1], words[1].keys.streams[1], "norms do not depend on the signs");
+    assert!(
+        words[0].keys.streams[0] != words[0].values.streams[0],
+        "keys and values use streams 0 and 1"
+    );
+    assert_eq!(
+        words[0].keys.streams[1], words[1].keys.streams[1],
+        "norms do not depend on the signs"
+    );
 }

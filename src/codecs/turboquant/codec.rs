@@ -167,8 +167,9 @@ impl Codec for TurboQuantCodec {
         self.cfg.variant.name()
     }
 
+    /// `bits=B,seed=0x…` (the seed always: the spec wants it in the cache's description).
     fn settings(&self) -> String {
-        self.cfg.to_string()
+        format!("bits={},seed={:#x}", self.cfg.bits, self.cfg.seed)
     }
 
     fn side(&self) -> Side {

@@ -23,7 +23,9 @@ pub static TURBOQUANT_QUANT: KernelDef = KernelDef {
     )),
     wgsl: include_str!("../../../wgsl/turboquant/turboquant_quant.wgsl"),
     msl_common: &[MSL_COMMON],
-    msl: Some(include_str!("../../../msl/turboquant/turboquant_quant.metal")),
+    msl: Some(include_str!(
+        "../../../msl/turboquant/turboquant_quant.metal"
+    )),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,

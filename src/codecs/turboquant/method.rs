@@ -94,7 +94,9 @@ impl SideConfig for TqSide {
         layer: usize,
         choice: PathChoice,
     ) -> Result<Arc<dyn Codec>> {
-        Ok(Arc::new(TurboQuantCodec::new(ctx, *self, g, layer, choice)?))
+        Ok(Arc::new(TurboQuantCodec::new(
+            ctx, *self, g, layer, choice,
+        )?))
     }
 }
 

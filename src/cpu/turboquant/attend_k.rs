@@ -20,7 +20,14 @@ pub fn prepare_query(q: &[f32], signs: &[f32], out: &mut Vec<f32>) {
 /// ŷ of stored token `j`, head `h` (`out`: P values): the centroids of its S code rows of
 /// `codes` `[tokens][H][S][row_words]`, summed in stage order (`centroids[s]`: stage s's 2^b
 /// f32 centroids).
-pub fn decode(l: &Layout, codes: &[u32], centroids: &[Vec<f32>], j: usize, h: usize, out: &mut [f32]) {
+pub fn decode(
+    l: &Layout,
+    codes: &[u32],
+    centroids: &[Vec<f32>],
+    j: usize,
+    h: usize,
+    out: &mut [f32],
+) {
     let rw = l.row_words();
     for (s, cb) in centroids.iter().enumerate() {
         let row = &codes[l.row_at(j, h, s)..][..rw];
@@ -50,7 +57,10 @@ pub fn score(
     decode(l, codes, centroids, j, h, yhat);
     let n = norm_at(norms, l.norm_words(), j, h);
     for (o, p) in out.iter_mut().zip(preps) {
-        let dot = p.iter().zip(yhat.iter()).fold(0.0f32, |a, (x, y)| a + x * y);
+        let dot = p
+            .iter()
+            .zip(yhat.iter())
+            .fold(0.0f32, |a, (x, y)| a + x * y);
         *o = n * dot;
     }
 }

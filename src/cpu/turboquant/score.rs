@@ -12,8 +12,8 @@
 use half::f16;
 
 use super::codebook::Codebook;
-use super::turboquant_dequant::{decode_row, decode_rvq_rows};
 use super::rotation::{inverse_rotate, rotate};
+use super::turboquant_dequant::{decode_row, decode_rvq_rows};
 use crate::cpu::common::sketch::{scale, signed_sum};
 use crate::cpu::common::vector::{check_len, dot, mat_vec};
 use crate::error::{Error, Result};

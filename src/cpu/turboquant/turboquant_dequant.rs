@@ -7,8 +7,8 @@ use half::f16;
 
 use super::codebook::{Codebook, codebook, rvq_codebook};
 use super::layout::{ProdLayout, TqLayout};
-use super::turboquant_quant::{MseCodes, ProdCodes, RvqCodes};
 use super::rotation::{inverse_rotate, inverse_rotate_in_place};
+use super::turboquant_quant::{MseCodes, ProdCodes, RvqCodes};
 use crate::cpu::bitunpack::bitunpack;
 use crate::cpu::common::sketch::{scale, transpose_signed};
 use crate::cpu::common::vector::check_len;

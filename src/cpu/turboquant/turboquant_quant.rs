@@ -177,8 +177,14 @@ pub fn quantize_rvq(l: &TqLayout, signs: &[f32], x: &[f32]) -> Result<RvqCodes> 
         norms: Vec::with_capacity(n * l.heads),
     };
     for_each_vector(l, &x, signs, |t, h, row, s| {
-        out.norms
-            .push(quantize_vector(row, s, &[&cb1, &cb2], t, h, &mut out.codes)?);
+        out.norms.push(quantize_vector(
+            row,
+            s,
+            &[&cb1, &cb2],
+            t,
+            h,
+            &mut out.codes,
+        )?);
         Ok(())
     })?;
     Ok(out)
