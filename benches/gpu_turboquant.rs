@@ -319,15 +319,18 @@ fn run() -> Result<(), String> {
     let ctx = Context::headless().map_err(|e| e.to_string())?;
     let (adapter, _, is_cpu) = common::report::adapter(&ctx);
     println!(
-        "gpu_turboquant on {adapter}{}",
+        "gpu_turboquant on {adapter}{}{}, T = {:?}, {} rounds",
         if is_cpu {
             format!(" ({CPU_ADAPTER_NOTE})")
         } else {
             String::new()
-        }
+        },
+        if o.quick { ", quick" } else { "" },
+        o.tokens,
+        o.rounds
     );
     let e = |x: kvpack::Error| x.to_string();
-    let mut rng = Rng(0x7462_7175_616e_74);
+    let mut rng = Rng(0x0074_6271_7561_6e74);
     let t_max = o.tokens.iter().copied().max().unwrap_or(0);
     let kv = rng.normals_f16(2 * t_max * HKV * DIM);
     let (k, v) = kv.split_at(t_max * HKV * DIM);
