@@ -16,8 +16,9 @@
 //! - `f16` / `kivi-4` / `kivi-2` at T tokens: one whole `KvLayer::encode_attend` call (every
 //!   partial pass and the merge) with Hq = 32, Hkv = 8, D = 128, on a cache built by one
 //!   prefill of T random f16 tokens; bytes read = the cache payload + q.
-//! - `... Tq=64`: a prefill chunk of 64 query rows (f16 and kivi-4 at T = 4k and 32k) against
-//!   the same caches: one `encode_attend` call with q `[64, 32, 128]`.
+//! - `... Tq=64`: a prefill chunk of 64 query rows against the same caches: one
+//!   `encode_attend` call with q `[64, 32, 128]` (`AttendKernel::Auto`: the decode kernel);
+//!   KIVI-4 at 32k also on the prefill kernel (`(prefill kernel)`).
 //! - `append kivi-b T`: the cache update of one decode step, `KvLayer::encode_append` of one
 //!   token recorded between the timestamps; every round appends G = 32 tokens one at a time,
 //!   one of which triggers the flush that quantizes a block of 32 (timed apart). The per-token
@@ -42,7 +43,7 @@ use half::f16;
 use kvpack::attention::plan::{CacheShape, Call, plan, split_target};
 use kvpack::context::{Context, KernelPath, PathChoice};
 use kvpack::gpu::{self, DispatchPlan, registry};
-use kvpack::{AttendOptions, Input, KvLayer, Method};
+use kvpack::{AttendKernel, AttendOptions, Input, KvLayer, Method};
 
 mod common;
 
@@ -348,8 +349,18 @@ fn partials_estimate(
         row_words: HKV * DIM / 2,
         value_dim: DIM,
         value_space_out: true,
+        key_prep: false,
+        ring: method.residual()
+            + method
+                .key()
+                .block_tokens()
+                .max(method.value().block_tokens())
+            > 1,
     };
-    match plan(&call, &shape, split_target(ctx.adapter_info()), u64::MAX) {
+    let wg_limit = ctx.max_workgroup_storage_size() as usize;
+    let prefill = call.prefill(&shape, wg_limit).unwrap_or(false);
+    let target = split_target(ctx.adapter_info()) * if prefill { 2 } else { 1 };
+    match plan(&call, &shape, target, u64::MAX, prefill) {
         Ok(p) => (
             2 * p.partial_bytes,
             p.dispatches.len() + usize::from(p.merge.is_some()),
@@ -629,6 +640,22 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                     v,
                     &mut rng,
                 )?);
+                // A/B: the same chunk on the prefill kernel (GEMM form, tiles in workgroup
+                // memory).
+                if m == "kivi-4" && t == variant_t {
+                    let mut a =
+                        attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
+                    a.name += " (prefill kernel)";
+                    if let Work::Attend(x) = &mut a.work {
+                        x.variant = Some("prefill kernel");
+                        x.opts.kernel = AttendKernel::Prefill;
+                        let (pb, passes) =
+                            partials_estimate(ctx, &Method::parse(m)?, t, TQ_PREFILL, x.opts);
+                        x.partial_bytes = pb;
+                        x.passes = passes;
+                    }
+                    attend_arms.push(a);
+                }
             }
             // A/B of the split size (decode, kivi-4): twice and half the automatic tokens per
             // split (the work of one workgroup; `chunk_tokens`).
@@ -641,7 +668,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                     tokens: t,
                     opts: attend_opts(),
                 };
-                let auto = call.split_tokens(split_target(ctx.adapter_info()));
+                let auto = call.split_tokens(split_target(ctx.adapter_info()), 4);
                 for (tokens_per_split, (suffix, what)) in
                     [(auto * 2, LONG), ((auto / 2).div_ceil(32) * 32, SHORT)]
                 {

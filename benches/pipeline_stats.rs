@@ -62,8 +62,21 @@ fn parse() -> Result<Opts, String> {
     Ok(o)
 }
 
+/// Unrolling variants: (name, KVPACK_NO_UNROLL, KVPACK_UNROLL_SKIP) — src/gpu/unroll.rs.
+const VARIANTS: [(&str, bool, &str); 5] = [
+    ("loops", true, ""),
+    ("unroll", false, ""),
+    ("unroll-but-kch", false, "kch"),
+    ("unroll-but-f16dot", false, "f16dot"),
+    ("unroll-but-kch-f16dot-vrow", false, "kch,f16dot,vrow"),
+];
+
 /// The composed WGSL of `method`'s partial kernel (subgroup path, 32-wide subgroups).
-fn kernel_source(method: &str, dim: usize, unroll: bool) -> Result<(String, String), String> {
+fn kernel_source(
+    method: &str,
+    dim: usize,
+    (_, loops, skip): (&str, bool, &str),
+) -> Result<(String, String), String> {
     let m = Method::parse(method).map_err(|e| e.to_string())?;
     let ctx = Context::cpu();
     let layer = Layer::new(&ctx, 8, dim, &m, PathChoice::Cpu).map_err(|e| e.to_string())?;
@@ -76,15 +89,16 @@ fn kernel_source(method: &str, dim: usize, unroll: bool) -> Result<(String, Stri
         tokens: 1,
         opts: AttendOptions::default(),
     };
-    let spec: Specialization = specialization(&call, k, v, true);
+    let spec: Specialization = specialization(&call, k, v, true, layer.has_ring());
     let def = kernel::partials(k.attend_hooks(), v.attend_hooks());
     // SAFETY: single-threaded here; compose_wgsl reads the variable (src/gpu/registry.rs).
     unsafe {
-        if unroll {
-            std::env::remove_var("KVPACK_NO_UNROLL");
-        } else {
+        if loops {
             std::env::set_var("KVPACK_NO_UNROLL", "1");
+        } else {
+            std::env::remove_var("KVPACK_NO_UNROLL");
         }
+        std::env::set_var("KVPACK_UNROLL_SKIP", skip);
     }
     Ok((
         def.name.to_string(),
@@ -236,11 +250,7 @@ fn vulkan() -> Result<Vk, String> {
 
 /// Builds a compute pipeline from `words` and returns (statistic, value) pairs and the
 /// internal representations ((name, text)).
-fn stats(
-    v: &Vk,
-    words: &[u32],
-    binds: &[vk::DescriptorSetLayoutBinding],
-) -> Result<Stats, String> {
+fn stats(v: &Vk, words: &[u32], binds: &[vk::DescriptorSetLayoutBinding]) -> Result<Stats, String> {
     let d = &v.device;
     let e = |what: &str| {
         let what = what.to_string();
@@ -374,15 +384,15 @@ fn main() {
         v.name, v.robust2, o.dim
     );
     for m in &o.methods {
-        for unroll in [false, true] {
-            let (name, src) = match kernel_source(m, o.dim, unroll) {
+        for variant in VARIANTS {
+            let (name, src) = match kernel_source(m, o.dim, variant) {
                 Ok(x) => x,
                 Err(e) => {
                     println!("{m}: {e}");
                     continue;
                 }
             };
-            let tag = format!("{m} {name} unroll={unroll}");
+            let tag = format!("{m} {name} {}", variant.0);
             let words = match spirv(&src, v.robust2) {
                 Ok(w) => w,
                 Err(e) => {
@@ -401,8 +411,7 @@ fn main() {
                         println!("    {n:<40} {val}");
                     }
                     if let Some(dir) = &o.dump {
-                        let base =
-                            dir.join(format!("{m}-{}", if unroll { "unroll" } else { "loops" }));
+                        let base = dir.join(format!("{m}-{}", variant.0));
                         let _ = std::fs::create_dir_all(&base);
                         let _ = std::fs::write(base.join("kernel.wgsl"), &src);
                         for (i, (n, data)) in reprs.iter().enumerate() {

@@ -4,6 +4,8 @@
 //! ```sh
 //! scripts/fetch-models.sh    # SmolLM2-135M-Instruct into ~/.cache/kvpack (once)
 //! cargo run --release --example generate -- --method kivi-4 "Once upon a time"
+//! scripts/fetch-models.sh qwen2.5-coder-0.5b && cargo run --release --example generate -- \
+//!     --model qwen2.5-coder-0.5b --method kivi-4 "def quicksort(xs):"
 //! cargo run --release --example generate -- --model ../shared/models/stories260K/stories260K.bin \
 //!     --method kivi-2 --path cpu --tokens 200 "Once upon a time"
 //! cargo run --release --example generate -- --method turboquant-mse:bits=4,residual=32 "Once upon a time"
@@ -20,7 +22,8 @@ use kvpack::{Context, Method, PathChoice};
 #[derive(Parser, Debug)]
 #[command(about = "Generate text with a real model and a kvpack KV cache")]
 struct Args {
-    /// `smollm2` (fetched by scripts/fetch-models.sh), a .gguf path, or a llama2.c .bin path.
+    /// A model fetched by scripts/fetch-models.sh (`smollm2`, `qwen2.5-coder-0.5b`,
+    /// `qwen2.5-coder-1.5b`), a .gguf path, or a llama2.c .bin path.
     #[arg(long, default_value = "smollm2")]
     model: String,
     /// Tokenizer for a llama2.c model (default: a tok*.bin beside it).

@@ -9,7 +9,7 @@
 use crate::context::{Context, KernelPath, PathChoice};
 use crate::cpu;
 use crate::error::{Error, Result};
-use crate::gpu::registry::{self, Binding, DISPATCH, KernelDef};
+use crate::gpu::registry::{self, BITS, Binding, DISPATCH, KernelDef, MSL_BITS};
 use crate::gpu::{self, DispatchPlan};
 
 pub use cpu::bitpack::packed_words;
@@ -238,10 +238,10 @@ pub static BITPACK: KernelDef = KernelDef {
 pub static BITUNPACK: KernelDef = KernelDef {
     name: "bitunpack",
     folder: "bitpack",
-    wgsl_common: &[DISPATCH],
+    wgsl_common: &[DISPATCH, BITS],
     wgsl_subgroup: None,
     wgsl: include_str!("../wgsl/bitpack/bitunpack.wgsl"),
-    msl_common: &[],
+    msl_common: &[MSL_BITS],
     msl: Some(include_str!("../msl/bitpack/bitunpack.metal")),
     bindings: &[
         Binding::Uniform,

@@ -1,6 +1,7 @@
 //! Every kernel kvpack has, for [`crate::Context::describe`] and the tests that check each
 //! has its WGSL, MSL and CPU twin. The attention kernels are composed per (key codec, value
-//! codec) pair: every pair of the codecs here is listed.
+//! codec) pair: every pair of the codecs here is listed (the prefill kernel only for key
+//! codecs that do not transform the query: [`AttendHooks::k_prep`]).
 
 use crate::attention::kernel::{self, AttendHooks};
 use crate::codecs::{f16, kivi, turboquant};
@@ -31,6 +32,7 @@ pub fn all() -> Vec<&'static KernelDef> {
     for k in attend_hooks() {
         for v in attend_hooks() {
             out.push(kernel::partials(k, v));
+            out.extend(kernel::prefill(k, v));
             out.push(kernel::merge(k, v));
         }
     }

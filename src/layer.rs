@@ -218,6 +218,14 @@ impl Layer {
         })
     }
 
+    /// Whether either side can hold rows in a residual ring (`R + G − 1 > 0`; fixed for the
+    /// layer's life).
+    pub fn has_ring(&self) -> bool {
+        self.codecs
+            .iter()
+            .any(|c| self.residual + c.block_tokens() > 1)
+    }
+
     /// A KIVI layer (both sides) with `cfg`.
     pub fn kivi(
         ctx: &Context,
@@ -409,6 +417,8 @@ impl Layer {
             row_words: self.g.row_words(),
             value_dim: self.codecs[1].value_dim(),
             value_space_out: self.codecs[1].attend_value_space_out(),
+            key_prep: self.codecs[0].attend_hooks().k_prep,
+            ring: self.has_ring(),
         };
         ([side(0), side(1)], shape)
     }
@@ -695,10 +705,12 @@ impl KvLayer for Layer {
         let (k, v) = (&*self.codecs[0], &*self.codecs[1]);
         let paths = attention::gpu::AttendPaths::resolve(&self.ctx, k, v, s.choice)?;
         let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
-        Ok(vec![
-            (attention::kernel::partials(kh, vh).name, paths.partials),
-            (attention::kernel::merge(kh, vh).name, paths.merge),
-        ])
+        let mut out = vec![(attention::kernel::partials(kh, vh).name, paths.partials)];
+        if let (Some(def), Some(path)) = (attention::kernel::prefill(kh, vh), paths.prefill) {
+            out.push((def.name, path));
+        }
+        out.push((attention::kernel::merge(kh, vh).name, paths.merge));
+        Ok(out)
     }
 
     fn describe(&self) -> String {

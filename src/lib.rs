@@ -36,11 +36,12 @@ pub mod gpu;
 pub mod kernels;
 pub mod layer;
 pub mod method;
+#[cfg(feature = "model")]
 pub mod model;
 pub mod path;
 pub mod store;
 
-pub use attention::AttendOptions;
+pub use attention::{AttendKernel, AttendOptions};
 pub use bitpack::{BitPacker, packed_words};
 pub use cache::Cache;
 pub use codecs::kivi::{KiviConfig, ParamStorage};

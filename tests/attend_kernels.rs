@@ -1,4 +1,5 @@
-//! The attention kernels one by one (`attend_<k>_<v>`, `attend_merge_<k>_<v>`), on every path
+//! The attention kernels one by one (`attend_<k>_<v>`, `attend_prefill_<k>_<v>`,
+//! `attend_merge_<k>_<v>`), on every path
 //! including the MSL emulator: a layer is built on the CPU, its stored words (a snapshot) are
 //! laid out as the GPU store lays them out — each side's streams in one segment buffer per
 //! segment index (a small segment size splits the cache into several), each side's residual in
@@ -6,7 +7,9 @@
 //! of `attention::plan` run with poisoned outputs (NaN partials and output: an unwritten record
 //! shows), and the output is compared with the CPU reference on the same words: relative L2
 //! ≤ 1e-4 per row (spec/attention.md; splits change the f32 summation order). The CPU target
-//! checks the reference against exact f64 attention on the layer's reconstruction.
+//! checks the reference against exact f64 attention on the layer's reconstruction. A key codec
+//! that transforms the query (TurboQuant) has no prefill kernel: asking for it must be a typed
+//! error, from the kernel choice and from the dispatch plans alike.
 
 mod common;
 
@@ -16,9 +19,12 @@ use kvpack::attention::plan::{CacheShape, Call, plan};
 use kvpack::codec::Codec;
 use kvpack::cpu::attend::attend_exact;
 use kvpack::store::{Side, SideWords, Snapshot};
-use kvpack::{AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
+use kvpack::{
+    AttendKernel, AttendOptions, Context, Error, Input, KvLayer, Layer, Method, PathChoice,
+};
 use rand::Rng;
 
+#[derive(Clone, Copy)]
 struct Case {
     what: &'static str,
     method: &'static str,
@@ -254,14 +260,15 @@ fn ring(w: &SideWords, t: usize, cap: usize, row: usize) -> Vec<u8> {
     bytes(&words)
 }
 
-/// Runs the kernels of one call on `t` over the layer's words laid out as described above.
+/// Runs the kernels of one call on `t` over the layer's words laid out as described above (the
+/// kernel choice's error, if any: a prefill call on keys that transform the query).
 fn on_target(
     t: &Target,
     c: &Case,
     layer: &Layer,
     snap: &Snapshot,
     q: &[f32],
-) -> (Vec<f32>, usize, bool) {
+) -> Result<(Vec<f32>, usize, bool), Error> {
     let (k, v) = (layer.codec(Side::Keys), layer.codec(Side::Values));
     let row = c.hkv * c.d;
     let caps = [&snap.keys, &snap.values].map(|w| (c.t - w.quantized).max(1) + c.ring_extra);
@@ -273,6 +280,8 @@ fn on_target(
         row_words: row.div_ceil(2),
         value_dim: v.value_dim(),
         value_space_out: v.attend_value_space_out(),
+        key_prep: k.attend_hooks().k_prep,
+        ring: layer.has_ring(),
     };
     let call = Call {
         tq: c.tq,
@@ -282,12 +291,29 @@ fn on_target(
         tokens: c.t,
         opts: c.opts,
     };
-    let p = plan(&call, &shape, c.target, 1 << 30).expect("plan");
     let wide = match t {
         Target::Wgsl(ctx, _) => kvpack::attention::gpu::wide_subgroups(ctx),
         _ => true, // MSL: SIMD groups of 32
     };
-    let (dispatches, merge) = dispatch_plans(&call, &p, k, v, wide);
+    let prefill = match call.prefill(&shape, 1 << 16) {
+        Ok(p) => p,
+        Err(e) => {
+            // The dispatch plans refuse a prefill plan on their own too (a shape that does not
+            // say the keys transform the query must not reach a kernel that is not there).
+            let p = plan(&call, &shape, c.target, 1 << 30, true).expect("plan");
+            let r = dispatch_plans(&call, &p, k, v, wide, layer.has_ring());
+            assert!(
+                matches!(r, Err(Error::Config(_))),
+                "{}: a prefill plan on {} keys must be refused by the dispatch plans",
+                c.what,
+                c.method
+            );
+            return Err(e);
+        }
+    };
+    let p = plan(&call, &shape, c.target, 1 << 30, prefill).expect("plan");
+    let (dispatches, merge) =
+        dispatch_plans(&call, &p, k, v, wide, layer.has_ring()).expect("dispatch plans");
     let (ks, vs) = (
         segments(k, &snap.keys, c.seg_tokens),
         segments(v, &snap.values, c.seg_tokens),
@@ -355,11 +381,11 @@ fn on_target(
             std::mem::take(&mut bufs[3])
         }
     };
-    (
+    Ok((
         bytemuck::pod_collect_to_vec(&out[..out_len]),
         p.dispatches.len(),
         direct,
-    )
+    ))
 }
 
 fn attend_kernels_match_reference(t: &Target) {
@@ -383,23 +409,49 @@ fn attend_kernels_match_reference(t: &Target) {
             continue;
         }
         let snap = layer.snapshot().expect("snapshot");
-        let (out, dispatches, direct) = on_target(t, &c, &layer, &snap, &q);
-        let err = rel_l2_rows(&out, &reference, c.d);
-        eprintln!(
-            "attend_kernels[{}] {} ({}): Qk={} Qv={} {dispatches} dispatches, direct {direct}: worst row rel L2 {err:e}",
-            t.name(),
-            c.what,
-            c.method,
-            snap.keys.quantized,
-            snap.values.quantized
-        );
-        assert!(
-            err <= 1e-4,
-            "{} {} ({}): worst row rel L2 {err:e} against the reference",
-            t.name(),
-            c.what,
-            c.method
-        );
+        // Every case on both kernels (the prefill kernel also at Tq = 1: windows, rings,
+        // widths and segments are its as much as the decode kernel's).
+        for kernel in [AttendKernel::Decode, AttendKernel::Prefill] {
+            let c = Case {
+                opts: AttendOptions { kernel, ..c.opts },
+                ..c
+            };
+            let got = on_target(t, &c, &layer, &snap, &q);
+            let k_prep = layer.codec(Side::Keys).attend_hooks().k_prep;
+            if kernel == AttendKernel::Prefill && k_prep {
+                match got {
+                    Err(Error::Config(m)) if m.contains("prefill") => {
+                        eprintln!(
+                            "attend_kernels[{}] {} ({}, Prefill): refused as it must be: {m}",
+                            t.name(),
+                            c.what,
+                            c.method
+                        );
+                        continue;
+                    }
+                    Err(e) => panic!("{}: prefill on query-transforming keys: {e}", c.what),
+                    Ok(_) => panic!("{}: prefill on query-transforming keys ran", c.what),
+                }
+            }
+            let (out, dispatches, direct) =
+                got.unwrap_or_else(|e| panic!("{} {kernel:?}: {e}", c.what));
+            let err = rel_l2_rows(&out, &reference, c.d);
+            eprintln!(
+                "attend_kernels[{}] {} ({}, {kernel:?}): Qk={} Qv={} {dispatches} dispatches, direct {direct}: worst row rel L2 {err:e}",
+                t.name(),
+                c.what,
+                c.method,
+                snap.keys.quantized,
+                snap.values.quantized
+            );
+            assert!(
+                err <= 1e-4,
+                "{} {} ({}, {kernel:?}): worst row rel L2 {err:e} against the reference",
+                t.name(),
+                c.what,
+                c.method
+            );
+        }
     }
 }
 parity_tests!(attend_kernels_match_reference, msl);

@@ -261,9 +261,10 @@ fn dequantize_blocks() {
         Err(Error::LengthMismatch { .. })
     ));
     assert!(is_format_error(dequantize(GgmlType::Q8_0, &[0; 34], 16)));
+    // Q2_K (type 10) is not dequantized.
     assert!(is_format_error(dequantize(
-        GgmlType::Other(12),
-        &[0; 144],
+        GgmlType::Other(10),
+        &[0; 84],
         256
     )));
 }
@@ -341,9 +342,9 @@ fn malformed_files_are_errors() {
     assert!(is_format_error(t(vec![64], 8, vec![0; 34])));
     assert!(is_format_error(t(vec![u64::MAX, 4], 0, vec![0; 4])));
     assert!(t(vec![1], 0, vec![0; 4]).is_ok());
-    // An unknown type is listed but not dequantized.
-    let f = t(vec![256], 12, vec![]).unwrap();
-    assert_eq!(f.tensor("t").unwrap().ggml_type, GgmlType::Other(12));
+    // An unknown type (here Q2_K) is listed but not dequantized.
+    let f = t(vec![256], 10, vec![]).unwrap();
+    assert_eq!(f.tensor("t").unwrap().ggml_type, GgmlType::Other(10));
     assert!(is_format_error(f.dequantize("t")));
     // A misaligned tensor offset.
     let mut b = build(&[], &[("t", vec![1], 0, vec![0; 4])]);

@@ -63,7 +63,9 @@ fn attend_specs() -> Vec<Specialization> {
     for dim in [41u32, 64, 128, 256] {
         for wide in [0u32, 1] {
             for (i, extra) in [kivi(4, 2, 32), kivi(3, 8, 16)].into_iter().enumerate() {
-                let mut s = vec![("ATT_DIM", dim), ("ATT_SG_WIDE", wide)];
+                // A ring everywhere but at D = 64 (both forms compile).
+                let ring = u32::from(dim != 64);
+                let mut s = vec![("ATT_DIM", dim), ("ATT_SG_WIDE", wide), ("ATT_RING", ring)];
                 s.extend(extra);
                 // 3-bit MSE / 2+2 RVQ (windows funnel-shifted), then 4-bit / 8+8 (whole words).
                 s.extend(if i == 0 {
@@ -133,4 +135,29 @@ fn every_composed_wgsl_kernel_compiles() {
         failures.len(),
         failures.join("\n\n")
     );
+}
+
+/// Each codec's `k_prep` flag says what its WGSL and MSL key hooks declare (`K_PREP`): the
+/// prefill kernel's absence for such keys rests on it.
+#[test]
+fn k_prep_flags_match_the_hooks() {
+    for h in kvpack::kernels::attend_hooks() {
+        let wgsl = h.wgsl_k.contains("const K_PREP: bool = true;");
+        assert!(
+            wgsl || h.wgsl_k.contains("const K_PREP: bool = false;"),
+            "{}: no K_PREP in its WGSL key hooks",
+            h.name
+        );
+        assert_eq!(wgsl, h.k_prep, "{}: k_prep flag vs WGSL K_PREP", h.name);
+        if let Some(m) = h.msl_k {
+            let msl = format!("#define K_PREP {}\n", h.k_prep);
+            assert!(m.contains(&msl), "{}: k_prep flag vs MSL K_PREP", h.name);
+        }
+        assert_eq!(
+            kvpack::attention::kernel::prefill(h, h).is_some(),
+            !h.k_prep,
+            "{}: a prefill kernel exactly when the keys do not transform the query",
+            h.name
+        );
+    }
 }

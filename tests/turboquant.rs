@@ -13,7 +13,10 @@
 //!   after the transform instead of before) make the kernels disagree, on every variant that has
 //!   the code in question;
 //! - bad input (a norm beyond f16, bad bits or D) is a typed error with nothing stored; the
-//!   method grammar; layers draw their own signs.
+//!   method grammar; layers draw their own signs;
+//! - the prefill attention kernel through a layer: TurboQuant keys (the query is rotated) are
+//!   refused with a typed error and the layer answers as before on the decode kernel;
+//!   TurboQuant values (other keys) run on it and agree with the decode kernel.
 
 mod common;
 
@@ -28,7 +31,9 @@ use kvpack::cpu::turboquant::turboquant_quant::normalize_rotate;
 use kvpack::gpu::registry::KernelDef;
 use kvpack::path::KernelPath;
 use kvpack::store::{Geometry, Side};
-use kvpack::{Context, Error, Input, KvLayer, Layer, Method, PathChoice};
+use kvpack::{
+    AttendKernel, AttendOptions, Context, Error, Input, KvLayer, Layer, Method, PathChoice,
+};
 use rand::Rng;
 
 struct Case {
@@ -640,6 +645,64 @@ fn turboquant_bad_input(t: &Target) {
     }
 }
 parity_tests!(turboquant_bad_input);
+
+/// The kernel choice through a layer (see the module doc). The CPU path has one form and
+/// ignores the choice (`AttendOptions::kernel`): there both answers must be equal.
+fn turboquant_prefill_kernel_choice(t: &Target) {
+    let (t_len, tq, hq, hkv, d) = (300, 6, 4, 2, 80);
+    let mut rng = common::rng("turboquant_prefill_kernel_choice");
+    let (q, k, v) = common::random_qkv(&mut rng, t_len, tq, hq, hkv, d);
+    for spec in [
+        "turboquant-mse:bits=3,residual=16",
+        "f16/turboquant-rvq:bits=2,residual=16",
+        "kivi:bits=4,group=32/turboquant-mse:bits=4",
+    ] {
+        let mut l = Method::parse(spec)
+            .and_then(|m| m.layer(t.ctx(), hkv, d, t.path()))
+            .expect("layer");
+        l.append(Input::F32(&k), Input::F32(&v)).expect("append");
+        let opts = |kernel| AttendOptions {
+            kernel,
+            ..AttendOptions::default()
+        };
+        let dec = l
+            .attend(&q, hq, &opts(AttendKernel::Decode))
+            .expect("decode kernel");
+        let pre = l.attend(&q, hq, &opts(AttendKernel::Prefill));
+        if t.is_gpu() && spec.starts_with("turboquant") {
+            match pre {
+                Err(Error::Config(m)) if m.contains("prefill") => {
+                    eprintln!("{} {spec}: prefill refused: {m}", t.name());
+                }
+                other => panic!("{} {spec}: {:?}", t.name(), other.map(|_| ())),
+            }
+            let again = l
+                .attend(&q, hq, &opts(AttendKernel::Auto))
+                .expect("after the refusal");
+            assert!(
+                again == dec,
+                "{} {spec}: the refusal changed the layer",
+                t.name()
+            );
+            continue;
+        }
+        let pre = pre.unwrap_or_else(|e| panic!("{} {spec}: prefill: {e}", t.name()));
+        let err = common::rel_l2_rows(&pre, &dec, d);
+        eprintln!(
+            "{} {spec}: prefill vs decode worst row rel L2 {err:e}",
+            t.name()
+        );
+        if t.is_gpu() {
+            assert!(err <= 1e-4, "{} {spec}: {err:e}", t.name());
+        } else {
+            assert!(
+                pre == dec,
+                "cpu {spec}: the CPU path ignores the kernel choice"
+            );
+        }
+    }
+}
+parity_tests!(turboquant_prefill_kernel_choice);
 
 #[test]
 fn turboquant_method_grammar() {

@@ -13,16 +13,16 @@ use kvpack::cpu::common::splitmix::{
     sign_table,
 };
 use kvpack::cpu::turboquant::codebook::{Codebook, codebook, rvq_codebook};
-use kvpack::cpu::turboquant::turboquant_dequant::{
-    ProdReconstruction, dequantize_mse, dequantize_prod, dequantize_rvq,
-};
 use kvpack::cpu::turboquant::layout::{ProdLayout, TqLayout};
-use kvpack::cpu::turboquant::turboquant_quant::{quantize_mse, quantize_prod, quantize_rvq};
 use kvpack::cpu::turboquant::rotation::{butterflies, inv_sqrt, inverse_rotate, rotate};
 use kvpack::cpu::turboquant::score::{
     ProdKey, finish, prepare_query, prepare_sketch_query, prod_score, score_mse, score_rvq,
     value_rotated,
 };
+use kvpack::cpu::turboquant::turboquant_dequant::{
+    ProdReconstruction, dequantize_mse, dequantize_prod, dequantize_rvq,
+};
+use kvpack::cpu::turboquant::turboquant_quant::{quantize_mse, quantize_prod, quantize_rvq};
 use rand::Rng;
 
 /// Standard normal by Box–Muller (rand 0.9 has no normal distribution without rand_distr).

@@ -30,7 +30,6 @@ kernel void bitunpack(constant BitpackParams& params [[buffer(0)]],
         return;
     }
     const uint b = params.bits;
-    const uint mask = (1u << b) - 1u;
     uint out = 0u;
     for (uint k = 0u; k < 4u; ++k) {
         const uint i = t * 4u + k;
@@ -38,11 +37,8 @@ kernel void bitunpack(constant BitpackParams& params [[buffer(0)]],
             const uint start = i * b;
             const uint wi = start >> 5u;
             const uint off = start & 31u;
-            uint v = words[wi] >> off;
-            if (off + b > 32u) {
-                v |= words[wi + 1u] << (32u - off);
-            }
-            out |= (v & mask) << (8u * k);
+            const uint hi = off + b > 32u ? words[wi + 1u] : 0u;
+            out |= bits_code(words[wi], hi, off, b) << (8u * k);
         }
     }
     codes[t] = out;

@@ -26,3 +26,10 @@ static inline void k_score(constant AttendParams& A, constant KParams& KP, devic
     }
     f16_score(kseg, w0, S, cg, h, acc);
 }
+
+// Channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
+static inline float k_value(constant AttendParams& A, constant KParams& KP, device const uint* kseg,
+                            uint row, uint last, uint c, uint h) {
+    const uint e = h * ATTEND_DIM + c;
+    return attend_half(kseg[KP.rows + min(row, last) * A.row_words + (e >> 1u)], e);
+}

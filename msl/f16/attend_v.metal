@@ -45,6 +45,13 @@ static inline void v_accum(constant AttendParams& A, constant VParams& VP, devic
     f16_accum(vseg, w0, s.o, cg, h, p);
 }
 
+// Channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
+static inline float v_value(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
+                            uint row, uint last, uint c, uint h) {
+    const uint e = h * ATTEND_DIM + c;
+    return attend_half(vseg[VP.rows + min(row, last) * A.row_words + (e >> 1u)], e);
+}
+
 template <typename Sh>
 static inline void v_finish(constant AttendParams& A, constant VParams& VP, device const uint* vtab,
                             threadgroup Sh& S, uint lid, uint h) {}

@@ -35,10 +35,7 @@ static inline float2 kivi_k_pair(constant KParams& KP, device const uint* kseg, 
 
 // 1 + c / 2^b for code j of `w` (bits j·b ..): the code moved into the mantissa's top bits.
 static inline float kivi_kx(uint w, uint j) {
-    const uint at = j * KIVI_KB;
-    const uint top = 23u - KIVI_KB;
-    const uint v = at <= top ? (w << (top - at)) : (w >> (at - top));
-    return as_type<float>((v & (KIVI_K_MASK << top)) | 0x3f800000u);
+    return bits_unit(w, j * KIVI_KB, KIVI_KB);
 }
 
 template <typename Sh>
@@ -89,4 +86,15 @@ static inline void k_score(constant AttendParams& A, constant KParams& KP, devic
             acc[j] += S.qs[c] * kivi_reconstruct(code, pr.x, pr.y);
         }
     }
+}
+
+// k̂ of channel c of segment row `row` (clamped to `last`) of head h, as the CPU reference
+// reconstructs it (the prefill kernel). Twin of wgsl/kivi/attend_k.wgsl's k_value.
+static inline float k_value(constant AttendParams& A, constant KParams& KP, device const uint* kseg,
+                            uint row, uint last, uint c, uint h) {
+    const uint r = min(row, last);
+    const uint gi = ((r / KIVI_KG) * A.hkv + h) * ATTEND_DIM + c;
+    const float2 pr = kivi_k_pair(KP, kseg, gi);
+    const uint code = kivi_get_code(kseg, KP.codes + gi * KIVI_KGW, r % KIVI_KG, KIVI_KB);
+    return kivi_reconstruct(code, pr.x, pr.y);
 }

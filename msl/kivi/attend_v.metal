@@ -42,9 +42,7 @@ static inline float2 kivi_v_pair(constant VParams& VP, device const uint* vseg, 
 }
 
 static inline float kivi_vx(uint w, uint at) {
-    const uint top = 23u - KIVI_VB;
-    const uint v = at <= top ? (w << (top - at)) : (w >> (at - top));
-    return as_type<float>((v & (KIVI_V_MASK << top)) | 0x3f800000u);
+    return bits_unit(w, at, KIVI_VB);
 }
 
 static inline void v_reset(thread VState& s) {
@@ -105,6 +103,17 @@ static inline void v_accum(constant AttendParams& A, constant VParams& VP, devic
             s.o[i] += p[j] * kivi_reconstruct(code, pr.x, pr.y);
         }
     }
+}
+
+// v̂ of channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
+// Twin of wgsl/kivi/attend_v.wgsl's v_value.
+static inline float v_value(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
+                            uint row, uint last, uint c, uint h) {
+    const uint rb = min(row, last) * A.hkv + h;
+    const uint g = c / KIVI_VG;
+    const float2 pr = kivi_v_pair(VP, vseg, rb * KIVI_VNG + g);
+    const uint code = kivi_get_code(vseg, VP.codes + rb * KIVI_VRW + g * KIVI_VGW, c - g * KIVI_VG, KIVI_VB);
+    return kivi_reconstruct(code, pr.x, pr.y);
 }
 
 template <typename Sh>

@@ -128,9 +128,6 @@ static inline uint kivi_get_code(device const uint* codes, uint base, uint i, ui
     const uint start = i * b;
     const uint w = base + (start >> 5u);
     const uint off = start & 31u;
-    uint v = codes[w] >> off;
-    if (off + b > 32u) {
-        v |= codes[w + 1u] << (32u - off);
-    }
-    return v & ((1u << b) - 1u);
+    const uint hi = off + b > 32u ? codes[w + 1u] : 0u;
+    return bits_code(codes[w], hi, off, b);
 }

@@ -114,3 +114,19 @@ static inline void v_finish(constant AttendParams& A, constant VParams& VP, devi
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
 }
+
+// Twin of wgsl/turboquant/attend_v.wgsl's v_value (the prefill kernel's element reader).
+static inline float v_value(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
+                            uint row, uint last, uint c, uint h) {
+    const uint r = min(row, last);
+    const float n = tq_norm_of(vseg[VP.norms + r * ((A.hkv + 1u) / 2u) + (h >> 1u)], h);
+    const uint at = c * VTQ_B;
+    const uint off = at & 31u;
+    float y = 0.0f;
+    for (uint st = 0u; st < VTQ_S; ++st) {
+        const uint w = VP.codes + ((r * A.hkv + h) * VTQ_S + st) * VTQ_RW + (at >> 5u);
+        const uint hi = off + VTQ_B > 32u ? vseg[w + 1u] : 0u;
+        y += VP.cb[st * VTQ_N + bits_code(vseg[w], hi, off, VTQ_B)];
+    }
+    return n * y;
+}

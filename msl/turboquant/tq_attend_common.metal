@@ -9,12 +9,9 @@ static inline uint tq_funnel(uint lo, uint hi, uint sh) {
 }
 
 // Code at bit `at` (< 32) of a window whose words are w0 (bits 0..31) and w1 (32..63).
+// (msl/common/bits.metal's bits_code).
 static inline uint tq_window_code(uint w0, uint w1, uint at, uint bits) {
-    const uint mask = (1u << bits) - 1u;
-    if (at + bits > 32u) {
-        return ((w0 >> at) | (w1 << (32u - at))) & mask;
-    }
-    return (w0 >> at) & mask;
+    return bits_code(w0, w1, at, bits);
 }
 
 static inline float tq_norm_of(uint w, uint h) {

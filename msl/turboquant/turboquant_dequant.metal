@@ -13,11 +13,8 @@ static inline uint tq_stored_code(device const uint* codes, uint base, uint i) {
     const uint at = i * TQ_TB;
     const uint w = base + (at >> 5u);
     const uint off = at & 31u;
-    uint v = codes[w] >> off;
-    if (off + TQ_TB > 32u) {
-        v |= codes[w + 1u] << (32u - off);
-    }
-    return v & TQ_MASK;
+    const uint hi = off + TQ_TB > 32u ? codes[w + 1u] : 0u;
+    return bits_code(codes[w], hi, off, TQ_TB);
 }
 
 [[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]

@@ -27,6 +27,9 @@ pub struct SideBuffers<'a> {
 pub struct AttendPaths {
     /// The partials kernel `attend_<k>_<v>`.
     pub partials: KernelPath,
+    /// The prefill kernel `attend_prefill_<k>_<v>` (`None` for a key codec that transforms the
+    /// query: [`kernel::AttendHooks::k_prep`]).
+    pub prefill: Option<KernelPath>,
     /// The merge kernel `attend_merge_<k>_<v>`.
     pub merge: KernelPath,
 }
@@ -42,6 +45,10 @@ impl AttendPaths {
         let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
         Ok(Self {
             partials: ctx.resolve(kernel::partials(kh, vh), choice)?,
+            prefill: match kernel::prefill(kh, vh) {
+                Some(def) => Some(ctx.resolve(def, choice)?),
+                None => None,
+            },
             merge: ctx.resolve(kernel::merge(kh, vh), choice)?,
         })
     }
@@ -61,10 +68,12 @@ pub fn specialization(
     k: &dyn Codec,
     v: &dyn Codec,
     wide: bool,
+    ring: bool,
 ) -> registry::Specialization {
     let mut spec = vec![
         ("ATT_DIM", call.dim as u32),
         ("ATT_SG_WIDE", u32::from(wide)),
+        ("ATT_RING", u32::from(ring)),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {
@@ -74,7 +83,7 @@ pub fn specialization(
     registry::Specialization(spec)
 }
 
-/// Plans a call on `ctx`'s device.
+/// Plans a call on `ctx`'s device (the decode or the prefill kernel: [`Call::prefill`]).
 pub fn plan_for(
     ctx: &Context,
     call: &Call,
@@ -82,23 +91,23 @@ pub fn plan_for(
     k: &dyn Codec,
     v: &dyn Codec,
 ) -> Result<Plan> {
+    let limit = ctx.max_workgroup_storage_size() as usize;
+    let prefill = call.prefill(shape, limit)?;
+    // The decode kernel's own storage plus what the codecs' hooks declare (e.g. TurboQuant's
+    // centroids); the prefill kernel's is checked by `Call::prefill`.
     let need = plan::workgroup_bytes(call.dim, k.attend_prep_width(), shape.value_dim)
         + k.attend_workgroup_bytes()
         + v.attend_workgroup_bytes();
-    let limit = ctx.max_workgroup_storage_size() as usize;
-    if need > limit {
+    if !prefill && need > limit {
         return Err(Error::Limit {
             what: "attention workgroup storage",
             needed: need as u64,
             limit: limit as u64,
         });
     }
-    plan::plan(
-        call,
-        shape,
-        plan::split_target(ctx.adapter_info()),
-        ctx.max_storage_binding_size(),
-    )
+    // The prefill kernel holds fewer registers: more of its workgroups fit a device.
+    let target = plan::split_target(ctx.adapter_info()) * if prefill { 2 } else { 1 };
+    plan::plan(call, shape, target, ctx.max_storage_binding_size(), prefill)
 }
 
 /// Records one call: `q` `[Tq, Hq, D]` f32 → `out` `[Tq, Hq, D]` f32 (device buffers).
@@ -121,7 +130,12 @@ pub fn encode<'a>(
     let (k, v) = (ks.codec, vs.codec);
     let paths = AttendPaths::resolve(ctx, k, v, choice)?;
     let plan = plan_for(ctx, call, shape, k, v)?;
-    let (dispatches, merge) = dispatch_plans(call, &plan, k, v, wide_subgroups(ctx));
+    let (dispatches, merge) = dispatch_plans(call, &plan, k, v, wide_subgroups(ctx), shape.ring)?;
+    let split_path = if plan.prefill {
+        paths.prefill.ok_or_else(|| no_prefill(k))?
+    } else {
+        paths.partials
+    };
     let partials = match plan.merge {
         Some(_) => Some(gpu::storage_buffer(
             ctx,
@@ -156,7 +170,7 @@ pub fn encode<'a>(
         };
         let tables = |s: &SideBuffers<'a>| Bind::from(s.tables);
         items.push((
-            paths.partials,
+            split_path,
             dp,
             vec![
                 Bind::from(ku),
@@ -194,22 +208,37 @@ pub fn encode<'a>(
     gpu::encode_plans_in_one_pass(ctx, enc, &items)
 }
 
+/// The error for a prefill-kernel plan whose key codec transforms the query.
+fn no_prefill(k: &dyn Codec) -> Error {
+    Error::Config(format!(
+        "the prefill attention kernel does not serve {} keys (the codec transforms the query); use the decode kernel",
+        k.attend_hooks().name
+    ))
+}
+
 /// The kernel plans of a planned call: one per dispatch (bindings: see [`kernel`]), then the
-/// merge's, if any.
+/// merge's, if any. A prefill plan for a key codec that transforms the query is
+/// [`Error::Config`].
 pub fn dispatch_plans(
     call: &Call,
     plan: &Plan,
     k: &dyn Codec,
     v: &dyn Codec,
     wide: bool,
-) -> (Vec<DispatchPlan>, Option<DispatchPlan>) {
-    let spec = specialization(call, k, v, wide);
+    ring: bool,
+) -> Result<(Vec<DispatchPlan>, Option<DispatchPlan>)> {
+    let spec = specialization(call, k, v, wide, ring);
     let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
+    let def = if plan.prefill {
+        kernel::prefill(kh, vh).ok_or_else(|| no_prefill(k))?
+    } else {
+        kernel::partials(kh, vh)
+    };
     let partials = plan
         .dispatches
         .iter()
         .map(|d| DispatchPlan {
-            kernel: kernel::partials(kh, vh),
+            kernel: def,
             spec: spec.clone(),
             uniform: bytemuck::bytes_of(&d.params).to_vec(),
             workgroups: d.workgroups,
@@ -221,7 +250,7 @@ pub fn dispatch_plans(
         uniform: bytemuck::bytes_of(&params).to_vec(),
         workgroups,
     });
-    (partials, merge)
+    Ok((partials, merge))
 }
 
 /// Blocking attention on host queries.

@@ -1,8 +1,11 @@
 //! The attention kernels, composed per (key codec, value codec) pair: the shared core
 //! (`wgsl/attend/`, `msl/attend/`) with the key codec's hooks (`attend_k`) and the value
-//! codec's (`attend_v`), built once per pair and cached for the process. Two kernels per pair:
-//! `attend_<k>_<v>` (the partials, or the whole output when one split serves a vector) and
-//! `attend_merge_<k>_<v>` (combines the partials and applies the value codec's finish hook).
+//! codec's (`attend_v`), built once per pair and cached for the process. Three kernels per
+//! pair: `attend_<k>_<v>` (decode: 4 query vectors per workgroup; the partials, or the whole
+//! output when one split serves a vector), `attend_prefill_<k>_<v>` (many query vectors per
+//! workgroup, tiles read once into workgroup memory: wgsl/attend/attend_prefill.wgsl; always
+//! partials) and `attend_merge_<k>_<v>` (combines the partials and applies the value codec's
+//! finish hook).
 //!
 //! Bindings (both kernels; WGSL `@binding(i)` is MSL `[[buffer(i)]]`):
 //! 0 the core's uniform (`AttendParams`), 1 the key codec's uniform, 2 the value codec's,
@@ -32,6 +35,11 @@ pub struct AttendHooks {
     pub msl_k: Option<&'static str>,
     /// The value side in MSL.
     pub msl_v: Option<&'static str>,
+    /// Whether the key side transforms the query (its `K_PREP` constant, e.g. TurboQuant's
+    /// rotation): it then defines no element reader `k_value`, and the prefill kernel does not
+    /// serve it as the key codec ([`prefill`] is not composed for such a pair; asking for it
+    /// is [`crate::Error::Config`]).
+    pub k_prep: bool,
 }
 
 const PARAMS: &str = include_str!("../../wgsl/attend/attend_params.wgsl");
@@ -46,6 +54,15 @@ const WORKGROUP_MAIN: &str = concat!(
     include_str!("../../wgsl/attend/attend_workgroup_main.wgsl")
 );
 const MERGE: &str = include_str!("../../wgsl/attend/attend_merge.wgsl");
+const PREFILL_SUBGROUP: &str = concat!(
+    include_str!("../../wgsl/attend/attend_prefill_subgroup.wgsl"),
+    include_str!("../../wgsl/attend/attend_prefill.wgsl")
+);
+const PREFILL_WORKGROUP: &str = concat!(
+    include_str!("../../wgsl/attend/attend_prefill_workgroup.wgsl"),
+    include_str!("../../wgsl/attend/attend_prefill.wgsl")
+);
+const MSL_PREFILL: &str = include_str!("../../msl/attend/attend_prefill.metal");
 const MSL_CORE: &str = include_str!("../../msl/attend/attend_core.metal");
 const MSL_SHARED: &str = include_str!("../../msl/attend/attend_shared.metal");
 const MSL_MAIN: &str = include_str!("../../msl/attend/attend_main.metal");
@@ -72,25 +89,32 @@ fn leak<T>(v: Vec<T>) -> &'static [T] {
     Box::leak(v.into_boxed_slice())
 }
 
-fn compose(k: &'static AttendHooks, v: &'static AttendHooks, merge: bool) -> KernelDef {
-    let name: &'static str = Box::leak(
-        format!(
-            "attend{}_{}_{}",
-            if merge { "_merge" } else { "" },
-            k.name,
-            v.name
-        )
-        .into_boxed_str(),
-    );
+/// The three kernels of a pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Partials,
+    Prefill,
+    Merge,
+}
+
+fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> KernelDef {
+    let prefix = match kind {
+        Kind::Partials => "attend",
+        Kind::Prefill => "attend_prefill",
+        Kind::Merge => "attend_merge",
+    };
+    let name: &'static str = Box::leak(format!("{prefix}_{}_{}", k.name, v.name).into_boxed_str());
     let mut wgsl = vec![DISPATCH, PARAMS];
     let mut msl: Vec<&'static str> = Vec::new();
+    // Helpers both sides name (e.g. wgsl/common/bits.wgsl) once: by content (a `const`'s
+    // address is not unique).
     for c in k.wgsl_common.iter().chain(v.wgsl_common) {
-        if !wgsl.iter().any(|w| std::ptr::eq(*w, *c)) {
+        if !wgsl.contains(c) {
             wgsl.push(c);
         }
     }
     for c in k.msl_common.iter().chain(v.msl_common) {
-        if !msl.iter().any(|w| std::ptr::eq(*w, *c)) {
+        if !msl.contains(c) {
             msl.push(c);
         }
     }
@@ -100,24 +124,33 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, merge: bool) -> Ker
         (Some(mk), Some(mv)) => {
             msl.extend([mk, mv, MSL_SHARED]);
             // The kernel function is named after the pair (the MSL entry point is the name).
-            let body = if merge { MSL_MERGE } else { MSL_MAIN };
+            let body = match kind {
+                Kind::Partials => MSL_MAIN,
+                Kind::Prefill => MSL_PREFILL,
+                Kind::Merge => MSL_MERGE,
+            };
             Some(&*Box::leak(
                 body.replace("ATTEND_NAME", name).into_boxed_str(),
             ))
         }
         _ => None,
     };
-    if merge {
-        // The merge shares the core's declarations; the workgroup variant's helpers (unused)
-        // complete what the core names.
+    if kind != Kind::Partials {
+        // The merge and prefill kernels share the core's declarations; the workgroup
+        // variant's helpers (unused) complete what the core names.
         wgsl.push(WORKGROUP);
     }
+    let (wgsl_subgroup, wgsl_body) = match kind {
+        Kind::Partials => (Some(SUBGROUP), WORKGROUP_MAIN),
+        Kind::Prefill => (Some(PREFILL_SUBGROUP), PREFILL_WORKGROUP),
+        Kind::Merge => (None, MERGE),
+    };
     KernelDef {
         name,
         folder: "attend",
         wgsl_common: leak(wgsl),
-        wgsl_subgroup: if merge { None } else { Some(SUBGROUP) },
-        wgsl: if merge { MERGE } else { WORKGROUP_MAIN },
+        wgsl_subgroup,
+        wgsl: wgsl_body,
         msl_common: leak(msl),
         msl: msl_body,
         bindings: BINDINGS,
@@ -125,25 +158,31 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, merge: bool) -> Ker
     }
 }
 
-type Cache = Mutex<HashMap<(usize, usize, bool), &'static KernelDef>>;
+type Cache = Mutex<HashMap<(usize, usize, Kind), &'static KernelDef>>;
 
-fn kernel(k: &'static AttendHooks, v: &'static AttendHooks, merge: bool) -> &'static KernelDef {
+fn kernel(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> &'static KernelDef {
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    let key = (k as *const _ as usize, v as *const _ as usize, merge);
+    let key = (k as *const _ as usize, v as *const _ as usize, kind);
     let mut map = CACHE
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     map.entry(key)
-        .or_insert_with(|| Box::leak(Box::new(compose(k, v, merge))))
+        .or_insert_with(|| Box::leak(Box::new(compose(k, v, kind))))
 }
 
 /// The partials kernel of a (key codec, value codec) pair.
 pub fn partials(k: &'static AttendHooks, v: &'static AttendHooks) -> &'static KernelDef {
-    kernel(k, v, false)
+    kernel(k, v, Kind::Partials)
+}
+
+/// The prefill kernel of a (key codec, value codec) pair (`None` when the key codec transforms
+/// the query: [`AttendHooks::k_prep`]).
+pub fn prefill(k: &'static AttendHooks, v: &'static AttendHooks) -> Option<&'static KernelDef> {
+    (!k.k_prep).then(|| kernel(k, v, Kind::Prefill))
 }
 
 /// The merge kernel of a (key codec, value codec) pair.
 pub fn merge(k: &'static AttendHooks, v: &'static AttendHooks) -> &'static KernelDef {
-    kernel(k, v, true)
+    kernel(k, v, Kind::Merge)
 }

@@ -31,6 +31,27 @@ pub struct AttendOptions {
     /// automatic, see [`plan::Call::split_tokens`]). Grown automatically when the partials
     /// would not fit a binding. Changes speed only (and the f32 summation order).
     pub chunk_tokens: Option<usize>,
+    /// GPU: which partials kernel serves the call (changes speed and the f32 summation
+    /// order only). The CPU path has one form and ignores it.
+    pub kernel: AttendKernel,
+}
+
+/// The GPU kernel of an attention call's splits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttendKernel {
+    /// The faster kernel as measured: today the decode kernel for every call (on the H200 a
+    /// 64-row chunk at 32k tokens takes 3.4 ms on it and 14 ms on the prefill kernel:
+    /// benches/results/h200-session3/README.md).
+    #[default]
+    Auto,
+    /// Four query vectors per workgroup, a lane owning 8 tokens × a slice of the stored
+    /// words (`attend_<k>_<v>`: the decode kernel).
+    Decode,
+    /// Up to 128 query vectors per workgroup, every tile's keys and values read once into
+    /// workgroup memory (`attend_prefill_<k>_<v>`: the GEMM form of a prefill chunk; correct
+    /// on every path, not yet faster than the decode kernel). An error for a key codec that
+    /// transforms the query, or where the workgroup storage does not fit.
+    Prefill,
 }
 
 /// Checks q `[Tq, Hq, D]` against a cache of `t` tokens, `hkv` heads of width `d`; returns Tq.

@@ -8,7 +8,7 @@
 //! output space). Split sizes follow the call's shape and the
 //! device ([`split_target`]), never a pipeline specialization.
 
-use super::AttendOptions;
+use super::{AttendKernel, AttendOptions};
 use crate::error::{Error, Result};
 
 /// Uniform block of the attention kernels (one per dispatch).
@@ -53,6 +53,22 @@ pub struct AttendParams {
 /// Largest head width (and value-space width) the kernels hold.
 pub const D_MAX: usize = 256;
 
+/// Tokens per tile of the prefill kernel (`PF_TT` in wgsl/attend/attend_prefill.wgsl).
+const PREFILL_TILE: usize = 16;
+
+/// The prefill kernel's invocations per query vector for rows `width` wide (32 channels
+/// each, a power of two): `PF_LPV`.
+pub fn prefill_lanes(width: usize) -> usize {
+    width.div_ceil(32).next_power_of_two()
+}
+
+/// Workgroup storage (bytes) of the prefill kernel for rows `width` wide (the wider of D and
+/// the value space), on its workgroup-memory variant (the larger).
+pub fn prefill_workgroup_bytes(width: usize) -> usize {
+    let lanes = prefill_lanes(width);
+    16 * (PREFILL_TILE * width.div_ceil(4) + 8 * lanes) + 4 * super::kernel::WORKGROUP_SIZE as usize
+}
+
 /// The shape of one attention call.
 #[derive(Clone, Copy, Debug)]
 pub struct Call {
@@ -88,6 +104,14 @@ pub struct CacheShape {
     /// Whether that space is the output space (then splits are not cut at `qv`: the ring's
     /// values join the codec's accumulator).
     pub value_space_out: bool,
+    /// Whether the key codec transforms the query (`K_PREP`: the prefill kernel does not
+    /// serve it).
+    pub key_prep: bool,
+    /// Whether the cache can hold rows in a ring at all (a residual window or a block size
+    /// above 1 on either side: fixed for the cache's life). Without one the kernel is built
+    /// without its ring paths (`ATT_RING = 0`: fewer registers), and every token must be below
+    /// `qk` and `qv`.
+    pub ring: bool,
 }
 
 /// One dispatch of the partials kernel.
@@ -110,6 +134,8 @@ pub struct Plan {
     pub merge: Option<(AttendParams, u64)>,
     /// Bytes of the partials buffer (0 when direct).
     pub partial_bytes: u64,
+    /// Whether the splits run on the prefill kernel (else the decode kernel).
+    pub prefill: bool,
 }
 
 /// Workgroups a call aims at on this adapter: about two per streaming multiprocessor where the
@@ -142,21 +168,44 @@ impl Call {
 
     /// Tokens per split for `target` workgroups: about T·(KV heads)·(vector blocks) / target,
     /// 128 (a tile per slice) to 1024 (32 tiles: the prototype's best per workgroup), a
-    /// multiple of 32; or the caller's `chunk_tokens`.
-    pub fn split_tokens(&self, target: usize) -> usize {
+    /// multiple of 32; or the caller's `chunk_tokens`. `per_wg`: query vectors per workgroup
+    /// (4 on the decode kernel; the prefill kernel's splits may be 16 times longer: its
+    /// workgroups do 8 to 32 times a decode workgroup's work per token).
+    pub fn split_tokens(&self, target: usize, per_wg: usize) -> usize {
         if let Some(c) = self.opts.chunk_tokens {
             return c;
         }
-        let per_split = self.hkv * self.vectors().div_ceil(4);
+        let per_split = self.hkv * self.vectors().div_ceil(per_wg);
+        let max = if per_wg > 4 { 16384 } else { 1024 };
         (self.tokens * per_split / target.max(1))
-            .clamp(128, 1024)
+            .clamp(128, max)
             .div_ceil(32)
             * 32
     }
+
+    /// Whether the call runs on the prefill kernel (`opts.kernel`, see [`AttendKernel`]);
+    /// `wg_limit`: the device's workgroup storage.
+    pub fn prefill(&self, shape: &CacheShape, wg_limit: usize) -> Result<bool> {
+        let width = shape.value_dim.max(self.dim);
+        let fits = prefill_workgroup_bytes(width) <= wg_limit;
+        match self.opts.kernel {
+            AttendKernel::Decode | AttendKernel::Auto => Ok(false),
+            AttendKernel::Prefill if shape.key_prep => Err(Error::Config(
+                "the prefill attention kernel does not serve a key codec that transforms the query"
+                    .into(),
+            )),
+            AttendKernel::Prefill if !fits => Err(Error::Limit {
+                what: "prefill attention workgroup storage",
+                needed: prefill_workgroup_bytes(width) as u64,
+                limit: wg_limit as u64,
+            }),
+            AttendKernel::Prefill => Ok(true),
+        }
+    }
 }
 
-/// The base of every dispatch's uniform.
-fn base(call: &Call, shape: &CacheShape) -> AttendParams {
+/// The base of every dispatch's uniform (`per_wg` query vectors per workgroup).
+fn base(call: &Call, shape: &CacheShape, per_wg: usize) -> AttendParams {
     let qg = call.hq / call.hkv;
     let scale = call.opts.scale.unwrap_or(1.0 / (call.dim as f32).sqrt());
     AttendParams {
@@ -169,7 +218,7 @@ fn base(call: &Call, shape: &CacheShape) -> AttendParams {
         sinks: call.opts.sinks as u32,
         scale_log2: scale * std::f32::consts::LOG2_E,
         vec_total: call.vectors() as u32,
-        vblocks: call.vectors().div_ceil(4) as u32,
+        vblocks: call.vectors().div_ceil(per_wg) as u32,
         qk: shape.qk as u32,
         qv: shape.qv as u32,
         ring_cap_k: shape.ring_cap[0].max(1) as u32,
@@ -181,14 +230,32 @@ fn base(call: &Call, shape: &CacheShape) -> AttendParams {
 }
 
 /// Plans a call (see the module docs). `max_binding` bounds the partials buffer: splits grow
-/// until it fits.
-pub fn plan(call: &Call, shape: &CacheShape, target: usize, max_binding: u64) -> Result<Plan> {
+/// until it fits. `prefill`: the splits run on the prefill kernel ([`Call::prefill`]; it
+/// writes partials only, so even one split is merged).
+pub fn plan(
+    call: &Call,
+    shape: &CacheShape,
+    target: usize,
+    max_binding: u64,
+    prefill: bool,
+) -> Result<Plan> {
     call.check(shape.value_dim)?;
     let t = call.tokens;
+    if !shape.ring && (shape.qk < t || shape.qv < t) {
+        return Err(Error::Config(format!(
+            "attention plan: tokens {}..{t} are not quantized but the cache has no ring",
+            shape.qk.min(shape.qv)
+        )));
+    }
     let st = shape.seg_tokens.max(1);
     let pw = shape.value_dim.max(call.dim) + 2;
     let per_part = (call.hkv * call.vectors() * pw * 4) as u64;
-    let mut split = call.split_tokens(target);
+    let per_wg = if prefill {
+        super::kernel::WORKGROUP_SIZE as usize / prefill_lanes(shape.value_dim.max(call.dim))
+    } else {
+        4
+    };
+    let mut split = call.split_tokens(target, per_wg);
     loop {
         let mut dispatches = Vec::new();
         let (mut n_c, mut n_r) = (0usize, 0usize);
@@ -212,7 +279,7 @@ pub fn plan(call: &Call, shape: &CacheShape, target: usize, max_binding: u64) ->
             d += 1;
         }
         let n_parts = n_c + n_r;
-        let direct = n_parts == 1;
+        let direct = n_parts == 1 && !prefill;
         let bytes = if direct { 0 } else { per_part * n_parts as u64 };
         if bytes > max_binding {
             if split >= t.div_ceil(32) * 32 {
@@ -225,7 +292,7 @@ pub fn plan(call: &Call, shape: &CacheShape, target: usize, max_binding: u64) ->
             split *= 2;
             continue;
         }
-        let b = base(call, shape);
+        let b = base(call, shape, per_wg);
         let vb = b.vblocks as u64;
         let plans = dispatches
             .into_iter()
@@ -264,6 +331,7 @@ pub fn plan(call: &Call, shape: &CacheShape, target: usize, max_binding: u64) ->
             dispatches: plans,
             merge,
             partial_bytes: bytes,
+            prefill,
         });
     }
 }

@@ -5,9 +5,11 @@
 //!     --input kv.safetensors --output kv_hat.safetensors [--path auto] [--chunk N]
 //! kvpack attend --method SPEC --input qkv.safetensors --queries N [--window W] [--sinks S] \
 //!     [--scale X] [--path auto] --output out.safetensors
-//! kvpack eval --model stories260K.bin|model.gguf|smollm2 [--tokenizer FILE] \
-//!     --text FILE|--ids FILE --method f16 --method kivi-4 [--path auto] [--json OUT.json] \
-//!     [--plot OUT.png] [--max-tokens N]
+//! kvpack eval --model stories260K.bin|model.gguf|smollm2|qwen2.5-coder-0.5b|qwen2.5-coder-1.5b \
+//!     [--tokenizer FILE] --text FILE|--ids FILE --method f16 --method kivi-4 [--path auto] \
+//!     [--json OUT.json] [--plot OUT.png] [--max-tokens N]
+//! kvpack dump-kv --model M [--tokenizer FILE] --text FILE --out qkv.safetensors \
+//!     [--max-tokens N] [--dtype f16|f32] [--chunk N]
 //! kvpack methods        # every method, its options and defaults
 //! kvpack describe
 //! ```
@@ -18,6 +20,8 @@
 
 #[path = "kvpack/attend.rs"]
 mod attend;
+#[path = "kvpack/dump_kv.rs"]
+mod dump_kv;
 #[path = "kvpack/eval.rs"]
 mod eval;
 #[path = "kvpack/io.rs"]
@@ -29,7 +33,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use kvpack::{Context, PathChoice};
 
 #[derive(Parser)]
@@ -168,8 +172,8 @@ enum Command {
     /// bits per value (measured from bytes held), perplexity, its change against f16, mean KL
     /// of next-token distributions to the f16 run, and top-1 agreement with it.
     Eval {
-        /// A `.gguf` file, a llama2.c `.bin` checkpoint, or `smollm2` (the fetched default,
-        /// scripts/fetch-models.sh).
+        /// A `.gguf` file, a llama2.c `.bin` checkpoint, or a model fetched by
+        /// scripts/fetch-models.sh: smollm2, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b.
         #[arg(long)]
         model: String,
         /// Tokenizer of a llama2.c checkpoint (default: a `tok*.bin` beside it).
@@ -202,6 +206,46 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]
         max_tokens: Option<u64>,
     },
+    /// Run a real model over a text and write every layer's post-RoPE q, k and v as
+    /// safetensors in the layout `roundtrip` and `attend` read (plus `token_ids` and
+    /// `logits_last`), with the f16 cache; prints a JSON summary.
+    DumpKv(DumpKvArgs),
+}
+
+/// Output precision of `dump-kv`.
+#[derive(Clone, Copy, ValueEnum)]
+enum DumpDtype {
+    F16,
+    F32,
+}
+
+/// `kvpack dump-kv`'s arguments (a separate struct so that the subcommand stays one line in
+/// [`Command`]).
+#[derive(clap::Args)]
+struct DumpKvArgs {
+    /// A `.gguf` file, a llama2.c `.bin` checkpoint, or a model fetched by
+    /// scripts/fetch-models.sh: smollm2, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b.
+    #[arg(long)]
+    model: String,
+    /// Tokenizer of a llama2.c checkpoint (default: a `tok*.bin` beside it).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Text file, encoded with the model's tokenizer (BOS first for llama2.c models).
+    #[arg(long)]
+    text: PathBuf,
+    /// Safetensors file to write: `q` [L, T, Hq, D], `k` and `v` [L, T, Hkv, D], `token_ids`,
+    /// `logits_last`.
+    #[arg(long)]
+    out: PathBuf,
+    /// Use only the first N tokens.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_tokens: Option<u64>,
+    /// Precision of q, k and v in the file.
+    #[arg(long, value_enum, default_value = "f16")]
+    dtype: DumpDtype,
+    /// Tokens per forward chunk (bounds the memory of the logits: chunk × vocab floats).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    chunk: u64,
 }
 
 fn main() -> ExitCode {
@@ -346,6 +390,22 @@ fn run(command: Command) -> Result<(), String> {
                 max_tokens: max_tokens.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             };
             eval::run(&opts, context)
+        }
+        Command::DumpKv(a) => {
+            let big = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+            let opts = dump_kv::Options {
+                model: a.model,
+                tokenizer: a.tokenizer,
+                text: a.text,
+                out: a.out,
+                max_tokens: a.max_tokens.map(big),
+                f32: matches!(a.dtype, DumpDtype::F32),
+                chunk: big(a.chunk),
+            };
+            let summary = dump_kv::run(&opts)?;
+            let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+            println!("{text}");
+            Ok(())
         }
     }
 }

@@ -64,6 +64,10 @@ pub fn msl_buffer_index(def: &KernelDef, group: u32, binding: u32) -> Option<u32
 
 /// The shared dispatch helper (`linear_workgroup`): prepend to kernels split over x/y.
 pub const DISPATCH: &str = include_str!("../../wgsl/common/dispatch.wgsl");
+/// Bit extraction every codec shares (`bits_code`, `bits_unit`): wgsl/common/bits.wgsl.
+pub const BITS: &str = include_str!("../../wgsl/common/bits.wgsl");
+/// Its MSL twin: msl/common/bits.metal.
+pub const MSL_BITS: &str = include_str!("../../msl/common/bits.metal");
 /// `copy`: a vec4<u32> device copy, the memory roofline of a device (`benches/`). A measuring
 /// tool, not a kvpack kernel: it is not in [`KERNELS`] and has no MSL.
 pub static COPY: KernelDef = KernelDef {

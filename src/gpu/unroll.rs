@@ -12,6 +12,10 @@
 //! bound above N is a kernel bug, as is a body that uses `break` or `continue`). Nested marked
 //! loops unroll too. A marker that cannot be expanded leaves a token that no WGSL parser
 //! accepts, so tests/shaders.rs catches it.
+//!
+//! A marker may carry a tag (`// @unroll 16 kch`): for measuring, `KVPACK_UNROLL_SKIP=kch,...`
+//! leaves the loops of the listed tags as loops (benches/pipeline_stats.rs compares register
+//! counts with and without).
 
 use std::collections::HashMap;
 
@@ -23,7 +27,22 @@ pub fn unroll(src: &str) -> String {
     if !src.contains(MARKER) {
         return src.to_string();
     }
-    expand_all(src, &constants(src))
+    let skip: Vec<String> = std::env::var("KVPACK_UNROLL_SKIP")
+        .map(|v| v.split(',').map(|t| t.trim().to_string()).collect())
+        .unwrap_or_default();
+    expand_all(
+        src,
+        &Ctx {
+            consts: constants(src),
+            skip,
+        },
+    )
+}
+
+struct Ctx {
+    consts: HashMap<String, u64>,
+    /// Tags whose loops stay loops.
+    skip: Vec<String>,
 }
 
 /// The module-scope integer constants of `src` (empty when it does not parse: the unexpanded
@@ -49,13 +68,13 @@ fn constants(src: &str) -> HashMap<String, u64> {
     out
 }
 
-fn expand_all(src: &str, consts: &HashMap<String, u64>) -> String {
+fn expand_all(src: &str, cx: &Ctx) -> String {
     let mut out = String::with_capacity(src.len());
     let mut rest = src;
     while let Some(at) = rest.find(MARKER) {
         out.push_str(&rest[..at]);
         rest = &rest[at..];
-        match expand(rest, consts) {
+        match expand(rest, cx) {
             Some((text, used)) => {
                 out.push_str(&text);
                 rest = &rest[used..];
@@ -77,9 +96,16 @@ fn bound_value(bound: &str, consts: &HashMap<String, u64>) -> Option<u64> {
 }
 
 /// One marked loop at the start of `s`: its expansion and the bytes it replaces.
-fn expand(s: &str, consts: &HashMap<String, u64>) -> Option<(String, usize)> {
+fn expand(s: &str, cx: &Ctx) -> Option<(String, usize)> {
     let line_end = s.find('\n')?;
-    let n: u64 = s[MARKER.len()..line_end].trim().parse().ok()?;
+    let mut words = s[MARKER.len()..line_end].split_whitespace();
+    let n: u64 = words.next()?.parse().ok()?;
+    if let Some(tag) = words.next()
+        && cx.skip.iter().any(|t| t == tag)
+    {
+        // Left as written: the marker is a comment.
+        return Some((s[..line_end].to_string(), line_end));
+    }
     let after = &s[line_end + 1..];
     let lead = after.len() - after.trim_start().len();
     let head = after.trim_start();
@@ -96,7 +122,7 @@ fn expand(s: &str, consts: &HashMap<String, u64>) -> Option<(String, usize)> {
         return None;
     }
     let bound = cond.strip_prefix(var)?.trim().strip_prefix('<')?.trim();
-    let count = bound_value(bound, consts).filter(|&b| b <= n)?;
+    let count = bound_value(bound, &cx.consts).filter(|&b| b <= n)?;
     // The body: balanced braces from `open`.
     let body_start = open + 1;
     let mut depth = 1;
@@ -119,7 +145,7 @@ fn expand(s: &str, consts: &HashMap<String, u64>) -> Option<(String, usize)> {
     if raw.contains("break") || raw.contains("continue") {
         return None;
     }
-    let body = expand_all(raw, consts);
+    let body = expand_all(raw, cx);
     let mut text = String::new();
     for k in 0..count {
         text.push_str(&format!("{{ let {var} = {k}u; {body} }}\n"));
@@ -152,5 +178,16 @@ mod tests {
         ] {
             assert!(unroll(bad).contains(super::BAD), "{bad}");
         }
+        // A tagged marker unrolls unless its tag is skipped (only this test sets the variable).
+        let tagged = "// @unroll 2 t1\nfor (var i = 0u; i < 2u; i++) { }";
+        assert!(!unroll(tagged).contains("for ("));
+        // SAFETY: no other test reads KVPACK_UNROLL_SKIP.
+        unsafe { std::env::set_var("KVPACK_UNROLL_SKIP", "t0,t1") };
+        let kept = unroll(tagged);
+        unsafe { std::env::remove_var("KVPACK_UNROLL_SKIP") };
+        assert!(
+            kept.contains("for (var i") && kept.contains("@unroll 2 t1"),
+            "{kept}"
+        );
     }
 }

@@ -1,5 +1,11 @@
-//! Hyper-parameters and f32 weights of a llama-architecture model, filled by the loaders
+//! Hyper-parameters and f32 weights of a llama-family model, filled by the loaders
 //! ([`super::llama2c`], and the GGUF reader) and read by the forward pass ([`super::forward`]).
+//!
+//! One forward serves every architecture: what differs between them is data here, not code
+//! there. Llama (llama2.c, SmolLM2): no projection biases, RoPE on adjacent pairs (the GGUF
+//! converter permuted q/k rows into that order), tied or untied output head. Qwen2
+//! (Qwen2.5-Coder): biases on the q, k and v projections (added before RoPE), RoPE on the
+//! halves `(i, i + D/2)` (NeoX order, no permutation in the file), an untied output head.
 
 use crate::error::{Error, Result};
 
@@ -14,9 +20,38 @@ pub enum RopePairing {
     Halves,
 }
 
-/// The shape of a llama-architecture model.
+/// Which architecture a checkpoint declares (GGUF `general.architecture`); informative: the
+/// forward reads the fields that follow from it ([`Config::qkv_bias`], [`Config::rope_pairing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Arch {
+    /// `llama` (and llama2.c checkpoints).
+    #[default]
+    Llama,
+    /// `qwen2`.
+    Qwen2,
+}
+
+impl Arch {
+    /// The GGUF name (`llama`, `qwen2`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+        }
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The shape of a llama-family model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
+    /// The architecture the checkpoint declares.
+    pub arch: Arch,
     /// Model (residual stream) width.
     pub dim: usize,
     /// FFN hidden width.
@@ -39,6 +74,8 @@ pub struct Config {
     pub rope_theta: f32,
     /// RoPE channel pairing.
     pub rope_pairing: RopePairing,
+    /// The q, k and v projections have biases ([`LayerWeights::bq`], ...), added before RoPE.
+    pub qkv_bias: bool,
 }
 
 impl Config {
@@ -111,6 +148,12 @@ pub struct LayerWeights {
     pub wk: Vec<f32>,
     /// Value projection, `[kv_heads·head_dim, dim]`.
     pub wv: Vec<f32>,
+    /// Query bias `[heads·head_dim]` when [`Config::qkv_bias`], else empty.
+    pub bq: Vec<f32>,
+    /// Key bias `[kv_heads·head_dim]` when [`Config::qkv_bias`], else empty.
+    pub bk: Vec<f32>,
+    /// Value bias `[kv_heads·head_dim]` when [`Config::qkv_bias`], else empty.
+    pub bv: Vec<f32>,
     /// Attention output projection, `[dim, heads·head_dim]`.
     pub wo: Vec<f32>,
     /// RMSNorm gain before the FFN, `[dim]`.
@@ -179,6 +222,9 @@ impl Weights {
                     + l.wq.len()
                     + l.wk.len()
                     + l.wv.len()
+                    + l.bq.len()
+                    + l.bk.len()
+                    + l.bv.len()
                     + l.wo.len()
                     + l.ffn_norm.len()
                     + l.w1.len()
@@ -226,6 +272,10 @@ impl Weights {
             check("wq", &l.wq, c.q_dim() * c.dim)?;
             check("wk", &l.wk, c.kv_dim() * c.dim)?;
             check("wv", &l.wv, c.kv_dim() * c.dim)?;
+            let bias = |n: usize| if c.qkv_bias { n } else { 0 };
+            check("q bias", &l.bq, bias(c.q_dim()))?;
+            check("k bias", &l.bk, bias(c.kv_dim()))?;
+            check("v bias", &l.bv, bias(c.kv_dim()))?;
             check("wo", &l.wo, c.dim * c.q_dim())?;
             check("ffn norm", &l.ffn_norm, c.dim)?;
             check("w1 (gate)", &l.w1, c.hidden * c.dim)?;

@@ -1,9 +1,10 @@
-//! The CPU f32 forward pass of a llama-architecture model, with attention through kvpack's
-//! cache: every layer's K and V go into a [`KvLayer`] (f16, KIVI, ... on any path), and the
-//! layer's attention output comes from [`KvLayer::attend`] on what that cache stores.
+//! The CPU f32 forward pass of a llama-family model (llama, qwen2), with attention through
+//! kvpack's cache: every layer's K and V go into a [`KvLayer`] (f16, KIVI, ... on any path), and
+//! the layer's attention output comes from [`KvLayer::attend`] on what that cache stores.
 //!
-//! Per token (or per chunk of tokens): embedding → for each block: RMSNorm, q/k/v projections,
-//! RoPE, append k and v to the layer's cache, attention of q over the cache, output projection,
+//! Per token (or per chunk of tokens): embedding → for each block: RMSNorm, q/k/v projections
+//! (plus their biases when [`Config::qkv_bias`]), RoPE (on the pairs [`Config::rope_pairing`]
+//! names), append k and v to the layer's cache, attention of q over the cache, output projection,
 //! residual, RMSNorm, SwiGLU FFN (`w2 (silu(w1 x) ⊙ w3 x)`), residual → final RMSNorm →
 //! logits. Matrix products run on all cores (rayon) once they are large enough to pay for it.
 
@@ -29,6 +30,21 @@ pub struct Session {
     opts: AttendOptions,
     pos: usize,
     failed: bool,
+    capture: Option<QkvCapture>,
+}
+
+/// The post-RoPE queries and keys, and the values, that every layer computed for the tokens fed
+/// while [`Session::capture_qkv`] was on (what the caches were given, before any rounding).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QkvCapture {
+    /// Tokens recorded.
+    pub tokens: usize,
+    /// Per layer, `[tokens, heads, head_dim]`.
+    pub q: Vec<Vec<f32>>,
+    /// Per layer, `[tokens, kv_heads, head_dim]`.
+    pub k: Vec<Vec<f32>>,
+    /// Per layer, `[tokens, kv_heads, head_dim]`.
+    pub v: Vec<Vec<f32>>,
 }
 
 impl Session {
@@ -52,7 +68,27 @@ impl Session {
             opts: AttendOptions::default(),
             pos: 0,
             failed: false,
+            capture: None,
         })
+    }
+
+    /// Starts (`true`) or stops (`false`) recording every layer's post-RoPE q, k and v of the
+    /// tokens fed from now on; starting again discards what was recorded.
+    pub fn capture_qkv(&mut self, on: bool) {
+        self.capture = on.then(|| {
+            let l = self.weights.config.layers;
+            QkvCapture {
+                tokens: 0,
+                q: vec![Vec::new(); l],
+                k: vec![Vec::new(); l],
+                v: vec![Vec::new(); l],
+            }
+        });
+    }
+
+    /// What was recorded since [`Session::capture_qkv`]`(true)` (recording stops).
+    pub fn take_qkv(&mut self) -> Option<QkvCapture> {
+        self.capture.take()
     }
 
     /// Attention options for every layer (sliding window, sinks, ...; default: full causal).
@@ -196,13 +232,23 @@ impl Session {
         }
         let rope = Rope::new(c, self.pos, t);
         let mut xb = vec![0f32; t * dim];
-        for (lw, cache) in w.layers.iter().zip(self.caches.iter_mut()) {
+        for (l, (lw, cache)) in w.layers.iter().zip(self.caches.iter_mut()).enumerate() {
             rmsnorm(&mut xb, &x, &lw.attn_norm, c.norm_eps);
             let mut q = matmul(&xb, t, dim, &lw.wq, c.q_dim());
             let mut k = matmul(&xb, t, dim, &lw.wk, c.kv_dim());
-            let v = matmul(&xb, t, dim, &lw.wv, c.kv_dim());
+            let mut v = matmul(&xb, t, dim, &lw.wv, c.kv_dim());
+            if c.qkv_bias {
+                add_bias(&mut q, &lw.bq);
+                add_bias(&mut k, &lw.bk);
+                add_bias(&mut v, &lw.bv);
+            }
             rope.apply(&mut q, c.heads);
             rope.apply(&mut k, c.kv_heads);
+            if let Some(cap) = &mut self.capture {
+                cap.q[l].extend_from_slice(&q);
+                cap.k[l].extend_from_slice(&k);
+                cap.v[l].extend_from_slice(&v);
+            }
             cache.append(Input::F32(&k), Input::F32(&v))?;
             let att = cache.attend(&q, c.heads, &self.opts)?;
             let o = matmul(&att, t, c.q_dim(), &lw.wo, dim);
@@ -216,6 +262,9 @@ impl Session {
             }
             let f = matmul(&h1, t, c.hidden, &lw.w2, dim);
             add_into(&mut x, &f);
+        }
+        if let Some(cap) = &mut self.capture {
+            cap.tokens += t;
         }
         let rows = if all_logits { t } else { 1 };
         let last = &x[(t - rows) * dim..];
@@ -303,6 +352,13 @@ fn rmsnorm(out: &mut [f32], x: &[f32], g: &[f32], eps: f32) {
     }
 }
 
+/// Adds `b` to every row of `x` (rows of `b.len()`).
+fn add_bias(x: &mut [f32], b: &[f32]) {
+    for row in x.chunks_exact_mut(b.len()) {
+        add_into(row, b);
+    }
+}
+
 fn add_into(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
@@ -313,6 +369,9 @@ fn add_into(x: &mut [f32], y: &[f32]) {
 const PARALLEL_MIN: usize = 1 << 16;
 /// Output rows per parallel task.
 const ROWS_PER_TASK: usize = 64;
+/// Tokens (rows of x) per pass over a task's weight rows in a chunk's product: a multiple of
+/// dot_row's widest tile (8), so every token is computed the same way as in one pass.
+const TOKENS_PER_PASS: usize = 32;
 
 /// `x [t, n] · wᵀ` for `w [d, n]` row-major: returns `[t, d]`.
 pub fn matmul(x: &[f32], t: usize, n: usize, w: &[f32], d: usize) -> Vec<f32> {
@@ -322,9 +381,15 @@ pub fn matmul(x: &[f32], t: usize, n: usize, w: &[f32], d: usize) -> Vec<f32> {
     let mut yt = vec![0f32; d * t];
     let block = |(b, out): (usize, &mut [f32])| {
         let r0 = b * ROWS_PER_TASK;
-        for (r, o) in out.chunks_exact_mut(t).enumerate() {
-            let row = &w[(r0 + r) * n..(r0 + r + 1) * n];
-            dot_row(row, x, n, o);
+        // Tokens in passes of TOKENS_PER_PASS, so that a pass's rows of x stay in cache while
+        // the task's weight rows go by (one pass when t is small, as in decoding).
+        for j0 in (0..t).step_by(TOKENS_PER_PASS) {
+            let j1 = (j0 + TOKENS_PER_PASS).min(t);
+            let xs = &x[j0 * n..j1 * n];
+            for (r, o) in out.chunks_exact_mut(t).enumerate() {
+                let row = &w[(r0 + r) * n..(r0 + r + 1) * n];
+                dot_row(row, xs, n, &mut o[j0..j1]);
+            }
         }
     };
     if t * n * d >= PARALLEL_MIN {
@@ -367,7 +432,9 @@ fn dot_row(row: &[f32], x: &[f32], n: usize, out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot_row_avx2(row: &[f32], x: &[f32], n: usize, out: &mut [f32]) {
-    dot_row_impl::<true>(row, x, n, out)
+    // The same arithmetic as `dot_row_impl::<true>`, with intrinsics (vectorized at opt-level 2).
+    // SAFETY: this function runs only where AVX2 and FMA are (its callers check).
+    unsafe { super::dot_avx2::dot_row(row, x, n, out) }
 }
 
 #[inline(always)]
@@ -587,6 +654,39 @@ pub fn perplexity(session: &mut Session, ids: &[u32]) -> Result<(f64, f64)> {
 mod tests {
     use super::*;
 
+    /// The AVX2 kernels give bit for bit what the portable FMA code gives.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_dot_row_equals_portable() {
+        if !(std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            eprintln!("SKIP avx2_dot_row_equals_portable because the CPU lacks AVX2/FMA");
+            return;
+        }
+        let mut s = 11u32;
+        let mut r = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (s >> 8) as f32 / 16_777_216.0 - 0.5
+                })
+                .collect()
+        };
+        for (t, n) in [(1, 7), (1, 64), (3, 33), (13, 100), (29, 896), (8, 17)] {
+            let (row, x) = (r(n), r(t * n));
+            let (mut a, mut b) = (vec![0f32; t], vec![0f32; t]);
+            dot_row_impl::<true>(&row, &x, n, &mut a);
+            // SAFETY: AVX2 and FMA were detected above.
+            unsafe { super::super::dot_avx2::dot_row(&row, &x, n, &mut b) };
+            assert_eq!(
+                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "t {t} n {n}"
+            );
+        }
+    }
+
     #[test]
     fn matmul_matches_naive() {
         let mut s = 7u32;
@@ -604,6 +704,7 @@ mod tests {
             (5, 64, 70),
             (13, 43, 9),
             (9, 600, 300),
+            (70, 33, 65),
         ] {
             let (x, w) = (r(t * n), r(d * n));
             let y = matmul(&x, t, n, &w, d);

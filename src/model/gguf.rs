@@ -1,5 +1,6 @@
 //! A GGUF v2/v3 reader: header, metadata, tensor directory, and dequantization of the tensor
-//! types that llama checkpoints ship in (F32, F16, BF16, Q4_0, Q4_1, Q8_0) to f32.
+//! types that llama and qwen2 checkpoints ship in (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//! and the k-quants Q4_K and Q6_K of [`super::quant_k`]) to f32.
 //!
 //! The format follows ggml's `docs/gguf.md`: a little-endian header (`GGUF`, version, tensor
 //! count, metadata count), the metadata key/value pairs (all thirteen value types, arrays of any
@@ -25,7 +26,11 @@ use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 
+use super::quant_k;
 use crate::{Error, Result};
+
+/// The tensor types [`dequantize`] handles, for error messages.
+const SUPPORTED: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K";
 
 /// File name of SmolLM2-135M-Instruct (Q4_1) in the model cache (`scripts/fetch-models.sh`).
 pub const SMOLLM2_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -77,8 +82,9 @@ fn malformed(message: impl Into<String>) -> Error {
     }
 }
 
-/// A ggml tensor type, as stored in the tensor directory.
+/// A ggml tensor type, as stored in the tensor directory (named as ggml names them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
 pub enum GgmlType {
     /// 32-bit float.
     F32,
@@ -88,11 +94,23 @@ pub enum GgmlType {
     Q4_0,
     /// Blocks of 32: f16 scale `d`, f16 minimum `m`, 16 bytes of 4-bit codes; `x = q * d + m`.
     Q4_1,
+    /// Blocks of 32: f16 scale `d`, 4 bytes `qh` (bit i: the fifth bit of code i), 16 bytes of
+    /// 4-bit codes (low nibbles codes 0..16, high nibbles codes 16..32); `x = (q - 16) * d`.
+    Q5_0,
+    /// Blocks of 32: f16 scale `d`, f16 minimum `m`, then `qh` and codes as in Q5_0;
+    /// `x = q * d + m`.
+    Q5_1,
     /// Blocks of 32: f16 scale `d`, 32 signed bytes; `x = q * d`.
     Q8_0,
+    /// Super-blocks of 256 in 144 bytes: 4-bit codes, 6-bit scales and minimums per 32
+    /// ([`super::quant_k`]).
+    Q4_K,
+    /// Super-blocks of 256 in 210 bytes: 6-bit codes, 8-bit scales per 16
+    /// ([`super::quant_k`]).
+    Q6_K,
     /// bfloat16.
     BF16,
-    /// Any other ggml type (k-quants, i-quants, integers): listed, not dequantized.
+    /// Any other ggml type (other k-quants, i-quants, integers): listed, not dequantized.
     Other(u32),
 }
 
@@ -104,7 +122,11 @@ impl GgmlType {
             1 => Self::F16,
             2 => Self::Q4_0,
             3 => Self::Q4_1,
+            6 => Self::Q5_0,
+            7 => Self::Q5_1,
             8 => Self::Q8_0,
+            12 => Self::Q4_K,
+            14 => Self::Q6_K,
             30 => Self::BF16,
             other => Self::Other(other),
         }
@@ -117,7 +139,11 @@ impl GgmlType {
             Self::F16 => 1,
             Self::Q4_0 => 2,
             Self::Q4_1 => 3,
+            Self::Q5_0 => 6,
+            Self::Q5_1 => 7,
             Self::Q8_0 => 8,
+            Self::Q4_K => 12,
+            Self::Q6_K => 14,
             Self::BF16 => 30,
             Self::Other(id) => id,
         }
@@ -130,7 +156,11 @@ impl GgmlType {
             Self::F16 | Self::BF16 => Some((1, 2)),
             Self::Q4_0 => Some((32, 18)),
             Self::Q4_1 => Some((32, 20)),
+            Self::Q5_0 => Some((32, 22)),
+            Self::Q5_1 => Some((32, 24)),
             Self::Q8_0 => Some((32, 34)),
+            Self::Q4_K => Some((quant_k::QK_K, quant_k::Q4_K_BYTES)),
+            Self::Q6_K => Some((quant_k::QK_K, quant_k::Q6_K_BYTES)),
             Self::Other(_) => None,
         }
     }
@@ -143,7 +173,11 @@ impl std::fmt::Display for GgmlType {
             Self::F16 => f.write_str("F16"),
             Self::Q4_0 => f.write_str("Q4_0"),
             Self::Q4_1 => f.write_str("Q4_1"),
+            Self::Q5_0 => f.write_str("Q5_0"),
+            Self::Q5_1 => f.write_str("Q5_1"),
             Self::Q8_0 => f.write_str("Q8_0"),
+            Self::Q4_K => f.write_str("Q4_K"),
+            Self::Q6_K => f.write_str("Q6_K"),
             Self::BF16 => f.write_str("BF16"),
             Self::Other(id) => write!(f, "ggml type {id}"),
         }
@@ -708,16 +742,19 @@ impl GgufFile {
             context_length: self.get_usize(&key("context_length"))?,
             vocab_size,
             tied_embeddings: self.tensor("output.weight").is_none(),
+            qkv_bias: self.tensor("blk.0.attn_q.bias").is_some(),
             arch,
         })
     }
 
-    /// All tensors of a llama checkpoint dequantized to f32, by GGUF name:
+    /// All tensors of a llama or qwen2 checkpoint dequantized to f32, by GGUF name:
     /// `token_embd.weight`, `output_norm.weight`, `output.weight` when the file has one (absent
-    /// means tied to `token_embd.weight`), and for each layer `N` `blk.N.{attn_norm, attn_q,
-    /// attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight`. Shapes are
+    /// means tied to `token_embd.weight`), for each layer `N` `blk.N.{attn_norm, attn_q,
+    /// attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight`, and
+    /// `blk.N.{attn_q, attn_k, attn_v}.bias` when [`LlamaParams::qkv_bias`] (qwen2). Shapes are
     /// row-major: matrices are `[out, in]`, `token_embd.weight` is `[vocab, d_model]`. Q and K
-    /// rows are in llama.cpp's permuted order (RoPE on adjacent pairs), as in the file.
+    /// rows are as in the file: llama.cpp's permuted order for llama (RoPE on adjacent pairs),
+    /// the model's own order for qwen2 (RoPE on halves).
     ///
     /// Checks every shape against [`GgufFile::llama_params`].
     pub fn llama_tensors(&self) -> Result<HashMap<String, Tensor>> {
@@ -744,14 +781,24 @@ impl GgufFile {
             ] {
                 expected.push((format!("blk.{l}.{n}.weight"), shape));
             }
+            if p.qkv_bias {
+                for (n, len) in [
+                    ("attn_q", p.d_model),
+                    ("attn_k", kv_dim),
+                    ("attn_v", kv_dim),
+                ] {
+                    expected.push((format!("blk.{l}.{n}.bias"), vec![len]));
+                }
+            }
         }
         for (name, shape) in &expected {
             let info = self
                 .tensor(name)
-                .ok_or_else(|| malformed(format!("llama tensor `{name}` is missing")))?;
+                .ok_or_else(|| malformed(format!("{} tensor `{name}` is missing", p.arch)))?;
             if &info.shape() != shape {
                 return Err(malformed(format!(
-                    "llama tensor `{name}` has shape {:?}, expected {shape:?}",
+                    "{} tensor `{name}` has shape {:?}, expected {shape:?}",
+                    p.arch,
                     info.shape()
                 )));
             }
@@ -795,13 +842,12 @@ impl GgufFile {
 
 fn unsupported(info: &TensorInfo) -> Error {
     malformed(format!(
-        "tensor `{}` has type {}, which kvpack cannot dequantize (F32, F16, BF16, Q4_0, Q4_1 \
-         and Q8_0 are supported)",
+        "tensor `{}` has type {}, which kvpack cannot dequantize ({SUPPORTED} are supported)",
         info.name, info.ggml_type
     ))
 }
 
-/// Hyperparameters of a llama-architecture checkpoint, from GGUF metadata.
+/// Hyperparameters of a llama-family checkpoint (llama, qwen2), from GGUF metadata.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LlamaParams {
     /// `general.architecture` (the metadata key prefix), e.g. `llama`.
@@ -830,16 +876,16 @@ pub struct LlamaParams {
     pub vocab_size: usize,
     /// True when the file has no `output.weight` (the head is `token_embd.weight`).
     pub tied_embeddings: bool,
+    /// True when the file has `blk.0.attn_q.bias` (qwen2: q, k and v projections have biases).
+    pub qkv_bias: bool,
 }
 
 /// Dequantizes `n` elements of type `ty` from `bytes` (exactly `n / block * block_bytes` of
 /// them) to f32, following ggml's block layouts.
 pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
-    let (block, block_bytes) = ty.block_layout().ok_or_else(|| {
-        malformed(format!(
-            "type {ty} cannot be dequantized (F32, F16, BF16, Q4_0, Q4_1 and Q8_0 can)"
-        ))
-    })?;
+    let (block, block_bytes) = ty
+        .block_layout()
+        .ok_or_else(|| malformed(format!("type {ty} cannot be dequantized ({SUPPORTED} can)")))?;
     if n % block != 0 {
         return Err(malformed(format!(
             "{n} elements are not a whole number of {ty} blocks of {block}"
@@ -890,9 +936,40 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
                 out.extend(qs.iter().map(|&q| f32::from(q >> 4) * d + m));
             }
         }
+        GgmlType::Q5_0 => {
+            for b in bytes.chunks_exact(22) {
+                let d = h(&b[0..2]);
+                let q = q5_codes(&b[2..6], &b[6..22]);
+                out.extend(q.iter().map(|&q| (f32::from(q) - 16.0) * d));
+            }
+        }
+        GgmlType::Q5_1 => {
+            for b in bytes.chunks_exact(24) {
+                let d = h(&b[0..2]);
+                let m = h(&b[2..4]);
+                let q = q5_codes(&b[4..8], &b[8..24]);
+                out.extend(q.iter().map(|&q| f32::from(q) * d + m));
+            }
+        }
+        GgmlType::Q4_K => quant_k::dequantize_q4_k(bytes, &mut out),
+        GgmlType::Q6_K => quant_k::dequantize_q6_k(bytes, &mut out),
         GgmlType::Other(_) => {
             return Err(malformed(format!("type {ty} cannot be dequantized")));
         }
     }
     Ok(out)
+}
+
+/// The 32 five-bit codes of a Q5_0/Q5_1 block: the low four bits from `qs` (code `j` in the low
+/// nibble of `qs[j]`, code `j + 16` in its high nibble, `j` in 0..16), the fifth bit of code `i`
+/// from bit `i` of `qh` read as a little-endian u32.
+fn q5_codes(qh: &[u8], qs: &[u8]) -> [u8; 32] {
+    let high = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    let mut q = [0u8; 32];
+    for j in 0..16 {
+        let bit = |i: usize| (((high >> i) & 1) as u8) << 4;
+        q[j] = (qs[j] & 0x0f) | bit(j);
+        q[j + 16] = (qs[j] >> 4) | bit(j + 16);
+    }
+    q
 }

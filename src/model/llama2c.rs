@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use super::config::{Config, LayerWeights, RopePairing, Weights};
+use super::config::{Arch, Config, LayerWeights, RopePairing, Weights};
 use crate::error::{Error, Result};
 
 const HEADER_BYTES: usize = 7 * 4;
@@ -88,6 +88,8 @@ pub fn parse(bytes: &[u8]) -> Result<Weights> {
         norm_eps: 1e-5,
         rope_theta: 10000.0,
         rope_pairing: RopePairing::Adjacent,
+        arch: Arch::Llama,
+        qkv_bias: false,
     };
     config.validate().map_err(|e| bad(e.to_string()))?;
 
@@ -162,6 +164,7 @@ pub fn parse(bytes: &[u8]) -> Result<Weights> {
             w1,
             w2,
             w3,
+            ..Default::default()
         });
     }
     Weights::from_parts(config, token_embedding, layer_weights, final_norm, output)

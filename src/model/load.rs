@@ -1,6 +1,7 @@
 //! One entry point for every model kvpack runs: [`load_model`] takes a `.gguf` path, a
-//! llama2.c v0 `.bin` path, or `smollm2` (the GGUF that `scripts/fetch-models.sh` fetches), and
-//! returns the config, the f32 weights and the model's own tokenizer.
+//! llama2.c v0 `.bin` path, or the name of a model that `scripts/fetch-models.sh` fetches
+//! (`smollm2`, `qwen2.5-coder-0.5b`, `qwen2.5-coder-1.5b`: [`super::fetched`]), and returns the
+//! config, the f32 weights and the model's own tokenizer.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -19,8 +20,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::bpe::Bpe;
-use super::config::{Config, LayerWeights, RopePairing, Weights};
-use super::gguf::{self, GgufFile, Tensor};
+use super::config::{Arch, Config, LayerWeights, RopePairing, Weights};
+use super::fetched;
+use super::gguf::{GgufFile, Tensor};
 use super::llama2c;
 use super::tokenizer_llama2c;
 use crate::error::{Error, Result};
@@ -32,7 +34,7 @@ use crate::error::{Error, Result};
 pub enum Tokenizer {
     /// llama2.c `tok*.bin` (BOS 1, EOS 2; `encode` prepends BOS as `run.c` does).
     Llama2c(tokenizer_llama2c::Tokenizer),
-    /// Byte-level BPE from the GGUF (SmolLM2 adds no BOS).
+    /// Byte-level BPE from the GGUF (SmolLM2 and Qwen2.5 add no BOS).
     Bpe(Bpe),
 }
 
@@ -41,7 +43,7 @@ const END_OF_TEXT: &str = "<|endoftext|>";
 
 impl Tokenizer {
     /// Encodes text the way the model was trained to see it: llama2.c prepends BOS (id 1) and
-    /// a space; SmolLM2's BPE adds nothing.
+    /// a space; the GGUF BPEs (SmolLM2, Qwen2.5) add nothing.
     pub fn encode(&self, text: &str) -> Vec<u32> {
         match self {
             Self::Llama2c(t) => t.encode(text, true, false),
@@ -98,7 +100,8 @@ impl Tokenizer {
 /// A model ready to run: its name, shape, f32 weights and tokenizer.
 #[derive(Clone, Debug)]
 pub struct LoadedModel {
-    /// A display name: the file stem (`SmolLM2-135M-Instruct.Q4_1`, `stories260K`).
+    /// A display name: the file stem (`SmolLM2-135M-Instruct.Q4_1`, `stories260K`,
+    /// `qwen2.5-coder-0.5b-instruct-q4_k_m`).
     pub name: String,
     /// The shape (also in `weights.config`).
     pub config: Config,
@@ -109,21 +112,24 @@ pub struct LoadedModel {
 }
 
 /// Loads a model by `spec`:
-/// - `smollm2`: SmolLM2-135M-Instruct at [`gguf::smollm2_path`] (an error that says to run
-///   `scripts/fetch-models.sh` when it is missing);
-/// - a `.gguf` path (or any file that starts with the GGUF magic): a llama-architecture GGUF,
-///   its tokenizer the BPE stored in it (`tokenizer` must be `None`);
+/// - a name from [`fetched::FETCHED`] (`smollm2`, `qwen2.5-coder-0.5b`, `qwen2.5-coder-1.5b`,
+///   any ASCII case): that model's GGUF in the model cache ([`fetched::find`]: an error that
+///   says to run `scripts/fetch-models.sh NAME` when it is missing);
+/// - a `.gguf` path (or any file that starts with the GGUF magic): a llama or qwen2 GGUF, its
+///   tokenizer the BPE stored in it (`tokenizer` must be `None`);
 /// - any other path: a llama2.c v0 checkpoint, its tokenizer from `tokenizer`, else the
 ///   `tok*.bin` beside it whose vocabulary size matches the model.
 pub fn load_model(spec: &str, tokenizer: Option<&Path>) -> Result<LoadedModel> {
-    if spec.eq_ignore_ascii_case("smollm2") {
-        let path = gguf::find_smollm2()?;
+    if fetched::path(spec).is_some() {
+        let path = fetched::find(spec)?;
         return load_gguf(&path, tokenizer);
     }
     let path = Path::new(spec);
     if !path.is_file() {
         return Err(Error::Config(format!(
-            "model {spec:?} is neither `smollm2` nor an existing file (a .gguf or a llama2.c .bin)"
+            "model {spec:?} is neither a fetched model's name ({}) nor an existing file (a .gguf \
+             or a llama2.c .bin)",
+            fetched::names()
         )));
     }
     if is_gguf(path)? {
@@ -160,7 +166,7 @@ fn stem(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// Loads a llama-architecture GGUF and its BPE tokenizer.
+/// Loads a llama or qwen2 GGUF and its BPE tokenizer.
 pub fn load_gguf(path: &Path, tokenizer: Option<&Path>) -> Result<LoadedModel> {
     if let Some(t) = tokenizer {
         return Err(Error::Config(format!(
@@ -192,18 +198,29 @@ pub fn load_gguf(path: &Path, tokenizer: Option<&Path>) -> Result<LoadedModel> {
     })
 }
 
-/// Builds f32 [`Weights`] from a llama-architecture GGUF: hyper-parameters from its metadata
+/// Builds f32 [`Weights`] from a llama or qwen2 GGUF: hyper-parameters from its metadata
 /// (RMSNorm eps, RoPE θ, head counts, context length), tensors from
 /// [`GgufFile::llama_tensors`] (already row-major `[out, in]`, the forward pass's `y = W x`
-/// layout), RoPE on adjacent pairs (llama.cpp's converter permuted the q/k rows into that
-/// order), the output head tied to the embedding when the file has no `output.weight`.
+/// layout), the output head tied to the embedding when the file has no `output.weight`.
+/// - `llama`: RoPE on adjacent pairs (llama.cpp's converter permuted the q/k rows into that
+///   order), no projection biases.
+/// - `qwen2`: RoPE on the halves `(i, i + D/2)` (llama.cpp's NeoX mode; the converter does
+///   not permute qwen2's rows), q/k/v biases (required).
 pub fn weights_from_gguf(file: &GgufFile) -> Result<Weights> {
     let p = file.llama_params()?;
-    if p.arch != "llama" {
-        return Err(Error::Config(format!(
-            "architecture {:?} is not supported (only llama)",
-            p.arch
-        )));
+    let (arch, rope_pairing) = match p.arch.as_str() {
+        "llama" => (Arch::Llama, RopePairing::Adjacent),
+        "qwen2" => (Arch::Qwen2, RopePairing::Halves),
+        other => {
+            return Err(Error::Config(format!(
+                "architecture {other:?} is not supported (llama and qwen2 are)"
+            )));
+        }
+    };
+    if arch == Arch::Qwen2 && !p.qkv_bias {
+        return Err(Error::Config(
+            "a qwen2 checkpoint needs q/k/v biases, but `blk.0.attn_q.bias` is missing".into(),
+        ));
     }
     if p.rope_dim != p.head_dim {
         return Err(Error::Config(format!(
@@ -222,7 +239,9 @@ pub fn weights_from_gguf(file: &GgufFile) -> Result<Weights> {
         max_seq: p.context_length,
         norm_eps: p.rms_eps,
         rope_theta: p.rope_theta,
-        rope_pairing: RopePairing::Adjacent,
+        rope_pairing,
+        arch,
+        qkv_bias: p.qkv_bias,
     };
     config.validate()?;
     let mut t: HashMap<String, Tensor> = file.llama_tensors()?;
@@ -234,8 +253,19 @@ pub fn weights_from_gguf(file: &GgufFile) -> Result<Weights> {
     let token_embedding = take("token_embd.weight".into())?;
     let mut layers = Vec::with_capacity(p.n_layers);
     for l in 0..p.n_layers {
+        let mut bias = |n: &str| {
+            if p.qkv_bias {
+                take(format!("blk.{l}.{n}.bias"))
+            } else {
+                Ok(Vec::new())
+            }
+        };
+        let (bq, bk, bv) = (bias("attn_q")?, bias("attn_k")?, bias("attn_v")?);
         let mut w = |n: &str| take(format!("blk.{l}.{n}.weight"));
         layers.push(LayerWeights {
+            bq,
+            bk,
+            bv,
             attn_norm: w("attn_norm")?,
             wq: w("attn_q")?,
             wk: w("attn_k")?,

@@ -1,4 +1,5 @@
-//! Real models end to end: llama-architecture checkpoints, their tokenizers, and a CPU f32
+//! Real models end to end: llama-family checkpoints (llama2.c, llama and qwen2 GGUFs), their
+//! tokenizers, and a CPU f32
 //! forward pass whose attention runs through kvpack's caches ([`crate::KvLayer`]: the f16
 //! baseline, KIVI, ... on any path), for perplexity, fidelity and generation.
 //!
@@ -18,13 +19,17 @@
 
 pub mod bpe;
 pub mod config;
+#[cfg(target_arch = "x86_64")]
+mod dot_avx2;
+pub mod fetched;
 pub mod forward;
 pub mod gguf;
 pub mod llama2c;
 pub mod load;
+pub mod quant_k;
 pub mod tokenizer_llama2c;
 
-pub use config::{Config, LayerWeights, RopePairing, Weights};
-pub use forward::{Sampler, Session, perplexity};
+pub use config::{Arch, Config, LayerWeights, RopePairing, Weights};
+pub use forward::{QkvCapture, Sampler, Session, perplexity};
 pub use load::{LoadedModel, load_model};
 pub use tokenizer_llama2c::Tokenizer;

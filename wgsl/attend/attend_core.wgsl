@@ -67,12 +67,26 @@
 @group(0) @binding(10) var<storage, read> ringv: array<u32>;
 
 const DIM: u32 = ATT_DIM;
+// Whether the cache has a ring (src/attention/plan.rs CacheShape::ring): without one its
+// paths are compiled out.
+const RING: bool = ATT_RING == 1u;
 const SLICES: u32 = WORKGROUP_SIZE / 32u;
 const TILE: u32 = 32u;
 // Finite "minus infinity": 2^(NEG − m) is 0 and NEG stays finite under fast math.
 const NEG: f32 = -1.0e30;
 // Ring lanes own R_CPL channels each (the residual is stored in the output space, D wide).
 const R_CPL: u32 = (DIM + 7u) / 8u;
+// Whether the 8 lanes' slices cover D exactly (D a multiple of 8: no lane reads past D).
+const R_EXACT: bool = R_CPL * 8u == DIM;
+
+// Channel i of lane cg's slice, clamped to D − 1 (a constant offset from the slice's first
+// channel where R_EXACT: addresses then fold into the loads).
+fn lane_channel(cg: u32, i: u32) -> u32 {
+    if (R_EXACT) {
+        return cg * R_CPL + i;
+    }
+    return min(cg * R_CPL + i, DIM - 1u);
+}
 // Partial record: m, l, then max(V_W, D) floats.
 const PW: u32 = max(V_W, DIM) + 2u;
 
@@ -113,7 +127,7 @@ fn f16_word(seg: bool, keys: bool, at: u32) -> u32 {
 
 // Channels i, i + 1 of the lane's slice (F16_PAIRS), or channel i twice.
 fn f16_pair(seg: bool, keys: bool, w: u32, cg: u32, h: u32, i: u32) -> vec2<f32> {
-    let e = h * DIM + min(cg * R_CPL + i, DIM - 1u);
+    let e = h * DIM + lane_channel(cg, i);
     let x = unpack2x16float(f16_word(seg, keys, w + (e >> 1u)));
     if (F16_PAIRS) {
         return x;
@@ -126,13 +140,13 @@ fn f16_dot(seg: bool, w: u32, cg: u32, h: u32) -> vec4<f32> {
     let c0 = cg * R_CPL;
     var a = vec4<f32>(0.0);
     if (F16_PAIRS) {
-        // @unroll 16
+        // @unroll 16 f16dot
         for (var i = 0u; i < R_HALF; i++) {
             let x = f16_pair(seg, true, w, cg, h, 2u * i);
             a += qs[c0 + 2u * i] * x.x + qs[c0 + 2u * i + 1u] * x.y;
         }
     } else {
-        // @unroll 32
+        // @unroll 32 f16dot
         for (var i = 0u; i < R_CPL; i++) {
             a += qs[c0 + i] * f16_pair(seg, true, w, cg, h, i).x; // qs is 0 past D
         }
@@ -265,7 +279,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         if (nk > 0u) {
             acc = k_score(lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h);
         }
-        if (nk < 8u && lt0 + nk < A.t_total) {
+        if (RING && nk < 8u && lt0 + nk < A.t_total) {
             // Row by row into acc (a second array of 8 scores would cost 32 registers).
             let last = A.t_total - 1u;
             // @unroll 8
@@ -304,7 +318,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         // splits are cut at qv), or per lane (a lane's weights gathered twice, masked to each
         // side: two arrays of 8 weights alive at once would cost 32 more registers).
         let nv = u32(clamp(i32(A.qv) - i32(lt0), 0, 8));
-        if (vring) {
+        if (RING && vring) {
             let rows = ring_rows(lt0, A.qv, s1 - 1u, A.ring_cap_v);
             ring_accum(&vs, &ro, rows, cg, h, gather8(p, lid, sgl));
         } else if (!V_SPACE_OUT) {
@@ -316,7 +330,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
             if (nv > 0u) {
                 v_accum(&vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pc);
             }
-            if (A.qv < s1) { // uniform: a cross-lane step follows
+            if (RING && A.qv < s1) { // uniform: a cross-lane step follows
                 let pr = gather8(select(p, vec4<f32>(0.0), below), lid, sgl);
                 // Only rows of ring tokens [qv, s1) are read (another slot may hold anything).
                 if (lt0 + nv < s1) {

@@ -32,7 +32,6 @@ fn main(
         return;
     }
     let b = params.bits;
-    let mask = (1u << b) - 1u;
     var out = 0u;
     for (var k = 0u; k < 4u; k++) {
         let i = t * 4u + k;
@@ -40,11 +39,11 @@ fn main(
             let start = i * b;
             let wi = start >> 5u;
             let off = start & 31u;
-            var v = words[wi] >> off;
+            var hi = 0u;
             if (off + b > 32u) {
-                v |= words[wi + 1u] << (32u - off);
+                hi = words[wi + 1u];
             }
-            out |= (v & mask) << (8u * k);
+            out |= bits_code(words[wi], hi, off, b) << (8u * k);
         }
     }
     codes[t] = out;

@@ -24,3 +24,9 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
     }
     return acc;
 }
+
+// Channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
+fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
+    let e = h * DIM + c;
+    return unpack2x16float(kseg[KP.rows + min(row, last) * A.row_words + (e >> 1u)])[e & 1u];
+}

@@ -42,15 +42,7 @@ fn kivi_k_pair(gi: u32) -> vec2<f32> {
 
 // 1 + c / 2^b for code j of `w` (bits j·b ..): the code moved into the mantissa's top bits.
 fn kivi_kx(w: u32, j: u32) -> f32 {
-    let at = j * KB;
-    let top = 23u - KB;
-    var v: u32;
-    if (at <= top) {
-        v = w << (top - at);
-    } else {
-        v = w >> (at - top);
-    }
-    return bitcast<f32>((v & (K_MASK << top)) | 0x3f800000u);
+    return bits_unit(w, j * KB, KB);
 }
 
 // Code i of the stream starting at word `base` (any b, straddling words).
@@ -58,11 +50,11 @@ fn kivi_k_code(base: u32, i: u32) -> u32 {
     let start = i * KB;
     let w = base + (start >> 5u);
     let off = start & 31u;
-    var v = kseg[w] >> off;
+    var hi = 0u;
     if (off + KB > 32u) {
-        v |= kseg[w + 1u] << (32u - off);
+        hi = kseg[w + 1u];
     }
-    return v & K_MASK;
+    return bits_code(kseg[w], hi, off, KB);
 }
 
 fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
@@ -71,10 +63,10 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
         let blk = row / KG;
         let bit0 = (row % KG) * KB; // the lane's 8 codes of a channel: bits bit0 .. bit0 + 8·b
         var bias = vec4<f32>(0.0);
-        // @unroll 32
+        // @unroll 32 kch
         for (var i = 0u; i < R_CPL; i++) {
             let c = cg * R_CPL + i;
-            let gi = (blk * A.hkv + h) * DIM + min(c, DIM - 1u);
+            let gi = (blk * A.hkv + h) * DIM + lane_channel(cg, i);
             let pr = kivi_k_pair(gi);
             let a = pr.x * f32(1u << KB);
             let qa = qs[c] * a; // qs is 0 past D
@@ -109,11 +101,20 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
         // @unroll 32
         for (var i = 0u; i < R_CPL; i++) {
             let c = cg * R_CPL + i;
-            let gi = (blk * A.hkv + h) * DIM + min(c, DIM - 1u);
+            let gi = (blk * A.hkv + h) * DIM + lane_channel(cg, i);
             let pr = kivi_k_pair(gi);
             let code = kivi_k_code(KP.codes + gi * KGW, r % KG);
             acc[j] += qs[c] * kivi_reconstruct(code, pr.x, pr.y);
         }
     }
     return acc;
+}
+
+// k̂ of channel c of segment row `row` (clamped to `last`) of head h, as the CPU reference
+// reconstructs it (the prefill kernel reads keys element by element).
+fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
+    let r = min(row, last);
+    let gi = ((r / KG) * A.hkv + h) * DIM + c;
+    let pr = kivi_k_pair(gi);
+    return kivi_reconstruct(kivi_k_code(KP.codes + gi * KGW, r % KG), pr.x, pr.y);
 }

@@ -53,25 +53,18 @@ fn kivi_v_pair(gi: u32) -> vec2<f32> {
 }
 
 fn kivi_vx(w: u32, at: u32) -> f32 {
-    let top = 23u - VB;
-    var v: u32;
-    if (at <= top) {
-        v = w << (top - at);
-    } else {
-        v = w >> (at - top);
-    }
-    return bitcast<f32>((v & (V_MASK << top)) | 0x3f800000u);
+    return bits_unit(w, at, VB);
 }
 
 fn kivi_v_code(base: u32, i: u32) -> u32 {
     let start = i * VB;
     let w = base + (start >> 5u);
     let off = start & 31u;
-    var v = vseg[w] >> off;
+    var hi = 0u;
     if (off + VB > 32u) {
-        v |= vseg[w + 1u] << (32u - off);
+        hi = vseg[w + 1u];
     }
-    return v & V_MASK;
+    return bits_code(vseg[w], hi, off, VB);
 }
 
 fn v_reset(vs: ptr<function, VState>) {
@@ -103,7 +96,7 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
     if (V_FAST) {
         let g = c0 / VG; // the lane's one group
         let bit0 = (c0 - g * VG) * VB;
-        // @unroll 8
+        // @unroll 8 vrow
         for (var j = 0u; j < 8u; j++) {
             let rb = min(row + j, last) * A.hkv + h;
             let pr = kivi_v_pair(rb * VNG + min(g, VNG - 1u));
@@ -146,5 +139,13 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
 }
 
 fn v_prepare(lid: u32, h: u32) {}
+
+// v̂ of channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
+fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
+    let rb = min(row, last) * A.hkv + h;
+    let g = c / VG;
+    let pr = kivi_v_pair(rb * VNG + g);
+    return kivi_reconstruct(kivi_v_code(VP.codes + rb * VRW + g * VGW, c - g * VG), pr.x, pr.y);
+}
 
 fn v_finish(lid: u32, h: u32) {}

@@ -24,9 +24,9 @@ fn get_code(base: u32, i: u32) -> u32 {
     let start = i * P.bits;
     let w = base + (start >> 5u);
     let off = start & 31u;
-    var v = codes[w] >> off;
+    var hi = 0u;
     if (off + P.bits > 32u) {
-        v |= codes[w + 1u] << (32u - off);
+        hi = codes[w + 1u];
     }
-    return v & ((1u << P.bits) - 1u);
+    return bits_code(codes[w], hi, off, P.bits);
 }

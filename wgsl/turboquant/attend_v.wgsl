@@ -121,6 +121,29 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
     }
 }
 
+// n_r·ŷ_rc: coordinate c < P of segment row `row` (clamped to `last`) of head h in the
+// rotated space (the prefill kernel's element reader; the merge kernel's v_finish maps the
+// merged accumulator back). Centroids from the tables: the prefill kernel calls no v_prepare.
+fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
+    let r = min(row, last);
+    let n = unpack2x16float(vseg[VP.norms + r * ((A.hkv + 1u) / 2u) + (h >> 1u)])[h & 1u];
+    let at = c * VTQ_B;
+    let off = at & 31u;
+    let cb0 = A.hkv * VTQ_SW;
+    var y = 0.0;
+    // @unroll 2
+    for (var st = 0u; st < VTQ_S; st++) {
+        let w = VP.codes + ((r * A.hkv + h) * VTQ_S + st) * VTQ_RW + (at >> 5u);
+        var hi = 0u;
+        if (off + VTQ_B > 32u) {
+            hi = vseg[w + 1u];
+        }
+        let code = bits_code(vseg[w], hi, off, VTQ_B);
+        y += bitcast<f32>(vtab[cb0 + st * 2u * VTQ_N + code]);
+    }
+    return n * y;
+}
+
 fn v_finish(lid: u32, h: u32) {
     for (var p = 0u; p < ATT_VTQ_LOG2P; p++) {
         let hh = 1u << p;

@@ -8,13 +8,10 @@ fn tq_funnel(lo: u32, hi: u32, sh: u32) -> u32 {
 
 // Code at bit `at` (a constant once unrolled) of a lane's window words `w0` (bits 0..31) and
 // `w1` (bits 32..63): codes never straddle past w1.
+// (wgsl/common/bits.wgsl's bits_code).
 fn tq_window_code(w0: u32, w1: u32, at: u32, bits: u32) -> u32 {
-    let mask = (1u << bits) - 1u;
     if (at >= 32u) {
-        return (w1 >> (at - 32u)) & mask;
+        return bits_code(w1, 0u, at - 32u, bits);
     }
-    if (at + bits > 32u) {
-        return ((w0 >> at) | (w1 << (32u - at))) & mask;
-    }
-    return (w0 >> at) & mask;
+    return bits_code(w0, w1, at, bits);
 }

@@ -29,11 +29,11 @@ fn tq_stored_code(base: u32, i: u32) -> u32 {
     let at = i * TB;
     let w = base + (at >> 5u);
     let off = at & 31u;
-    var v = codes[w] >> off;
+    var hi = 0u;
     if (off + TB > 32u) {
-        v |= codes[w + 1u] << (32u - off);
+        hi = codes[w + 1u];
     }
-    return v & T_MASK;
+    return bits_code(codes[w], hi, off, TB);
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)

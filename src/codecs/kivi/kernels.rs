@@ -3,7 +3,7 @@
 //! `msl/kivi/<name>.metal`, `src/cpu/kivi/<name>.rs`.
 
 use crate::attention::kernel::AttendHooks;
-use crate::gpu::registry::{Binding, DISPATCH, KernelDef};
+use crate::gpu::registry::{BITS, Binding, DISPATCH, KernelDef, MSL_BITS};
 
 pub(crate) const KIVI: &str = include_str!("../../../wgsl/kivi/kivi_common.wgsl");
 const KIVI_QUANT_IO: &str = include_str!("../../../wgsl/kivi/kivi_quant_io.wgsl");
@@ -18,7 +18,7 @@ pub static KIVI_QUANT_KEYS: KernelDef = KernelDef {
     wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
     wgsl_subgroup: None,
     wgsl: include_str!("../../../wgsl/kivi/kivi_quant_keys.wgsl"),
-    msl_common: &[MSL_KIVI],
+    msl_common: &[MSL_BITS, MSL_KIVI],
     msl: Some(include_str!("../../../msl/kivi/kivi_quant_keys.metal")),
     bindings: KIVI_QUANT_BINDINGS,
     workgroup_size: 64,
@@ -34,7 +34,7 @@ pub static KIVI_QUANT_VALUES: KernelDef = KernelDef {
         "../../../wgsl/kivi/kivi_quant_values_subgroup.wgsl"
     )),
     wgsl: include_str!("../../../wgsl/kivi/kivi_quant_values.wgsl"),
-    msl_common: &[MSL_KIVI],
+    msl_common: &[MSL_BITS, MSL_KIVI],
     msl: Some(include_str!("../../../msl/kivi/kivi_quant_values.metal")),
     bindings: KIVI_QUANT_BINDINGS,
     workgroup_size: 256,
@@ -48,7 +48,7 @@ pub static KIVI_QUANT_VALUES_THREAD: KernelDef = KernelDef {
     wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
     wgsl_subgroup: None,
     wgsl: include_str!("../../../wgsl/kivi/kivi_quant_values_thread.wgsl"),
-    msl_common: &[MSL_KIVI],
+    msl_common: &[MSL_BITS, MSL_KIVI],
     msl: Some(include_str!(
         "../../../msl/kivi/kivi_quant_values_thread.metal"
     )),
@@ -60,10 +60,10 @@ pub static KIVI_QUANT_VALUES_THREAD: KernelDef = KernelDef {
 pub static KIVI_DEQUANT_KEYS: KernelDef = KernelDef {
     name: "kivi_dequant_keys",
     folder: "kivi",
-    wgsl_common: &[DISPATCH, KIVI, KIVI_DEQUANT_IO],
+    wgsl_common: &[DISPATCH, BITS, KIVI, KIVI_DEQUANT_IO],
     wgsl_subgroup: None,
     wgsl: include_str!("../../../wgsl/kivi/kivi_dequant_keys.wgsl"),
-    msl_common: &[MSL_KIVI],
+    msl_common: &[MSL_BITS, MSL_KIVI],
     msl: Some(include_str!("../../../msl/kivi/kivi_dequant_keys.metal")),
     bindings: KIVI_DEQUANT_BINDINGS,
     workgroup_size: 64,
@@ -73,10 +73,10 @@ pub static KIVI_DEQUANT_KEYS: KernelDef = KernelDef {
 pub static KIVI_DEQUANT_VALUES: KernelDef = KernelDef {
     name: "kivi_dequant_values",
     folder: "kivi",
-    wgsl_common: &[DISPATCH, KIVI, KIVI_DEQUANT_IO],
+    wgsl_common: &[DISPATCH, BITS, KIVI, KIVI_DEQUANT_IO],
     wgsl_subgroup: None,
     wgsl: include_str!("../../../wgsl/kivi/kivi_dequant_values.wgsl"),
-    msl_common: &[MSL_KIVI],
+    msl_common: &[MSL_BITS, MSL_KIVI],
     msl: Some(include_str!("../../../msl/kivi/kivi_dequant_values.metal")),
     bindings: KIVI_DEQUANT_BINDINGS,
     workgroup_size: 64,
@@ -100,10 +100,11 @@ const KIVI_DEQUANT_BINDINGS: &[Binding] = &[
 /// KIVI's attention hooks (wgsl/kivi/attend_{k,v}.wgsl, msl/kivi/attend_{k,v}.metal).
 pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     name: "kivi",
-    wgsl_common: &[KIVI],
+    wgsl_common: &[BITS, KIVI],
     wgsl_k: include_str!("../../../wgsl/kivi/attend_k.wgsl"),
     wgsl_v: include_str!("../../../wgsl/kivi/attend_v.wgsl"),
-    msl_common: &[MSL_KIVI],
+    msl_common: &[MSL_BITS, MSL_KIVI],
     msl_k: Some(include_str!("../../../msl/kivi/attend_k.metal")),
     msl_v: Some(include_str!("../../../msl/kivi/attend_v.metal")),
+    k_prep: false,
 };

@@ -3,7 +3,7 @@
 //! `msl/turboquant/<name>.metal`, `src/cpu/turboquant/<name>.rs`.
 
 use crate::attention::kernel::AttendHooks;
-use crate::gpu::registry::{Binding, DISPATCH, KernelDef};
+use crate::gpu::registry::{BITS, Binding, DISPATCH, KernelDef, MSL_BITS};
 
 const COMMON: &str = include_str!("../../../wgsl/turboquant/turboquant_common.wgsl");
 const QUANT_IO: &str = include_str!("../../../wgsl/turboquant/turboquant_quant_io.wgsl");
@@ -41,10 +41,10 @@ pub static TURBOQUANT_QUANT: KernelDef = KernelDef {
 pub static TURBOQUANT_DEQUANT: KernelDef = KernelDef {
     name: "turboquant_dequant",
     folder: "turboquant",
-    wgsl_common: &[DISPATCH, COMMON],
+    wgsl_common: &[DISPATCH, BITS, COMMON],
     wgsl_subgroup: None,
     wgsl: include_str!("../../../wgsl/turboquant/turboquant_dequant.wgsl"),
-    msl_common: &[MSL_COMMON],
+    msl_common: &[MSL_BITS, MSL_COMMON],
     msl: Some(include_str!(
         "../../../msl/turboquant/turboquant_dequant.metal"
     )),
@@ -63,10 +63,11 @@ pub static TURBOQUANT_DEQUANT: KernelDef = KernelDef {
 /// output inverse-rotated once.
 pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     name: "turboquant",
-    wgsl_common: &[ATTEND_COMMON],
+    wgsl_common: &[BITS, ATTEND_COMMON],
     wgsl_k: include_str!("../../../wgsl/turboquant/attend_k.wgsl"),
     wgsl_v: include_str!("../../../wgsl/turboquant/attend_v.wgsl"),
-    msl_common: &[MSL_ATTEND_COMMON],
+    msl_common: &[MSL_BITS, MSL_ATTEND_COMMON],
     msl_k: Some(include_str!("../../../msl/turboquant/attend_k.metal")),
     msl_v: Some(include_str!("../../../msl/turboquant/attend_v.metal")),
+    k_prep: true,
 };
