@@ -7,6 +7,10 @@
 //! `SKIP ... because ...` line; with `KVPACK_REQUIRE_GPU=1` the skip is a failure.
 #![allow(dead_code)]
 
+pub mod attend_plans;
+pub mod kivi_spec;
+pub mod mutate;
+pub mod recon;
 pub mod st;
 
 use std::sync::OnceLock;
@@ -263,9 +267,22 @@ pub fn run_plan(
                 })
                 .collect::<kvpack::Result<_>>()?;
             let refs: Vec<&wgpu::Buffer> = bufs.iter().collect();
-            gpu::submit_blocking(ctx, "test dispatch", |enc| {
-                gpu::encode_plan(ctx, enc, path, plan, &refs)
-            })?;
+            if let Some(m) = mutate::active_for(plan.kernel.name, mutate::Lang::Wgsl) {
+                // The mutation harness: this kernel from its mutated composed source.
+                let composed = kvpack::gpu::registry::compose_wgsl(plan.kernel, path, &plan.spec);
+                let (src, n) = m.apply(&composed);
+                mutate::record(n);
+                let pipeline = mutate::wgsl_pipeline(ctx, plan.kernel, &src)?;
+                let uni = gpu::uniform_buffer(ctx, "mutant uniform", &plan.uniform)?;
+                let all: Vec<&wgpu::Buffer> = std::iter::once(&uni).chain(refs).collect();
+                gpu::submit_blocking(ctx, "mutant dispatch", |enc| {
+                    gpu::encode_dispatch(ctx, enc, &pipeline, "mutant", &all, plan.workgroups)
+                })?;
+            } else {
+                gpu::submit_blocking(ctx, "test dispatch", |enc| {
+                    gpu::encode_plan(ctx, enc, path, plan, &refs)
+                })?;
+            }
             for (i, (b, out)) in bufs.iter().zip(storage.iter_mut()).enumerate() {
                 if !uniform(i) {
                     let n = out.len();
@@ -283,8 +300,18 @@ pub fn run_plan(
                         reason: "kernel has no MSL source".into(),
                     }
                 })?;
+            let src = match mutate::active_for(plan.kernel.name, mutate::Lang::Msl) {
+                Some(m) => {
+                    let (src, n) = m.apply(&src);
+                    mutate::record(n);
+                    src
+                }
+                None => src,
+            };
             let kernel = compiled(plan.kernel.name, &src);
-            let (x, y) = gpu::split_workgroups_with(plan.workgroups, 65_535)?;
+            // The context's per-dimension limit (65,535 on a CPU context; tests lower it with
+            // `Context::with_max_workgroups_per_dimension` to split every kernel over x and y).
+            let (x, y) = gpu::split_workgroups(t.ctx(), plan.workgroups)?;
             if x == 0 {
                 return Ok(());
             }
