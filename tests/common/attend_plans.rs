@@ -8,7 +8,7 @@ use kvpack::attention::plan::{CacheShape, Call, plan};
 use kvpack::codec::Codec;
 use kvpack::store::Side;
 use kvpack::store::{SideWords, Snapshot};
-use kvpack::{AttendOptions, Layer};
+use kvpack::{AttendKernel, AttendOptions, KvLayer, Layer};
 use rand::Rng;
 
 #[derive(Clone, Copy)]
@@ -191,4 +191,35 @@ pub fn on_target(
         p.dispatches.len(),
         direct,
     )
+}
+
+/// The kernels of one case on `t` (decode and prefill kernel) against the CPU reference
+/// `reference` on the same layer's words: relative L2 ≤ 1e-4 per row (spec/attention.md).
+pub fn check_case(t: &Target, c: &Case, layer: &Layer, q: &[f32], reference: &[f32]) {
+    let snap = layer.snapshot().expect("snapshot");
+    // Every case on both kernels (the prefill kernel also at Tq = 1: windows, rings,
+    // widths and segments are its as much as the decode kernel's).
+    for kernel in [AttendKernel::Decode, AttendKernel::Prefill] {
+        let c = Case {
+            opts: AttendOptions { kernel, ..c.opts },
+            ..*c
+        };
+        let (out, dispatches, direct) = on_target(t, &c, layer, &snap, q);
+        let err = super::rel_l2_rows(&out, reference, c.d);
+        eprintln!(
+            "attend_kernels[{}] {} ({}, {kernel:?}): Qk={} Qv={} {dispatches} dispatches, direct {direct}: worst row rel L2 {err:e}",
+            t.name(),
+            c.what,
+            c.method,
+            snap.keys.quantized,
+            snap.values.quantized
+        );
+        assert!(
+            err <= 1e-4,
+            "{} {} ({}, {kernel:?}): worst row rel L2 {err:e} against the reference",
+            t.name(),
+            c.what,
+            c.method
+        );
+    }
 }

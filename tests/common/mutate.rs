@@ -24,8 +24,9 @@ pub struct Mutant {
     pub lang: Lang,
     /// Kernel-name prefix (`attend_kivi`, `kivi_quant_keys`, `bitpack`, ...).
     pub kernel: &'static str,
-    /// Text replaced (every occurrence) ...
+    /// Text replaced (every occurrence, or only occurrence `nth` counting from 0) ...
     pub find: &'static str,
+    pub nth: Option<usize>,
     /// ... by this.
     pub replace: &'static str,
 }
@@ -33,8 +34,21 @@ pub struct Mutant {
 impl Mutant {
     /// The mutated source, and how many replacements were made.
     pub fn apply(&self, src: &str) -> (String, usize) {
-        let n = src.matches(self.find).count();
-        (src.replace(self.find, self.replace), n)
+        match self.nth {
+            None => {
+                let n = src.matches(self.find).count();
+                (src.replace(self.find, self.replace), n)
+            }
+            Some(k) => match src.match_indices(self.find).nth(k) {
+                Some((at, _)) => {
+                    let mut out = src[..at].to_string();
+                    out.push_str(self.replace);
+                    out.push_str(&src[at + self.find.len()..]);
+                    (out, 1)
+                }
+                None => (src.to_string(), 0),
+            },
+        }
     }
 }
 
