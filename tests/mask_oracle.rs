@@ -161,7 +161,6 @@ fn grid() -> Vec<Case> {
             seg_tokens: 128,
             ring_extra: 0,
             target: 8,
-            ..base
         },
         Case {
             what: "window inside the ring, kivi values, GQA 8, D=41, many splits",
@@ -175,7 +174,6 @@ fn grid() -> Vec<Case> {
             seg_tokens: 128,
             ring_extra: 3,
             target: 256,
-            ..base
         },
     ]
 }
@@ -340,4 +338,34 @@ fn mask_oracle_msl_window_into_wrapped_ring() {
         &oracle(&c, &vh),
         &c,
     );
+}
+
+/// `ATT_SG_WIDE = 1` (a 32-invocation slice is one subgroup: the reduction on every 32- and
+/// 64-wide GPU) on WGSL: the kernels specialize on the device's subgroup width
+/// (`attention::gpu::wide_subgroups`), so this runs the oracle with `ATT_SG_WIDE = 1` wherever
+/// subgroups are at least 32 wide. lavapipe's are 8 wide: there it prints a SKIP line, and
+/// `KVPACK_REQUIRE_WIDE_SUBGROUPS=1` (the H200 run) makes that a failure. The emulated MSL runs
+/// 32-lane SIMD groups in every `msl_emulated` test (its attention kernels are written for 32).
+#[test]
+fn mask_oracle_wide_subgroups() {
+    let Some(t) = common::target("wgsl_subgroup", "mask_oracle_wide_subgroups") else {
+        return;
+    };
+    let wide = common::attend_plans::wide_for(&t);
+    let info = t
+        .ctx()
+        .adapter_info()
+        .map(|i| (i.name.clone(), i.subgroup_min_size, i.subgroup_max_size));
+    if !wide {
+        let msg = format!(
+            "SKIP mask_oracle_wide_subgroups because the adapter's subgroups are narrower than 32 ({info:?}): ATT_SG_WIDE = 1 cannot run here"
+        );
+        if std::env::var("KVPACK_REQUIRE_WIDE_SUBGROUPS").is_ok_and(|v| v == "1") {
+            panic!("{msg} (KVPACK_REQUIRE_WIDE_SUBGROUPS=1 forbids this skip)");
+        }
+        eprintln!("{msg}");
+        return;
+    }
+    eprintln!("mask_oracle_wide_subgroups: ATT_SG_WIDE = 1 on {info:?}");
+    mask_oracle(&t);
 }

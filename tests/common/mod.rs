@@ -376,6 +376,13 @@ fn compiled(name: &str, src: &str) -> std::sync::Arc<kvpack_msl_emu::MslKernel> 
 /// Worst per-row relative L2 error of `a` against `b` (rows of `d`); a NaN row (an unwritten
 /// output) counts as infinitely wrong.
 pub fn rel_l2_rows(a: &[f32], b: &[f32], d: usize) -> f64 {
+    // A short output must not pass by comparing only the rows both have.
+    assert_eq!(a.len(), b.len(), "rel_l2_rows: lengths differ");
+    assert!(
+        d > 0 && a.len() % d == 0,
+        "rel_l2_rows: {} values are not rows of {d}",
+        a.len()
+    );
     let mut worst = 0f64;
     for (ra, rb) in a.chunks(d).zip(b.chunks(d)) {
         let num: f64 = ra
