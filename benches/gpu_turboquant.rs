@@ -27,7 +27,8 @@
 //! - `<method> T`: one decode `KvLayer::encode_attend` call (Hq = 32, Hkv = 8, D = 128, every
 //!   pass and the merge) on a cache built by one prefill of T random tokens, for KIVI and
 //!   TurboQuant at about equal bits (kivi-4 ≈ 5 bits held vs turboquant-mse:bits=4 4.125 and
-//!   turboquant-rvq:bits=2 4.125; kivi-2 ≈ 3 vs turboquant-mse:bits=2 2.125 and bits=3 3.125);
+//!   turboquant-rvq:bits=2 4.125; kivi-2 ≈ 3 vs turboquant-mse:bits=2 2.125 and bits=3 3.125;
+//!   QJL keys m = 128 with KIVI-4 values against kivi-4: issue 14's "no slower than KIVI-4");
 //!   bytes = the cache payload + q.
 //!
 //! Every quantize arm rotates through distinct input and output buffers whose total exceeds
@@ -383,6 +384,7 @@ fn run() -> Result<(), String> {
             "kivi-2",
             "turboquant-mse:bits=3",
             "turboquant-mse:bits=2",
+            "qjl:m=128/kivi:bits=4,group=32,residual=128",
         ] {
             arms.push(attend_arm(&ctx, m, t, k, v, &mut rng).map_err(e)?);
         }
@@ -469,6 +471,7 @@ fn run() -> Result<(), String> {
             ("kivi-4", "turboquant-rvq:bits=2"),
             ("kivi-2", "turboquant-mse:bits=3"),
             ("kivi-2", "turboquant-mse:bits=2"),
+            ("kivi-4", "qjl:m=128/kivi:bits=4,group=32,residual=128"),
         ] {
             if let (Some(a), Some(b)) = (med(kivi), med(tq)) {
                 say!("  T={t}: {tq} / {kivi} = {:.2}× (target ≤ 1.2×)", b / a);
