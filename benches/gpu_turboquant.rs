@@ -8,7 +8,14 @@
 //! cargo bench --bench gpu_turboquant                 # full sizes (a real GPU)
 //! cargo bench --bench gpu_turboquant -- --quick      # small sizes (proves the code path, e.g. lavapipe)
 //! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --tokens T1,T2,...  --json PATH
+//! --json -   the JSON on stdout (the table then goes to stderr): the H200 command is
+//!            `gpu_turboquant --tokens 32768 --json -` (benches/README.md)
 //! ```
+//!
+//! The JSON: `adapter`, `rows` (every arm: name, bytes, median/min/max µs, GB/s),
+//! `quantize_vs_copy` (each quantize arm's GB/s as % of the copy of matched size, target
+//! ≥ 50), `attend_vs_kivi` (per T and pair: the TurboQuant / KIVI time ratio, target ≤ 1.2),
+//! `aa` and `noise_floor_pct` (the A-vs-A twin).
 //!
 //! Arms, all interleaved within every round (each submitted alone and waited for; the
 //! starting arm rotates with the round):
@@ -20,7 +27,8 @@
 //! - `<method> T`: one decode `KvLayer::encode_attend` call (Hq = 32, Hkv = 8, D = 128, every
 //!   pass and the merge) on a cache built by one prefill of T random tokens, for KIVI and
 //!   TurboQuant at about equal bits (kivi-4 ≈ 5 bits held vs turboquant-mse:bits=4 4.125 and
-//!   turboquant-rvq:bits=2 4.125; kivi-2 ≈ 3 vs turboquant-mse:bits=2 2.125 and bits=3 3.125);
+//!   turboquant-rvq:bits=2 4.125; kivi-2 ≈ 3 vs turboquant-mse:bits=2 2.125 and bits=3 3.125;
+//!   QJL keys m = 128 with KIVI-4 values against kivi-4: issue 14's "no slower than KIVI-4");
 //!   bytes = the cache payload + q.
 //!
 //! Every quantize arm rotates through distinct input and output buffers whose total exceeds
@@ -320,9 +328,20 @@ fn main() {
 
 fn run() -> Result<(), String> {
     let o = parse_args()?;
+    // With `--json -` stdout carries the JSON alone: the table goes to stderr.
+    let to_stdout = o.json.as_deref() != Some(std::path::Path::new("-"));
+    macro_rules! say {
+        ($($a:tt)*) => {
+            if to_stdout {
+                println!($($a)*)
+            } else {
+                eprintln!($($a)*)
+            }
+        };
+    }
     let ctx = Context::headless().map_err(|e| e.to_string())?;
     let (adapter, _, is_cpu) = common::report::adapter(&ctx);
-    println!(
+    say!(
         "gpu_turboquant on {adapter}{}{}, T = {:?}, {} rounds",
         if is_cpu {
             format!(" ({CPU_ADAPTER_NOTE})")
@@ -347,13 +366,13 @@ fn run() -> Result<(), String> {
             (Variant::Rvq, 2),
         ] {
             for choice in [PathChoice::WgslSubgroup, PathChoice::WgslWorkgroup] {
-                match quant_arm(&ctx, variant, bits, choice, t, k, o.l2_bytes) {
-                    Ok(a) => arms.push(a),
-                    Err(err) => println!(
-                        "  skipping quantize {}:bits={bits} [{choice}]: {err}",
-                        variant.name()
-                    ),
-                }
+                // A failed check (or a path the adapter lacks) ends the run: no arm is
+                // left out silently.
+                arms.push(
+                    quant_arm(&ctx, variant, bits, choice, t, k, o.l2_bytes).map_err(|err| {
+                        format!("quantize {}:bits={bits} [{choice}]: {err}", variant.name())
+                    })?,
+                );
             }
         }
         if t == t_max {
@@ -369,6 +388,7 @@ fn run() -> Result<(), String> {
             "kivi-2",
             "turboquant-mse:bits=3",
             "turboquant-mse:bits=2",
+            "qjl:m=128/kivi:bits=4,group=32,residual=128",
         ] {
             arms.push(attend_arm(&ctx, m, t, k, v, &mut rng).map_err(e)?);
         }
@@ -416,8 +436,9 @@ fn run() -> Result<(), String> {
             .min_by_key(|a| a.bytes.abs_diff(bytes))
             .map(|a| a.bytes as f64 / stats(&a.ns).0)
     };
-    println!("\n| arm | median µs | min | max | GB/s | % of copy |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    say!("\n| arm | median µs | min | max | GB/s | % of copy |");
+    say!("|---|---:|---:|---:|---:|---:|");
+    let mut vs_copy = Vec::new();
     let mut rows = Vec::new();
     for a in &arms {
         let (med, lo, hi) = stats(&a.ns);
@@ -425,7 +446,10 @@ fn run() -> Result<(), String> {
         let pct = copy_gbs(a.bytes)
             .map(|c| 100.0 * gbs / c)
             .unwrap_or(f64::NAN);
-        println!(
+        if matches!(a.work, Work::Quant { .. }) {
+            vs_copy.push(serde_json::json!({"arm": a.name, "pct_of_copy": pct, "target_pct": 50}));
+        }
+        say!(
             "| {} | {:.2} | {:.2} | {:.2} | {:.1} | {} |",
             a.name,
             med / 1e3,
@@ -447,7 +471,12 @@ fn run() -> Result<(), String> {
         .iter()
         .map(|a| (a.name.as_str(), a.ns.as_slice(), stats(&a.ns).0))
         .collect();
-    let (_, aa, floor) = common::aa_floor(&names);
+    let (_, aa, floor) = if to_stdout {
+        common::aa_floor(&names)
+    } else {
+        common::aa_floor_to(&mut std::io::stderr(), &names)
+    };
+    let mut vs_kivi = Vec::new();
     for &t in &o.tokens {
         let med = |m: &str| {
             arms.iter()
@@ -459,19 +488,28 @@ fn run() -> Result<(), String> {
             ("kivi-4", "turboquant-rvq:bits=2"),
             ("kivi-2", "turboquant-mse:bits=3"),
             ("kivi-2", "turboquant-mse:bits=2"),
+            ("kivi-4", "qjl:m=128/kivi:bits=4,group=32,residual=128"),
         ] {
             if let (Some(a), Some(b)) = (med(kivi), med(tq)) {
-                println!("  T={t}: {tq} / {kivi} = {:.2}× (target ≤ 1.2×)", b / a);
+                say!("  T={t}: {tq} / {kivi} = {:.2}× (target ≤ 1.2×)", b / a);
+                vs_kivi.push(serde_json::json!({
+                    "tokens": t, "method": tq, "kivi": kivi, "method_us": b / 1e3,
+                    "kivi_us": a / 1e3, "ratio": b / a, "target_ratio": 1.2,
+                }));
             }
         }
     }
     if let Some(p) = &o.json {
-        let doc = serde_json::json!({"adapter": adapter, "rows": rows, "aa": aa, "noise_floor_pct": floor});
-        std::fs::write(
-            p,
-            serde_json::to_string_pretty(&doc).map_err(|x| x.to_string())?,
-        )
-        .map_err(|x| format!("{}: {x}", p.display()))?;
+        let doc = serde_json::json!({
+            "adapter": adapter, "tokens": o.tokens, "rows": rows, "quantize_vs_copy": vs_copy,
+            "attend_vs_kivi": vs_kivi, "aa": aa, "noise_floor_pct": floor,
+        });
+        let text = serde_json::to_string_pretty(&doc).map_err(|x| x.to_string())?;
+        if to_stdout {
+            std::fs::write(p, text).map_err(|x| format!("{}: {x}", p.display()))?;
+        } else {
+            println!("{text}");
+        }
     }
     Ok(())
 }
