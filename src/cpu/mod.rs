@@ -6,7 +6,9 @@
 
 pub mod attend;
 pub mod bitpack;
+pub mod common;
 pub mod f16;
 pub mod kivi;
+pub mod vecinfer;
 
 pub use bitpack::bitunpack;
