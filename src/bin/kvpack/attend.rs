@@ -161,7 +161,7 @@ pub fn run(
     let mut paths = None;
     let mut attend_kernels = Vec::new();
     for l in 0..k.layers {
-        let mut layer = method.layer(ctx, hkv, d, choice).map_err(err)?;
+        let mut layer = method.layer_at(ctx, l, hkv, d, choice).map_err(err)?;
         if paths.is_none() {
             attend_kernels = layer.attend_kernels().map_err(err)?;
         }
