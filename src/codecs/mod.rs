@@ -6,3 +6,4 @@
 pub mod f16;
 pub mod kivi;
 pub mod turboquant;
+pub mod vecinfer;
