@@ -13,6 +13,7 @@
 //!   means of their points (f64 sums in point order);
 //! - an empty cluster (in index order) takes the point farthest from its assigned centre
 //!   (ties to the lower point index, a point taken once per iteration), which moves to it.
+//!
 //! Assignment runs in parallel over points (rayon); each point's result does not depend on the
 //! split, so the result is the same on any number of threads.
 
@@ -125,8 +126,8 @@ pub fn kmeans(
         }
         let mut sums = vec![0.0f64; c * d];
         let mut counts = vec![0usize; c];
-        for i in 0..n {
-            let a = assign[i] as usize;
+        for (i, &a) in assign.iter().enumerate() {
+            let a = a as usize;
             counts[a] += 1;
             for (s, x) in sums[a * d..][..d].iter_mut().zip(pt(i)) {
                 *s += x;
