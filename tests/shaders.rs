@@ -114,6 +114,7 @@ fn every_composed_wgsl_kernel_compiles() {
             vec![Specialization(vec![
                 ("PARAMS_F16", 1),
                 ("KEY_GROUP", 32),
+                ("KEY_BITS", 3),
                 ("VALUE_GROUP", 32),
                 ("VALUE_BITS", 2),
             ])]
