@@ -18,7 +18,7 @@ pub struct VecSide {
     pub bits: u32,
     /// d_s and C.
     pub preset: Preset,
-    /// The other side's preset (the calibration file is checked for both at parse time).
+    /// The calibration file as given in the spec.
     pub calib_path: PathBuf,
     /// The calibration file's content.
     pub calib: Arc<Calibration>,
