@@ -39,6 +39,7 @@ pub mod method;
 #[cfg(feature = "model")]
 pub mod model;
 pub mod path;
+pub mod persist;
 pub mod store;
 
 pub use attention::{AttendKernel, AttendOptions};
@@ -51,6 +52,7 @@ pub use error::{Error, Result};
 pub use layer::{KvLayer, Layer};
 pub use method::Method;
 pub use path::{KernelPath, PathChoice};
+pub use persist::SavedCache;
 pub use store::{Input, Memory, MemoryReport, Snapshot};
 
 /// A layer of any method (KIVI: [`Layer::kivi`]).
