@@ -146,8 +146,8 @@ pub enum Error {
     CacheFile {
         /// The file's path (`<bytes>` for an in-memory buffer).
         file: String,
-        /// What is wrong.
-        problem: crate::persist::CacheFileError,
+        /// What is wrong (boxed: it keeps [`Error`] small).
+        problem: Box<crate::persist::CacheFileError>,
     },
 
     /// The GPU device was lost (driver reset, device destroyed, ...): nothing more can run

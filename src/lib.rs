@@ -32,6 +32,7 @@ pub mod context;
 pub mod cpu;
 pub mod describe;
 pub mod error;
+pub mod fuzz;
 pub mod gpu;
 pub mod kernels;
 pub mod layer;

@@ -639,10 +639,10 @@ fn persist_mismatch() {
         (saved.expect(2, H, D, Some(&other)), "method"),
     ] {
         match r {
-            Err(Error::CacheFile {
-                problem: CacheFileError::Mismatch { what: w, .. },
-                ..
-            }) => assert!(w.contains(what), "{w}"),
+            Err(Error::CacheFile { problem, .. }) => match *problem {
+                CacheFileError::Mismatch { what: w, .. } => assert!(w.contains(what), "{w}"),
+                other => panic!("{what}: {other:?}"),
+            },
             other => panic!("{what}: {other:?}"),
         }
     }

@@ -127,7 +127,7 @@ pub(crate) fn codecs_of(method: &Method, g: Geometry) -> Result<[Arc<dyn Codec>;
 pub(crate) fn file_error(file: &str, problem: CacheFileError) -> Error {
     Error::CacheFile {
         file: file.to_string(),
-        problem,
+        problem: Box::new(problem),
     }
 }
 
