@@ -1,4 +1,4 @@
-//! Generate text with a real model whose KV cache is kvpack's (f16 or KIVI, on the CPU or the
+//! Generate text with a real model whose KV cache is kvpack's (f16, KIVI, TurboQuant, ... on the CPU or the
 //! GPU), printing the text as it comes, the speed, and the KV bytes held against f16.
 //!
 //! ```sh
@@ -8,6 +8,7 @@
 //!     --model qwen2.5-coder-0.5b --method kivi-4 "def quicksort(xs):"
 //! cargo run --release --example generate -- --model ../shared/models/stories260K/stories260K.bin \
 //!     --method kivi-2 --path cpu --tokens 200 "Once upon a time"
+//! cargo run --release --example generate -- --method turboquant-mse:bits=4,residual=32 "Once upon a time"
 //! ```
 
 use std::io::Write;
@@ -28,7 +29,8 @@ struct Args {
     /// Tokenizer for a llama2.c model (default: a tok*.bin beside it).
     #[arg(long)]
     tokenizer: Option<std::path::PathBuf>,
-    /// KV cache method: f16, kivi-4, kivi-2, kivi-B-G-R.
+    /// KV cache method: f16, kivi-4, kivi-2, kivi-B-G-R, turboquant-mse:bits=B, ... (any spec of
+    /// `kvpack methods`).
     #[arg(long, default_value = "kivi-4")]
     method: String,
     /// Where the cache and attention run: auto, cpu, wgsl, wgsl-subgroup, wgsl-workgroup, msl.

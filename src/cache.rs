@@ -27,7 +27,8 @@ impl Cache {
         }
         let layers = methods
             .iter()
-            .map(|m| m.layer(ctx, heads, dim, path))
+            .enumerate()
+            .map(|(l, m)| m.layer_at(ctx, l, heads, dim, path))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { layers })
     }

@@ -108,6 +108,15 @@ pub trait Codec: Send + Sync + fmt::Debug {
         &[]
     }
 
+    /// Checks one append's f16 rows `[n][H][D]` (absolute tokens `first..first + n`) before
+    /// anything is stored, on every path alike: input that the codec's stored form cannot
+    /// hold once these tokens leave the residual window (e.g. TurboQuant's per-token norm
+    /// beyond f16) is refused at entry. Default: nothing to check.
+    fn check_rows(&self, first: usize, rows: &[f16]) -> Result<()> {
+        let _ = (first, rows);
+        Ok(())
+    }
+
     /// CPU reference: encodes `blocks` whole blocks whose first token is the absolute token
     /// `first`; `x(t, h, d)` is the f16-rounded input of token `first + t`. `out[s]` receives
     /// `blocks · words_per_block` words of stream `s` (its previous content is replaced).
@@ -270,6 +279,12 @@ pub trait Codec: Send + Sync + fmt::Debug {
     /// Workgroup memory (vec4 entries) its key hook's prepared query takes (0: it scores with
     /// the scaled query itself).
     fn attend_prep_width(&self) -> usize {
+        0
+    }
+
+    /// Workgroup memory (bytes) its hook of this side declares itself (e.g. a codebook), on
+    /// top of the core's: counted when a call is checked against the device's limit.
+    fn attend_workgroup_bytes(&self) -> usize {
         0
     }
 }

@@ -1,14 +1,19 @@
 //! Every kernel kvpack has, for [`crate::Context::describe`] and the tests that check each
 //! has its WGSL, MSL and CPU twin. The attention kernels are composed per (key codec, value
-//! codec) pair: every pair of the codecs here is listed.
+//! codec) pair: every pair of the codecs here is listed (the prefill kernel only for key
+//! codecs that do not transform the query: [`AttendHooks::k_prep`]).
 
 use crate::attention::kernel::{self, AttendHooks};
-use crate::codecs::{f16, kivi};
+use crate::codecs::{f16, kivi, turboquant};
 use crate::gpu::registry::KernelDef;
 
 /// The codecs' attention hooks.
-pub fn attend_hooks() -> [&'static AttendHooks; 2] {
-    [&f16::kernels::ATTEND_HOOKS, &kivi::kernels::ATTEND_HOOKS]
+pub fn attend_hooks() -> [&'static AttendHooks; 3] {
+    [
+        &f16::kernels::ATTEND_HOOKS,
+        &kivi::kernels::ATTEND_HOOKS,
+        &turboquant::kernels::ATTEND_HOOKS,
+    ]
 }
 
 /// Every kernel: bit packing, each codec's own, and the attention kernels of every codec pair.
@@ -21,11 +26,13 @@ pub fn all() -> Vec<&'static KernelDef> {
         &kivi::kernels::KIVI_QUANT_VALUES_THREAD,
         &kivi::kernels::KIVI_DEQUANT_KEYS,
         &kivi::kernels::KIVI_DEQUANT_VALUES,
+        &turboquant::kernels::TURBOQUANT_QUANT,
+        &turboquant::kernels::TURBOQUANT_DEQUANT,
     ];
     for k in attend_hooks() {
         for v in attend_hooks() {
             out.push(kernel::partials(k, v));
-            out.push(kernel::prefill(k, v));
+            out.extend(kernel::prefill(k, v));
             out.push(kernel::merge(k, v));
         }
     }

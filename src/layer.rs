@@ -73,6 +73,9 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     fn method(&self) -> &Method;
     /// The fixed shape: KV heads and head width.
     fn geometry(&self) -> Geometry;
+    /// The model layer its codecs drew per-layer tables for ([`Method::layer_at`]; 0 for a
+    /// lone layer): saved with the cache so that a loaded layer decodes with the same tables.
+    fn index(&self) -> usize;
     /// The codec of one side (what it stores, its settings and tables).
     fn codec(&self, side: Side) -> &dyn Codec;
     /// The path the key side's and the value side's kernels run on.
@@ -94,7 +97,8 @@ enum Store {
 }
 
 impl Method {
-    /// A new empty layer of this method for `heads` KV heads of width `dim` on `path`.
+    /// A new empty layer of this method for `heads` KV heads of width `dim` on `path` (a lone
+    /// layer: index 0, see [`Method::layer_at`]).
     pub fn layer(
         &self,
         ctx: &Context,
@@ -102,13 +106,28 @@ impl Method {
         dim: usize,
         path: PathChoice,
     ) -> Result<Box<dyn KvLayer>> {
-        Ok(Box::new(Layer::new(ctx, heads, dim, self, path)?))
+        self.layer_at(ctx, 0, heads, dim, path)
+    }
+
+    /// [`Method::layer`] for layer `index` of a model (codecs with per-layer random tables,
+    /// TurboQuant's rotation signs, draw them for this index).
+    pub fn layer_at(
+        &self,
+        ctx: &Context,
+        index: usize,
+        heads: usize,
+        dim: usize,
+        path: PathChoice,
+    ) -> Result<Box<dyn KvLayer>> {
+        Ok(Box::new(Layer::new_at(ctx, index, heads, dim, self, path)?))
     }
 }
 
 /// One layer's cache: see the module docs.
 pub struct Layer {
     ctx: Context,
+    /// The model layer its codecs drew per-layer tables for ([`Layer::new_at`]).
+    index: usize,
     method: Method,
     g: Geometry,
     residual: usize,
@@ -140,9 +159,22 @@ fn lcm(a: usize, b: usize) -> usize {
 
 impl Layer {
     /// An empty layer of `method` for `heads` KV heads of width `dim` on `choice` (an error
-    /// when a kernel cannot run there).
+    /// when a kernel cannot run there): a lone layer, index 0 ([`Layer::new_at`]).
     pub fn new(
         ctx: &Context,
+        heads: usize,
+        dim: usize,
+        method: &Method,
+        choice: PathChoice,
+    ) -> Result<Self> {
+        Self::new_at(ctx, 0, heads, dim, method, choice)
+    }
+
+    /// [`Layer::new`] for layer `index` of a model (codecs with per-layer random tables draw
+    /// them for this index).
+    pub fn new_at(
+        ctx: &Context,
+        index: usize,
         heads: usize,
         dim: usize,
         method: &Method,
@@ -151,8 +183,8 @@ impl Layer {
         let g = Geometry::new(heads, dim)?;
         let r = method.residual();
         let codecs = [
-            method.key().build(ctx, g, r, choice)?,
-            method.value().build(ctx, g, r, choice)?,
+            method.key().build(ctx, g, r, index, choice)?,
+            method.value().build(ctx, g, r, index, choice)?,
         ];
         if codecs[0].path().is_gpu() != codecs[1].path().is_gpu() {
             return Err(Error::Config(
@@ -186,6 +218,7 @@ impl Layer {
         };
         Ok(Self {
             ctx: ctx.clone(),
+            index,
             method: method.clone(),
             g,
             residual: r,
@@ -195,21 +228,22 @@ impl Layer {
         })
     }
 
-    /// A layer of `method` for `heads` KV heads of width `dim` on `choice` holding the words
-    /// of `snapshot` (taken on any path: stored words are the same everywhere), as
+    /// A layer of `method` (its codecs drawn for model layer `index`, [`Layer::new_at`]) for
+    /// `heads` KV heads of width `dim` on `choice` holding the words of `snapshot` (taken on any path: stored words are the same everywhere), as
     /// [`KvLayer::snapshot`] of a layer that appended them would return; the next appends,
     /// attention and snapshots continue from there. The snapshot is checked first
     /// ([`Snapshot::check`]: lengths, the quantized count, finite values): one that no layer
     /// of this method and geometry could hold is an error, and no layer is made.
     pub fn from_snapshot(
         ctx: &Context,
+        index: usize,
         heads: usize,
         dim: usize,
         method: &Method,
         choice: PathChoice,
         snapshot: &Snapshot,
     ) -> Result<Self> {
-        let mut layer = Self::new(ctx, heads, dim, method, choice)?;
+        let mut layer = Self::new_at(ctx, index, heads, dim, method, choice)?;
         snapshot.check([&*layer.codecs[0], &*layer.codecs[1]], layer.residual)?;
         let t = snapshot.tokens;
         let sides = [&snapshot.keys, &snapshot.values];
@@ -300,6 +334,14 @@ impl Layer {
         }
         check_token_limit(self.tokens, k.len() / row)?;
         Ok((k.to_f16("k")?, v.to_f16("v")?))
+    }
+
+    /// Each side's codec checks the rows it will store ([`Codec::check_rows`]).
+    fn check_rows(&self, rows: [&[f16]; 2]) -> Result<()> {
+        for (c, r) in self.codecs.iter().zip(rows) {
+            c.check_rows(self.tokens, r)?;
+        }
+        Ok(())
     }
 
     fn append_rows(&mut self, rows: [&[f16]; 2]) -> Result<()> {
@@ -410,6 +452,7 @@ impl Layer {
                 codec: &*self.codecs[i],
                 segments: g.segments.iter().map(|seg| seg.at(0, &g.tables)).collect(),
                 ring: g.ring.as_ref().map(|r| &r.buffer),
+                tables: &g.tables,
             }
         };
         let shape = attention::plan::CacheShape {
@@ -420,7 +463,7 @@ impl Layer {
             row_words: self.g.row_words(),
             value_dim: self.codecs[1].value_dim(),
             value_space_out: self.codecs[1].attend_value_space_out(),
-            key_prep: self.codecs[0].attend_prep_width() > 0,
+            key_prep: self.codecs[0].attend_hooks().k_prep,
             ring: self.has_ring(),
         };
         ([side(0), side(1)], shape)
@@ -468,6 +511,7 @@ impl Layer {
 impl KvLayer for Layer {
     fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
         let (k16, v16) = self.validate(k, v)?;
+        self.check_rows([&k16, &v16])?;
         if k16.is_empty() {
             return Ok(());
         }
@@ -481,6 +525,7 @@ impl KvLayer for Layer {
         v: Input<'_>,
     ) -> Result<()> {
         let (k16, v16) = self.validate(k, v)?;
+        self.check_rows([&k16, &v16])?;
         let Store::Gpu(s) = &mut self.store else {
             return Err(Error::PathUnavailable {
                 kernel: self.codecs[0].method(),
@@ -699,6 +744,10 @@ impl KvLayer for Layer {
         self.g
     }
 
+    fn index(&self) -> usize {
+        self.index
+    }
+
     fn codec(&self, side: Side) -> &dyn Codec {
         &*self.codecs[side as usize]
     }
@@ -714,11 +763,12 @@ impl KvLayer for Layer {
         let (k, v) = (&*self.codecs[0], &*self.codecs[1]);
         let paths = attention::gpu::AttendPaths::resolve(&self.ctx, k, v, s.choice)?;
         let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
-        Ok(vec![
-            (attention::kernel::partials(kh, vh).name, paths.partials),
-            (attention::kernel::prefill(kh, vh).name, paths.prefill),
-            (attention::kernel::merge(kh, vh).name, paths.merge),
-        ])
+        let mut out = vec![(attention::kernel::partials(kh, vh).name, paths.partials)];
+        if let (Some(def), Some(path)) = (attention::kernel::prefill(kh, vh), paths.prefill) {
+            out.push((def.name, path));
+        }
+        out.push((attention::kernel::merge(kh, vh).name, paths.merge));
+        Ok(out)
     }
 
     fn describe(&self) -> String {

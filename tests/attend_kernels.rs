@@ -7,7 +7,9 @@
 //! of `attention::plan` run with poisoned outputs (NaN partials and output: an unwritten record
 //! shows), and the output is compared with the CPU reference on the same words: relative L2
 //! ≤ 1e-4 per row (spec/attention.md; splits change the f32 summation order). The CPU target
-//! checks the reference against exact f64 attention on the layer's reconstruction.
+//! checks the reference against exact f64 attention on the layer's reconstruction. A key codec
+//! that transforms the query (TurboQuant) has no prefill kernel: asking for it must be a typed
+//! error, from the kernel choice and from the dispatch plans alike.
 
 mod common;
 
@@ -17,7 +19,9 @@ use kvpack::attention::plan::{CacheShape, Call, plan};
 use kvpack::codec::Codec;
 use kvpack::cpu::attend::attend_exact;
 use kvpack::store::{Side, SideWords, Snapshot};
-use kvpack::{AttendKernel, AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
+use kvpack::{
+    AttendKernel, AttendOptions, Context, Error, Input, KvLayer, Layer, Method, PathChoice,
+};
 use rand::Rng;
 
 #[derive(Clone, Copy)]
@@ -162,6 +166,43 @@ fn cases() -> Vec<Case> {
             ring_extra: 5,
             ..base
         },
+        Case {
+            what: "turboquant-mse 3-bit both sides (funnel-shifted windows), two segments, wrapped ring",
+            method: "turboquant-mse:bits=3,residual=40",
+            t: 333,
+            seg_tokens: 256,
+            ring_extra: 5,
+            ..base
+        },
+        Case {
+            what: "turboquant-rvq 2+2 keys / kivi values, D=80 (P=128)",
+            method: "turboquant-rvq:bits=2/kivi:bits=4,group=32,residual=32",
+            t: 300,
+            hq: 6,
+            hkv: 2,
+            d: 80,
+            ..base
+        },
+        Case {
+            what: "f16 keys / turboquant-mse 4-bit values D=128, prefill Tq=5, window 100",
+            method: "f16/turboquant-mse:bits=4,residual=16",
+            t: 270,
+            tq: 5,
+            hq: 8,
+            hkv: 4,
+            d: 128,
+            opts: w(100, 2),
+            target: 40,
+            ..base
+        },
+        Case {
+            what: "turboquant values, every token in the window (ring splits only, merged)",
+            method: "turboquant-mse:bits=4,residual=200",
+            t: 150,
+            hq: 4,
+            hkv: 2,
+            ..base
+        },
     ]
 }
 
@@ -219,14 +260,15 @@ fn ring(w: &SideWords, t: usize, cap: usize, row: usize) -> Vec<u8> {
     bytes(&words)
 }
 
-/// Runs the kernels of one call on `t` over the layer's words laid out as described above.
+/// Runs the kernels of one call on `t` over the layer's words laid out as described above (the
+/// kernel choice's error, if any: a prefill call on keys that transform the query).
 fn on_target(
     t: &Target,
     c: &Case,
     layer: &Layer,
     snap: &Snapshot,
     q: &[f32],
-) -> (Vec<f32>, usize, bool) {
+) -> Result<(Vec<f32>, usize, bool), Error> {
     let (k, v) = (layer.codec(Side::Keys), layer.codec(Side::Values));
     let row = c.hkv * c.d;
     let caps = [&snap.keys, &snap.values].map(|w| (c.t - w.quantized).max(1) + c.ring_extra);
@@ -238,7 +280,7 @@ fn on_target(
         row_words: row.div_ceil(2),
         value_dim: v.value_dim(),
         value_space_out: v.attend_value_space_out(),
-        key_prep: k.attend_prep_width() > 0,
+        key_prep: k.attend_hooks().k_prep,
         ring: layer.has_ring(),
     };
     let call = Call {
@@ -249,13 +291,29 @@ fn on_target(
         tokens: c.t,
         opts: c.opts,
     };
-    let prefill = call.prefill(&shape, 1 << 16).expect("kernel choice");
-    let p = plan(&call, &shape, c.target, 1 << 30, prefill).expect("plan");
     let wide = match t {
         Target::Wgsl(ctx, _) => kvpack::attention::gpu::wide_subgroups(ctx),
         _ => true, // MSL: SIMD groups of 32
     };
-    let (dispatches, merge) = dispatch_plans(&call, &p, k, v, wide, layer.has_ring());
+    let prefill = match call.prefill(&shape, 1 << 16) {
+        Ok(p) => p,
+        Err(e) => {
+            // The dispatch plans refuse a prefill plan on their own too (a shape that does not
+            // say the keys transform the query must not reach a kernel that is not there).
+            let p = plan(&call, &shape, c.target, 1 << 30, true).expect("plan");
+            let r = dispatch_plans(&call, &p, k, v, wide, layer.has_ring());
+            assert!(
+                matches!(r, Err(Error::Config(_))),
+                "{}: a prefill plan on {} keys must be refused by the dispatch plans",
+                c.what,
+                c.method
+            );
+            return Err(e);
+        }
+    };
+    let p = plan(&call, &shape, c.target, 1 << 30, prefill).expect("plan");
+    let (dispatches, merge) =
+        dispatch_plans(&call, &p, k, v, wide, layer.has_ring()).expect("dispatch plans");
     let (ks, vs) = (
         segments(k, &snap.keys, c.seg_tokens),
         segments(v, &snap.values, c.seg_tokens),
@@ -272,6 +330,14 @@ fn on_target(
         poison_f32(out_len)
     };
     let placeholder = bytes(&[0u32]);
+    // A codec's tables are bound whether or not its side holds quantized tokens.
+    let tables = |codec: &dyn Codec| {
+        if codec.tables().is_empty() {
+            placeholder.clone()
+        } else {
+            bytes(codec.tables())
+        }
+    };
     let uni = |codec: &dyn Codec, s: Option<&SegmentBytes>| {
         codec.attend_uniform(s.map(|x| x.1.as_slice()))
     };
@@ -283,9 +349,9 @@ fn on_target(
             bytes(bytemuck::cast_slice(q)),
             std::mem::take(&mut partials),
             kseg.map_or(placeholder.clone(), |s| s.0.clone()),
-            placeholder.clone(),
+            tables(k),
             vseg.map_or(placeholder.clone(), |s| s.0.clone()),
-            placeholder.clone(),
+            tables(v),
             rings[0].clone(),
             rings[1].clone(),
         ];
@@ -306,7 +372,7 @@ fn on_target(
                 placeholder.clone(),
                 placeholder.clone(),
                 placeholder.clone(),
-                placeholder.clone(),
+                tables(v),
                 placeholder.clone(),
                 placeholder.clone(),
             ];
@@ -315,11 +381,11 @@ fn on_target(
             std::mem::take(&mut bufs[3])
         }
     };
-    (
+    Ok((
         bytemuck::pod_collect_to_vec(&out[..out_len]),
         p.dispatches.len(),
         direct,
-    )
+    ))
 }
 
 fn attend_kernels_match_reference(t: &Target) {
@@ -350,7 +416,25 @@ fn attend_kernels_match_reference(t: &Target) {
                 opts: AttendOptions { kernel, ..c.opts },
                 ..c
             };
-            let (out, dispatches, direct) = on_target(t, &c, &layer, &snap, &q);
+            let got = on_target(t, &c, &layer, &snap, &q);
+            let k_prep = layer.codec(Side::Keys).attend_hooks().k_prep;
+            if kernel == AttendKernel::Prefill && k_prep {
+                match got {
+                    Err(Error::Config(m)) if m.contains("prefill") => {
+                        eprintln!(
+                            "attend_kernels[{}] {} ({}, Prefill): refused as it must be: {m}",
+                            t.name(),
+                            c.what,
+                            c.method
+                        );
+                        continue;
+                    }
+                    Err(e) => panic!("{}: prefill on query-transforming keys: {e}", c.what),
+                    Ok(_) => panic!("{}: prefill on query-transforming keys ran", c.what),
+                }
+            }
+            let (out, dispatches, direct) =
+                got.unwrap_or_else(|e| panic!("{} {kernel:?}: {e}", c.what));
             let err = rel_l2_rows(&out, &reference, c.d);
             eprintln!(
                 "attend_kernels[{}] {} ({}, {kernel:?}): Qk={} Qv={} {dispatches} dispatches, direct {direct}: worst row rel L2 {err:e}",

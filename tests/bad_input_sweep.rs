@@ -161,8 +161,9 @@ fn bad_input_sweep(t: &Target, spec: &str) {
     // A snapshot of this layer restored as another method (mismatched codecs), and as this
     // method at another geometry.
     let snap = &before.0;
-    let restore =
-        |m: &Method, h: usize| Layer::from_snapshot(t.ctx(), h, D, m, t.path(), snap).map(|_| ());
+    let restore = |m: &Method, h: usize| {
+        Layer::from_snapshot(t.ctx(), 0, h, D, m, t.path(), snap).map(|_| ())
+    };
     expect("restore as another method", restore(&other, H), shape, l);
     expect(
         "restore at another geometry",

@@ -697,3 +697,63 @@ fn persist_atomic_write() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Per-layer tables (TurboQuant's signs are drawn per model layer): the file records each
+/// layer's index, a loaded layer has the saved one's tables, words and attention, and a file
+/// whose index was changed (checksums made sound again) is refused naming the tables.
+#[test]
+fn persist_layer_index() {
+    let ctx = Context::cpu();
+    let method = Method::parse("turboquant-mse:bits=3,residual=24").unwrap();
+    let (q, k, v) = common::random_qkv(&mut common::rng("persist_layer_index"), 100, 2, HQ, H, D);
+    let mut layers = Vec::new();
+    for index in [0, 3] {
+        let mut l = method.layer_at(&ctx, index, H, D, PathChoice::Cpu).unwrap();
+        append(&mut *l, &k, &v);
+        layers.push(l);
+    }
+    assert_ne!(
+        layers[0].codec(kvpack::store::Side::Keys).tables(),
+        layers[1].codec(kvpack::store::Side::Keys).tables(),
+        "per-layer tables differ"
+    );
+    let bytes = SavedCache::of_layers(layers.iter().map(|l| &**l))
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let back = SavedCache::from_bytes(&bytes).unwrap();
+    assert_eq!(back.layers[1].index, 3);
+    assert_eq!(inspect_bytes(&bytes).unwrap().layers[1].index, 3);
+    let loaded = back.to_layers(&ctx, PathChoice::Cpu).unwrap();
+    for (a, b) in layers.iter().zip(&loaded) {
+        assert_eq!(a.index(), b.index());
+        assert_eq!(a.snapshot().unwrap(), b.snapshot().unwrap());
+        let side = kvpack::store::Side::Keys;
+        assert_eq!(a.codec(side).tables(), b.codec(side).tables());
+        let o = AttendOptions::default();
+        assert_eq!(
+            bits(&a.attend(&q, HQ, &o).unwrap()),
+            bits(&b.attend(&q, HQ, &o).unwrap())
+        );
+    }
+    // Layer 1's index field: 12 bytes before its tokens, after heads, dim, residual.
+    let info = inspect_bytes(&bytes).unwrap();
+    let table_end = 64 + 32 * info.sections.len();
+    let canon = method.to_string();
+    let first = find(&bytes, canon.as_bytes(), table_end);
+    let second = find(&bytes, canon.as_bytes(), first + 1);
+    let at = second - 2 - 12;
+    assert_eq!(u32_at(&bytes, at), 3, "index field");
+    let mut b = bytes.clone();
+    b[at] = 4;
+    fix_header_crc(&mut b);
+    match SavedCache::from_bytes(&b) {
+        Err(Error::CacheFile { problem, .. }) => match *problem {
+            CacheFileError::Layout { layer: 1, what, .. } => {
+                assert!(what.contains("tables"), "{what}")
+            }
+            p => panic!("{p:?}"),
+        },
+        r => panic!("{r:?}"),
+    }
+}

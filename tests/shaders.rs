@@ -40,19 +40,65 @@ fn attend_specs() -> Vec<Specialization> {
             ("PARAMS_F16", 1),
         ]
     };
+    // TurboQuant's hooks (both sides): P, log2 P, bits, stages, c = f32(1/√P).
+    let tq = |dim: u32, kb: u32, ks: u32, vb: u32, vs: u32| {
+        let p = dim.next_power_of_two();
+        let c = (1.0 / f64::from(p).sqrt()) as f32;
+        let mut s = Vec::new();
+        for (side, b, st) in [("K", kb, ks), ("V", vb, vs)] {
+            let name = |x: &str| -> &'static str {
+                Box::leak(format!("ATT_{side}TQ_{x}").into_boxed_str())
+            };
+            s.extend([
+                (name("P"), p),
+                (name("LOG2P"), p.trailing_zeros()),
+                (name("BITS"), b),
+                (name("STAGES"), st),
+                (name("C"), c.to_bits()),
+            ]);
+        }
+        s
+    };
     let mut out = Vec::new();
     for dim in [41u32, 64, 128, 256] {
         for wide in [0u32, 1] {
-            for extra in [kivi(4, 2, 32), kivi(3, 8, 16)] {
+            for (i, extra) in [kivi(4, 2, 32), kivi(3, 8, 16)].into_iter().enumerate() {
                 // A ring everywhere but at D = 64 (both forms compile).
                 let ring = u32::from(dim != 64);
                 let mut s = vec![("ATT_DIM", dim), ("ATT_SG_WIDE", wide), ("ATT_RING", ring)];
                 s.extend(extra);
+                // 3-bit MSE / 2+2 RVQ (windows funnel-shifted), then 4-bit / 8+8 (whole words).
+                s.extend(if i == 0 {
+                    tq(dim, 3, 1, 2, 2)
+                } else {
+                    tq(dim, 4, 1, 8, 2)
+                });
                 out.push(Specialization(s));
             }
         }
     }
     out
+}
+
+/// The specializations of TurboQuant's own kernels: a small P with 3-bit codes straddling
+/// words, and the largest P the GPU kernels hold with 8+8-bit RVQ.
+fn turboquant_specs() -> Vec<Specialization> {
+    [
+        (4u32, 2u32, 3u32, 1u32),
+        (128, 7, 3, 2),
+        (128, 7, 4, 1),
+        (1024, 10, 8, 2),
+    ]
+    .into_iter()
+    .map(|(p, lg, b, s)| {
+        Specialization(vec![
+            ("TQ_P", p),
+            ("TQ_LOG2P", lg),
+            ("TQ_BITS", b),
+            ("TQ_STAGES", s),
+        ])
+    })
+    .collect()
 }
 
 #[test]
@@ -62,10 +108,13 @@ fn every_composed_wgsl_kernel_compiles() {
     for k in kvpack::kernels::all() {
         let specs = if k.folder == "attend" {
             attend_specs()
+        } else if k.folder == "turboquant" {
+            turboquant_specs()
         } else {
             vec![Specialization(vec![
                 ("PARAMS_F16", 1),
                 ("KEY_GROUP", 32),
+                ("KEY_BITS", 3),
                 ("VALUE_GROUP", 32),
                 ("VALUE_BITS", 2),
             ])]
@@ -87,4 +136,29 @@ fn every_composed_wgsl_kernel_compiles() {
         failures.len(),
         failures.join("\n\n")
     );
+}
+
+/// Each codec's `k_prep` flag says what its WGSL and MSL key hooks declare (`K_PREP`): the
+/// prefill kernel's absence for such keys rests on it.
+#[test]
+fn k_prep_flags_match_the_hooks() {
+    for h in kvpack::kernels::attend_hooks() {
+        let wgsl = h.wgsl_k.contains("const K_PREP: bool = true;");
+        assert!(
+            wgsl || h.wgsl_k.contains("const K_PREP: bool = false;"),
+            "{}: no K_PREP in its WGSL key hooks",
+            h.name
+        );
+        assert_eq!(wgsl, h.k_prep, "{}: k_prep flag vs WGSL K_PREP", h.name);
+        if let Some(m) = h.msl_k {
+            let msl = format!("#define K_PREP {}\n", h.k_prep);
+            assert!(m.contains(&msl), "{}: k_prep flag vs MSL K_PREP", h.name);
+        }
+        assert_eq!(
+            kvpack::attention::kernel::prefill(h, h).is_some(),
+            !h.k_prep,
+            "{}: a prefill kernel exactly when the keys do not transform the query",
+            h.name
+        );
+    }
 }

@@ -17,6 +17,9 @@ pub struct SideBuffers<'a> {
     pub segments: Vec<SegmentRef<'a>>,
     /// Its residual ring, if it has one.
     pub ring: Option<&'a wgpu::Buffer>,
+    /// Its codec's tables (bound even before the side has a segment: a hook may read them
+    /// for tokens that are all in the ring, e.g. a rotation of the query or of the output).
+    pub tables: &'a wgpu::Buffer,
 }
 
 /// The kernels one call runs on, resolved for a path choice.
@@ -24,8 +27,9 @@ pub struct SideBuffers<'a> {
 pub struct AttendPaths {
     /// The partials kernel `attend_<k>_<v>`.
     pub partials: KernelPath,
-    /// The prefill kernel `attend_prefill_<k>_<v>`.
-    pub prefill: KernelPath,
+    /// The prefill kernel `attend_prefill_<k>_<v>` (`None` for a key codec that transforms the
+    /// query: [`kernel::AttendHooks::k_prep`]).
+    pub prefill: Option<KernelPath>,
     /// The merge kernel `attend_merge_<k>_<v>`.
     pub merge: KernelPath,
 }
@@ -41,7 +45,10 @@ impl AttendPaths {
         let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
         Ok(Self {
             partials: ctx.resolve(kernel::partials(kh, vh), choice)?,
-            prefill: ctx.resolve(kernel::prefill(kh, vh), choice)?,
+            prefill: match kernel::prefill(kh, vh) {
+                Some(def) => Some(ctx.resolve(def, choice)?),
+                None => None,
+            },
             merge: ctx.resolve(kernel::merge(kh, vh), choice)?,
         })
     }
@@ -77,10 +84,20 @@ pub fn specialization(
 }
 
 /// Plans a call on `ctx`'s device (the decode or the prefill kernel: [`Call::prefill`]).
-pub fn plan_for(ctx: &Context, call: &Call, shape: &CacheShape, k: &dyn Codec) -> Result<Plan> {
+pub fn plan_for(
+    ctx: &Context,
+    call: &Call,
+    shape: &CacheShape,
+    k: &dyn Codec,
+    v: &dyn Codec,
+) -> Result<Plan> {
     let limit = ctx.max_workgroup_storage_size() as usize;
     let prefill = call.prefill(shape, limit)?;
-    let need = plan::workgroup_bytes(call.dim, k.attend_prep_width(), shape.value_dim);
+    // The decode kernel's own storage plus what the codecs' hooks declare (e.g. TurboQuant's
+    // centroids); the prefill kernel's is checked by `Call::prefill`.
+    let need = plan::workgroup_bytes(call.dim, k.attend_prep_width(), shape.value_dim)
+        + k.attend_workgroup_bytes()
+        + v.attend_workgroup_bytes();
     if !prefill && need > limit {
         return Err(Error::Limit {
             what: "attention workgroup storage",
@@ -112,8 +129,13 @@ pub fn encode<'a>(
     let [ks, vs] = sides;
     let (k, v) = (ks.codec, vs.codec);
     let paths = AttendPaths::resolve(ctx, k, v, choice)?;
-    let plan = plan_for(ctx, call, shape, k)?;
-    let (dispatches, merge) = dispatch_plans(call, &plan, k, v, wide_subgroups(ctx), shape.ring);
+    let plan = plan_for(ctx, call, shape, k, v)?;
+    let (dispatches, merge) = dispatch_plans(call, &plan, k, v, wide_subgroups(ctx), shape.ring)?;
+    let split_path = if plan.prefill {
+        paths.prefill.ok_or_else(|| no_prefill(k))?
+    } else {
+        paths.partials
+    };
     let partials = match plan.merge {
         Some(_) => Some(gpu::storage_buffer(
             ctx,
@@ -146,17 +168,9 @@ pub fn encode<'a>(
             Some(r) => Bind::from(r.buffer),
             None => Bind::from(placeholder),
         };
-        let tables = |s: &SideBuffers<'a>| {
-            s.segments
-                .first()
-                .map_or(Bind::from(placeholder), |r| Bind::from(r.tables))
-        };
+        let tables = |s: &SideBuffers<'a>| Bind::from(s.tables);
         items.push((
-            if plan.prefill {
-                paths.prefill
-            } else {
-                paths.partials
-            },
+            split_path,
             dp,
             vec![
                 Bind::from(ku),
@@ -185,9 +199,7 @@ pub fn encode<'a>(
                 Bind::from(placeholder),
                 Bind::from(placeholder),
                 Bind::from(placeholder),
-                vs.segments
-                    .first()
-                    .map_or(Bind::from(placeholder), |r| Bind::from(r.tables)),
+                Bind::from(vs.tables),
                 Bind::from(placeholder),
                 Bind::from(placeholder),
             ],
@@ -196,8 +208,17 @@ pub fn encode<'a>(
     gpu::encode_plans_in_one_pass(ctx, enc, &items)
 }
 
+/// The error for a prefill-kernel plan whose key codec transforms the query.
+fn no_prefill(k: &dyn Codec) -> Error {
+    Error::Config(format!(
+        "the prefill attention kernel does not serve {} keys (the codec transforms the query); use the decode kernel",
+        k.attend_hooks().name
+    ))
+}
+
 /// The kernel plans of a planned call: one per dispatch (bindings: see [`kernel`]), then the
-/// merge's, if any.
+/// merge's, if any. A prefill plan for a key codec that transforms the query is
+/// [`Error::Config`].
 pub fn dispatch_plans(
     call: &Call,
     plan: &Plan,
@@ -205,11 +226,11 @@ pub fn dispatch_plans(
     v: &dyn Codec,
     wide: bool,
     ring: bool,
-) -> (Vec<DispatchPlan>, Option<DispatchPlan>) {
+) -> Result<(Vec<DispatchPlan>, Option<DispatchPlan>)> {
     let spec = specialization(call, k, v, wide, ring);
     let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
     let def = if plan.prefill {
-        kernel::prefill(kh, vh)
+        kernel::prefill(kh, vh).ok_or_else(|| no_prefill(k))?
     } else {
         kernel::partials(kh, vh)
     };
@@ -229,7 +250,7 @@ pub fn dispatch_plans(
         uniform: bytemuck::bytes_of(&params).to_vec(),
         workgroups,
     });
-    (partials, merge)
+    Ok((partials, merge))
 }
 
 /// Blocking attention on host queries.

@@ -35,6 +35,11 @@ pub struct AttendHooks {
     pub msl_k: Option<&'static str>,
     /// The value side in MSL.
     pub msl_v: Option<&'static str>,
+    /// Whether the key side transforms the query (its `K_PREP` constant, e.g. TurboQuant's
+    /// rotation): it then defines no element reader `k_value`, and the prefill kernel does not
+    /// serve it as the key codec ([`prefill`] is not composed for such a pair; asking for it
+    /// is [`crate::Error::Config`]).
+    pub k_prep: bool,
 }
 
 const PARAMS: &str = include_str!("../../wgsl/attend/attend_params.wgsl");
@@ -171,9 +176,10 @@ pub fn partials(k: &'static AttendHooks, v: &'static AttendHooks) -> &'static Ke
     kernel(k, v, Kind::Partials)
 }
 
-/// The prefill kernel of a (key codec, value codec) pair.
-pub fn prefill(k: &'static AttendHooks, v: &'static AttendHooks) -> &'static KernelDef {
-    kernel(k, v, Kind::Prefill)
+/// The prefill kernel of a (key codec, value codec) pair (`None` when the key codec transforms
+/// the query: [`AttendHooks::k_prep`]).
+pub fn prefill(k: &'static AttendHooks, v: &'static AttendHooks) -> Option<&'static KernelDef> {
+    (!k.k_prep).then(|| kernel(k, v, Kind::Prefill))
 }
 
 /// The merge kernel of a (key codec, value codec) pair.

@@ -5,3 +5,4 @@
 
 pub mod f16;
 pub mod kivi;
+pub mod turboquant;

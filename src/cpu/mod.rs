@@ -2,11 +2,15 @@
 //! kernel with the same stem as `wgsl/<codec>/<kernel>.wgsl` and `msl/<codec>/<kernel>.metal`,
 //! keeping the GPU loop structure so the three can be read side by side. These functions
 //! define the contract; GPU paths are tested against them. [`attend`] is the shared core of
-//! attention (its codec hooks are the codecs' own).
+//! attention (its codec hooks are the codecs' own); [`common`] holds what the per-token codecs
+//! share (SplitMix64 streams, sketches, f32 vector arithmetic in the specs' order).
 
 pub mod attend;
 pub mod bitpack;
+pub mod common;
 pub mod f16;
 pub mod kivi;
+pub mod qjl;
+pub mod turboquant;
 
 pub use bitpack::bitunpack;

@@ -8,7 +8,12 @@ use crate::error::{Error, Result};
 use crate::store::Side;
 
 /// Every method, in the order `kvpack methods` lists them.
-pub static METHODS: &[&MethodRow] = &[&crate::codecs::f16::ROW, &crate::codecs::kivi::ROW];
+pub static METHODS: &[&MethodRow] = &[
+    &crate::codecs::f16::ROW,
+    &crate::codecs::kivi::ROW,
+    &crate::codecs::turboquant::ROW_MSE,
+    &crate::codecs::turboquant::ROW_RVQ,
+];
 
 /// The row named `name`, or an error listing the methods.
 pub fn row(name: &str) -> Result<&'static MethodRow> {

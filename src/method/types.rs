@@ -68,12 +68,15 @@ pub trait SideConfig: Send + Sync + fmt::Debug + fmt::Display {
     /// Nominal bits per value of this side's stored form for a geometry (codes, per-group
     /// and per-token side information; not the residual window or tables).
     fn bits_per_value(&self, g: Geometry) -> f64;
-    /// Builds the codec for a layer (residual window `residual`) on `choice`.
+    /// Builds the codec for layer `layer` of a model (its index: codecs that draw random
+    /// tables per layer, TurboQuant's signs, seed them with it; 0 for a lone layer), with
+    /// residual window `residual`, on `choice`.
     fn build(
         &self,
         ctx: &Context,
         g: Geometry,
         residual: usize,
+        layer: usize,
         choice: PathChoice,
     ) -> Result<Arc<dyn Codec>>;
 }

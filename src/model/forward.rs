@@ -51,7 +51,7 @@ pub struct QkvCapture {
 
 impl Session {
     /// A new empty sequence whose caches use `method` on `path` of `ctx` (one
-    /// [`Method::layer`] per model layer, `kv_heads` heads of `head_dim`).
+    /// [`Method::layer_at`] per model layer, `kv_heads` heads of `head_dim`).
     pub fn new(
         weights: Arc<Weights>,
         ctx: &Context,
@@ -60,7 +60,7 @@ impl Session {
     ) -> Result<Self> {
         let c = &weights.config;
         let caches = (0..c.layers)
-            .map(|_| method.layer(ctx, c.kv_heads, c.head_dim, path))
+            .map(|l| method.layer_at(ctx, l, c.kv_heads, c.head_dim, path))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             weights,

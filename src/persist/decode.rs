@@ -20,6 +20,7 @@ use crate::store::{Geometry, SideWords, Snapshot, quantized_len};
 
 /// One layer's record, checked against the codecs this kvpack builds for it.
 pub(crate) struct ParsedLayer {
+    pub index: usize,
     pub method: Method,
     pub geometry: Geometry,
     pub tokens: usize,
@@ -331,15 +332,9 @@ fn parse_layer(
     let heads = r.u32("heads")? as usize;
     let dim = r.u32("dim")? as usize;
     let residual = r.u32("residual")? as usize;
-    let reserved = r.u32("reserved")?;
+    let index = r.u32("index")? as usize;
     let tokens = r.u64("tokens")?;
     let spec = r.str("method spec")?;
-    if reserved != 0 {
-        return Err(malformed(
-            format!("layer {l} record"),
-            "reserved field is not zero",
-        ));
-    }
     let method_err = |message: String| CacheFileError::Method {
         layer: l,
         spec: spec.clone(),
@@ -369,7 +364,7 @@ fn parse_layer(
             method.residual().to_string(),
         ));
     }
-    let codecs = codecs_of(&method, geometry).map_err(|e| method_err(e.to_string()))?;
+    let codecs = codecs_of(&method, geometry, index).map_err(|e| method_err(e.to_string()))?;
     for (i, c) in codecs.iter().enumerate() {
         let side = side_name(i);
         let name = r.str("codec name")?;
@@ -440,6 +435,7 @@ fn parse_layer(
     })?;
     Ok((
         ParsedLayer {
+            index,
             method,
             geometry,
             tokens: tokens as usize,
@@ -516,6 +512,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SavedCache, CacheFileError> {
                 message: e.to_string(),
             })?;
         out.layers.push(SavedLayer {
+            index: layer.index,
             method: layer.method,
             geometry: layer.geometry,
             snapshot,

@@ -74,7 +74,7 @@ fn records(cache: &SavedCache, codecs: &[[Arc<dyn Codec>; 2]]) -> Vec<u8> {
         w.u32(l.geometry.heads as u32);
         w.u32(l.geometry.dim as u32);
         w.u32(l.method.residual() as u32);
-        w.u32(0);
+        w.u32(l.index as u32);
         w.u64(l.snapshot.tokens as u64);
         w.str(&l.method.to_string());
         for c in cs {
@@ -164,7 +164,10 @@ pub(crate) fn plan(cache: &SavedCache) -> Result<Plan> {
     let mut codecs = Vec::with_capacity(cache.layers.len());
     let mut specs = Vec::new();
     for (i, l) in cache.layers.iter().enumerate() {
-        let cs = codecs_of(&l.method, l.geometry)?;
+        if l.index > u32::MAX as usize {
+            return Err(too_big("a layer index"));
+        }
+        let cs = codecs_of(&l.method, l.geometry, l.index)?;
         l.snapshot
             .check([&*cs[0], &*cs[1]], l.method.residual())
             .map_err(|e| Error::Config(format!("layer {i} cannot be saved: {e}")))?;

@@ -33,6 +33,8 @@ pub struct SectionInfo {
 /// One layer of a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayerInfo {
+    /// The model layer its codecs drew per-layer tables for.
+    pub index: usize,
     /// The method spec (canonical).
     pub method: String,
     /// KV heads.
@@ -105,6 +107,7 @@ pub fn inspect_bytes(bytes: &[u8]) -> std::result::Result<Inspection, super::Cac
                 )
             };
             LayerInfo {
+                index: l.index,
                 method: l.method.to_string(),
                 heads: l.geometry.heads,
                 dim: l.geometry.dim,

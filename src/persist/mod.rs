@@ -30,7 +30,8 @@
 //!                  u32 CRC-32 of the section's bytes, u32 reserved zero
 //! ..             records: str writer ("kvpack 0.1.0"); u32 M, M × (str key, str value)
 //!                metadata; L layer records:
-//!                  u32 heads, u32 dim, u32 residual R, u32 reserved zero, u64 tokens T,
+//!                  u32 heads, u32 dim, u32 residual R, u32 index (the model layer the
+//!                  codecs drew per-layer tables for, e.g. TurboQuant's signs), u64 tokens T,
 //!                  str method spec (canonical, `Method`'s Display), then keys and values:
 //!                    str codec name, str codec settings, u32 block tokens G, u64 quantized Q,
 //!                    u32 streams S, S × (str name, u32 words per block), u32 table words
@@ -55,7 +56,8 @@
 //!   kvpack reads versions up to [`VERSION`].
 //! - **Identity.** A layer's method spec is rebuilt by this kvpack for the layer's geometry,
 //!   and its block size, streams, words per block, codec settings and tables (seeds,
-//!   codebooks, rotations: whatever [`crate::codec::Codec::tables`] holds) must equal the
+//!   codebooks, rotations drawn for the recorded layer index: whatever
+//!   [`crate::codec::Codec::tables`] holds) must equal the
 //!   file's ([`CacheFileError::Layout`]): a file whose codec would decode differently here is
 //!   refused, never misread. [`SavedCache::expect`] checks it fits a model's shape.
 //! - **Content.** The words must be ones a cache can hold ([`crate::Snapshot::check`]:
@@ -88,9 +90,11 @@ use crate::layer::{KvLayer, Layer};
 use crate::method::Method;
 use crate::store::{Geometry, Side, Snapshot};
 
-/// One layer of a saved cache: its method, geometry and stored words.
+/// One layer of a saved cache: its method, geometry, layer index and stored words.
 #[derive(Clone, Debug)]
 pub struct SavedLayer {
+    /// The model layer its codecs drew per-layer tables for ([`KvLayer::index`]).
+    pub index: usize,
     /// The method.
     pub method: Method,
     /// KV heads and head width.
@@ -114,12 +118,12 @@ pub struct SavedCache {
 
 /// The codecs this kvpack builds for `method` at geometry `g` on the CPU reference: what a
 /// file's records are written from and checked against.
-pub(crate) fn codecs_of(method: &Method, g: Geometry) -> Result<[Arc<dyn Codec>; 2]> {
+pub(crate) fn codecs_of(method: &Method, g: Geometry, index: usize) -> Result<[Arc<dyn Codec>; 2]> {
     let ctx = Context::cpu();
     let r = method.residual();
     Ok([
-        method.key().build(&ctx, g, r, PathChoice::Cpu)?,
-        method.value().build(&ctx, g, r, PathChoice::Cpu)?,
+        method.key().build(&ctx, g, r, index, PathChoice::Cpu)?,
+        method.value().build(&ctx, g, r, index, PathChoice::Cpu)?,
     ])
 }
 
@@ -138,6 +142,7 @@ impl SavedCache {
             .into_iter()
             .map(|l| {
                 Ok(SavedLayer {
+                    index: l.index(),
                     method: l.method().clone(),
                     geometry: l.geometry(),
                     snapshot: l.snapshot()?,
@@ -259,6 +264,7 @@ impl SavedCache {
             .map(|l| {
                 Layer::from_snapshot(
                     ctx,
+                    l.index,
                     l.geometry.heads,
                     l.geometry.dim,
                     &l.method,

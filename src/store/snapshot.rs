@@ -99,6 +99,8 @@ impl SideWords {
                 value: self.residual[i].to_f32(),
             });
         }
+        // The window's rows are encoded once they leave it: the codec's entry check applies.
+        codec.check_rows(q, &self.residual)?;
         codec.check_words(&self.words(), blocks)
     }
 }

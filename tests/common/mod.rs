@@ -153,6 +153,8 @@ macro_rules! codec_tests {
             $crate::codec_tests!(@codec $body, kivi_1, "kivi:bits=1,group=32,residual=32");
             $crate::codec_tests!(@codec $body, kivi_keys_f16_values, "kivi:bits=4,group=32/f16:residual=32");
             $crate::codec_tests!(@codec $body, f16_keys_kivi_values, "f16/kivi:bits=3,group=8,vgroup=16,residual=16");
+            $crate::codec_tests!(@codec $body, turboquant_mse_3, "turboquant-mse:bits=3,residual=24");
+            $crate::codec_tests!(@codec $body, kivi_keys_turboquant_rvq_values, "kivi:bits=2,group=32/turboquant-rvq:bits=2,residual=32");
         }
     };
     (@codec $body:ident, $name:ident, $spec:expr) => {

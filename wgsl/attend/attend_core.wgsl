@@ -19,6 +19,8 @@
 //              (adds x to output channel cg·V_CPL + i: V_SPACE_OUT codecs only)
 //              fn v_accum(vs, row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>)
 //                  (rows past `last` are outside the split: read row `last` instead, p is 0)
+//              fn v_prepare(lid: u32, h: u32)  once per workgroup before the tile loop (every
+//                  invocation; a barrier follows): e.g. a codebook into workgroup memory
 //              fn v_finish(lid: u32, h: u32)   fin[0..V_W] (normalized) → fin[0..D], in place
 //              its uniform at binding 2; vseg, vtab (declared here)
 // and the entry file (attend_subgroup.wgsl / attend_workgroup.wgsl): const ENTRY_SCRATCH;
@@ -247,6 +249,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         }
         qs[c] = x;
     }
+    v_prepare(lid, h);
     workgroupBarrier();
     if (K_PREP) {
         k_prepare(lid, h);

@@ -138,6 +138,8 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
     }
 }
 
+fn v_prepare(lid: u32, h: u32) {}
+
 // v̂ of channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
 fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     let rb = min(row, last) * A.hkv + h;

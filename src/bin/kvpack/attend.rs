@@ -172,7 +172,7 @@ pub fn run(
                 .next()
                 .ok_or("the cache file has fewer layers than the input")?,
             None => {
-                let mut layer = method.layer(ctx, hkv, d, choice).map_err(err)?;
+                let mut layer = method.layer_at(ctx, l, hkv, d, choice).map_err(err)?;
                 layer
                     .append(k.values.input(a, b), v.values.input(a, b))
                     .map_err(err)?;

@@ -26,7 +26,9 @@ pub fn save(
     let per = k.tokens * k.heads * k.dim;
     let mut layers = Vec::with_capacity(k.layers);
     for l in 0..k.layers {
-        let mut layer = method.layer(ctx, k.heads, k.dim, choice).map_err(err)?;
+        let mut layer = method
+            .layer_at(ctx, l, k.heads, k.dim, choice)
+            .map_err(err)?;
         let (a, b) = (l * per, (l + 1) * per);
         layer
             .append(k.values.input(a, b), v.values.input(a, b))
@@ -66,6 +68,7 @@ pub fn inspection_json(info: &Inspection) -> Value {
         .map(|(i, l)| {
             json!({
                 "layer": i,
+                "index": l.index,
                 "method": l.method,
                 "kv_heads": l.heads,
                 "dim": l.dim,

@@ -115,7 +115,7 @@ pub fn run(
     let mut per_layer = Vec::with_capacity(k.layers);
     let mut described = None;
     for l in 0..k.layers {
-        let mut layer = method.layer(ctx, k.heads, k.dim, choice)?;
+        let mut layer = method.layer_at(ctx, l, k.heads, k.dim, choice)?;
         described.get_or_insert((layer.describe(), layer.paths()));
         let base = l * layer_elems;
         let mut t = 0;

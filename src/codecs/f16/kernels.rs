@@ -13,4 +13,5 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_common: &[],
     msl_k: Some(include_str!("../../../msl/f16/attend_k.metal")),
     msl_v: Some(include_str!("../../../msl/f16/attend_v.metal")),
+    k_prep: false,
 };

@@ -60,6 +60,7 @@ impl SideConfig for F16Side {
         ctx: &Context,
         g: Geometry,
         _residual: usize,
+        _layer: usize,
         choice: PathChoice,
     ) -> Result<Arc<dyn Codec>> {
         Ok(Arc::new(F16Codec::new(ctx, self.0, g, choice)?))

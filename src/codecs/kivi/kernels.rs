@@ -106,4 +106,5 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_common: &[MSL_BITS, MSL_KIVI],
     msl_k: Some(include_str!("../../../msl/kivi/attend_k.metal")),
     msl_v: Some(include_str!("../../../msl/kivi/attend_v.metal")),
+    k_prep: false,
 };

@@ -100,6 +100,7 @@ impl SideConfig for KiviSide {
         ctx: &Context,
         g: Geometry,
         residual: usize,
+        _layer: usize,
         choice: PathChoice,
     ) -> Result<Arc<dyn Codec>> {
         Ok(Arc::new(KiviCodec::new(

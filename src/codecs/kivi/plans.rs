@@ -32,7 +32,7 @@ pub struct KiviParams {
 }
 
 /// The specialization of every KIVI kernel: parameter storage (and, for the key kernel, the
-/// key group), all fixed for a cache's life.
+/// key group and bits), all fixed for a cache's life.
 pub fn specialization(l: &Layout) -> registry::Specialization {
     registry::Specialization(vec![(
         "PARAMS_F16",
@@ -43,6 +43,8 @@ pub fn specialization(l: &Layout) -> registry::Specialization {
 fn key_specialization(l: &Layout) -> registry::Specialization {
     let mut s = specialization(l);
     s.0.push(("KEY_GROUP", l.key_group as u32));
+    // Bits fixed for the cache's life: the key kernel's code placement folds to constants.
+    s.0.push(("KEY_BITS", l.key_bits));
     s
 }
 

@@ -102,6 +102,13 @@ impl Session {
         let pos: usize = pos_text
             .parse()
             .map_err(|_| mismatch("session.pos", pos_text.clone(), "a token count".into()))?;
+        if let Some((i, l)) = saved.layers.iter().enumerate().find(|(i, l)| l.index != *i) {
+            return Err(mismatch(
+                &format!("layer {i}'s index (its codecs' per-layer tables)"),
+                l.index.to_string(),
+                i.to_string(),
+            ));
+        }
         if let Some((i, l)) = saved
             .layers
             .iter()

@@ -1,0 +1,460 @@
+//! GPU benchmark of TurboQuant: the fused quantization kernel against the device's copy
+//! roofline, and decode attention on TurboQuant caches against KIVI at about equal bits, timed
+//! with timestamp queries. See `benches/README.md`; the issue's targets: quantize 8 heads ×
+//! 32k tokens × D = 128 at ≥ 50 % of the same-size copy, attention within 1.2× of KIVI at
+//! equal bits.
+//!
+//! ```text
+//! cargo bench --bench gpu_turboquant                 # full sizes (a real GPU)
+//! cargo bench --bench gpu_turboquant -- --quick      # small sizes (proves the code path, e.g. lavapipe)
+//! options: --rounds N  --warmup N  --l2-mib N  --tokens T1,T2,...  --json PATH
+//! ```
+//!
+//! Arms, all interleaved within every round (each submitted alone and waited for; the
+//! starting arm rotates with the round):
+//! - `copy S`: vec4<u32> copy of S bytes (`registry::COPY`); bytes moved = 2·S, S matched to
+//!   the quantize arms' traffic.
+//! - `quantize <spec> [path]`: `turboquant_quant` of T tokens × 8 heads × D = 128 read from an
+//!   incoming buffer (the prefill case), both WGSL variants; bytes moved = the f16 input + the
+//!   codes and norms written. A-vs-A: the first arm timed twice (` (A')`).
+//! - `<method> T`: one decode `KvLayer::encode_attend` call (Hq = 32, Hkv = 8, D = 128, every
+//!   pass and the merge) on a cache built by one prefill of T random tokens, for KIVI and
+//!   TurboQuant at about equal bits (kivi-4 ≈ 5 bits held vs turboquant-mse:bits=4 4.125 and
+//!   turboquant-rvq:bits=2 4.125; kivi-2 ≈ 3 vs turboquant-mse:bits=2 2.125 and bits=3 3.125);
+//!   bytes = the cache payload + q.
+//!
+//! Every quantize arm rotates through distinct input and output buffers whose total exceeds
+//! twice the assumed L2. Outputs are checked once before timing: quantize codes against the
+//! CPU reference (the spec's ±1 allowance at boundaries: at most 0.1 % of codes may differ),
+//! attention against the CPU reference over the same stored words (rel. L2 ≤ 1e-4 per row).
+
+use std::path::PathBuf;
+
+use half::f16;
+use kvpack::codec::Codec;
+use kvpack::codecs::turboquant::plans::{QuantSource, plan_quant};
+use kvpack::codecs::turboquant::{TqSide, TurboQuantCodec, Variant};
+use kvpack::context::{Context, KernelPath, PathChoice};
+use kvpack::cpu::common::splitmix::DEFAULT_SEED;
+use kvpack::gpu::{self, DispatchPlan, registry};
+use kvpack::store::{Geometry, Side};
+use kvpack::{AttendOptions, Input, KvLayer, Method};
+
+mod common;
+
+use common::report::{CPU_ADAPTER_NOTE, Stamps};
+use common::{AA_SUFFIX, MIB, Rng, fill_from, fmt_bytes, rotation, stats};
+
+const HQ: usize = 32;
+const HKV: usize = 8;
+const DIM: usize = 128;
+
+struct Opts {
+    quick: bool,
+    rounds: usize,
+    warmup: usize,
+    l2_bytes: u64,
+    tokens: Vec<usize>,
+    json: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut o = Opts {
+        quick,
+        rounds: if quick { 3 } else { 40 },
+        warmup: if quick { 1 } else { 5 },
+        l2_bytes: if quick { MIB } else { 64 * MIB },
+        tokens: if quick { vec![512] } else { vec![4096, 32768] },
+        json: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
+        let num = |s: String, name: &str| s.parse::<u64>().map_err(|_| format!("{name}: {s}"));
+        match a.as_str() {
+            "--quick" | "--bench" => {}
+            "--rounds" => o.rounds = num(val("--rounds")?, "--rounds")?.max(1) as usize,
+            "--warmup" => o.warmup = num(val("--warmup")?, "--warmup")? as usize,
+            "--l2-mib" => o.l2_bytes = num(val("--l2-mib")?, "--l2-mib")?.max(1) * MIB,
+            "--tokens" => {
+                o.tokens = val("--tokens")?
+                    .split(',')
+                    .map(|t| num(t.to_string(), "--tokens").map(|x| x as usize))
+                    .collect::<Result<_, _>>()?
+            }
+            "--json" => o.json = Some(PathBuf::from(val("--json")?)),
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    Ok(o)
+}
+
+enum Work {
+    Copy {
+        plan: DispatchPlan,
+        bufs: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+    },
+    Quant {
+        path: KernelPath,
+        plan: DispatchPlan,
+        /// (incoming, codes, norms) per rotation instance.
+        bufs: Vec<(wgpu::Buffer, wgpu::Buffer, wgpu::Buffer)>,
+        ring: wgpu::Buffer,
+        tables: wgpu::Buffer,
+    },
+    Attend {
+        layer: Box<dyn KvLayer>,
+        q: wgpu::Buffer,
+        out: wgpu::Buffer,
+    },
+}
+
+struct Arm {
+    name: String,
+    bytes: u64,
+    work: Work,
+    ns: Vec<f64>,
+}
+
+fn record(
+    ctx: &Context,
+    arm: &Arm,
+    round: usize,
+    enc: &mut wgpu::CommandEncoder,
+) -> kvpack::Result<()> {
+    match &arm.work {
+        Work::Copy { plan, bufs } => {
+            let (s, d) = &bufs[round % bufs.len()];
+            gpu::encode_plan(ctx, enc, KernelPath::WgslWorkgroup, plan, &[s, d])
+        }
+        Work::Quant {
+            path,
+            plan,
+            bufs,
+            ring,
+            tables,
+        } => {
+            let (i, c, n) = &bufs[round % bufs.len()];
+            gpu::encode_plan(ctx, enc, *path, plan, &[ring, i, c, n, tables])
+        }
+        Work::Attend { layer, q, out } => {
+            let opts = AttendOptions::default();
+            layer.encode_attend(enc, q, 1, HQ, &opts, out)
+        }
+    }
+}
+
+fn copy_arm(ctx: &Context, size: u64, l2: u64, rng: &mut Rng) -> kvpack::Result<Arm> {
+    let def = &registry::COPY;
+    let n4 = size / 16;
+    let plan = DispatchPlan {
+        kernel: def,
+        spec: registry::Specialization::default(),
+        uniform: bytemuck::cast_slice(&[n4 as u32, 0, 0, 0]).to_vec(),
+        workgroups: n4.div_ceil(u64::from(def.workgroup_size)).min(65_535),
+    };
+    let seed_words: Vec<u32> = (0..(size.min(16 * MIB) / 4))
+        .map(|_| rng.next_u32())
+        .collect();
+    let seed = gpu::upload(ctx, "bench copy seed", bytemuck::cast_slice(&seed_words))?;
+    let mut bufs = Vec::new();
+    for _ in 0..rotation(l2, 2 * size) {
+        let s = gpu::storage_buffer(ctx, "bench copy src", size)?;
+        let d = gpu::storage_buffer(ctx, "bench copy dst", size)?;
+        fill_from(ctx, &seed, &s)?;
+        bufs.push((s, d));
+    }
+    Ok(Arm {
+        name: format!("copy {}", fmt_bytes(size)),
+        bytes: 2 * size,
+        work: Work::Copy { plan, bufs },
+        ns: Vec::new(),
+    })
+}
+
+/// A quantize arm of `variant`/`bits` over `t` tokens on `choice`, checked once.
+#[allow(clippy::too_many_arguments)]
+fn quant_arm(
+    ctx: &Context,
+    variant: Variant,
+    bits: u32,
+    choice: PathChoice,
+    t: usize,
+    x: &[f16],
+    l2: u64,
+) -> kvpack::Result<Arm> {
+    let cfg = TqSide {
+        variant,
+        side: Side::Keys,
+        bits,
+        seed: DEFAULT_SEED,
+    };
+    let g = Geometry::new(HKV, DIM)?;
+    let codec = TurboQuantCodec::new(ctx, cfg, g, 0, choice)?;
+    let path = codec.path();
+    let l = *codec.layout();
+    let rows = kvpack::store::input::f16_rows_to_words(HKV * DIM, &x[..t * HKV * DIM]);
+    let plan = plan_quant(
+        &l,
+        path,
+        t,
+        QuantSource {
+            start: 0,
+            t_old: 0,
+            inc_start: 0,
+            ring_tokens: 1,
+        },
+        0,
+    );
+    let in_bytes = (rows.len() * 4) as u64;
+    let out_bytes = (t * (l.code_words() + l.norm_words()) * 4) as u64;
+    let seed = gpu::upload(ctx, "bench tq rows", bytemuck::cast_slice(&rows))?;
+    let mut bufs = Vec::new();
+    for _ in 0..rotation(l2, in_bytes + out_bytes) {
+        let i = gpu::storage_buffer(ctx, "bench tq incoming", in_bytes)?;
+        fill_from(ctx, &seed, &i)?;
+        bufs.push((
+            i,
+            gpu::storage_buffer(ctx, "bench tq codes", (t * l.code_words() * 4) as u64)?,
+            gpu::storage_buffer(ctx, "bench tq norms", (t * l.norm_words() * 4) as u64)?,
+        ));
+    }
+    let ring = gpu::storage_buffer(ctx, "bench tq ring", 4)?;
+    let tables = gpu::upload(ctx, "bench tq tables", bytemuck::cast_slice(codec.tables()))?;
+    // Check once against the CPU reference.
+    gpu::submit_blocking(ctx, "bench tq check", |enc| {
+        gpu::encode_plan(
+            ctx,
+            enc,
+            path,
+            &plan,
+            &[&ring, &bufs[0].0, &bufs[0].1, &bufs[0].2, &tables],
+        )
+    })?;
+    let got: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(
+        ctx,
+        &bufs[0].1,
+        (t * l.code_words() * 4) as u64,
+    )?);
+    let cpu = TurboQuantCodec::new(&Context::cpu(), cfg, g, 0, PathChoice::Cpu)?;
+    let f = |tok: usize, h: usize, d: usize| x[(tok * HKV + h) * DIM + d].to_f32();
+    let mut want = vec![Vec::new(), Vec::new()];
+    cpu.encode(0, t, &f, &mut want)?;
+    let mut differ = 0usize;
+    let rw = l.row_words();
+    for row in 0..t * HKV * l.stages {
+        for i in 0..l.padded {
+            let c =
+                |w: &[u32]| kvpack::codecs::turboquant::layout::code_at(&w[row * rw..], i, l.bits);
+            differ += usize::from(c(&want[0]) != c(&got));
+        }
+    }
+    let total = t * HKV * l.stages * l.padded;
+    if differ * 1000 > total {
+        return Err(kvpack::Error::Config(format!(
+            "quantize check: {differ} of {total} codes differ from the CPU reference"
+        )));
+    }
+    Ok(Arm {
+        name: format!("quantize {}:bits={bits} T={t} [{path}]", variant.name()),
+        bytes: in_bytes + out_bytes,
+        work: Work::Quant {
+            path,
+            plan,
+            bufs,
+            ring,
+            tables,
+        },
+        ns: Vec::new(),
+    })
+}
+
+fn attend_arm(
+    ctx: &Context,
+    method: &str,
+    t: usize,
+    k: &[f16],
+    v: &[f16],
+    rng: &mut Rng,
+) -> kvpack::Result<Arm> {
+    let mut layer = Method::parse(method)?.layer(ctx, HKV, DIM, PathChoice::Wgsl)?;
+    let n = t * HKV * DIM;
+    layer.append(Input::F16(&k[..n]), Input::F16(&v[..n]))?;
+    let qh = rng.normals(HQ * DIM);
+    let opts = AttendOptions::default();
+    let got = layer.attend(&qh, HQ, &opts)?;
+    let want = layer.attend_reference(&qh, HQ, &opts)?;
+    for (r, (a, b)) in got.chunks(DIM).zip(want.chunks(DIM)).enumerate() {
+        let num: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+        let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+        if (num / den.max(1e-30)).sqrt() > 1e-4 {
+            return Err(kvpack::Error::Config(format!(
+                "{method} T={t}: row {r} disagrees with the reference"
+            )));
+        }
+    }
+    let q = gpu::upload(ctx, "bench attend q", bytemuck::cast_slice(&qh))?;
+    let out = gpu::storage_buffer(ctx, "bench attend out", (HQ * DIM * 4) as u64)?;
+    let bytes = layer.memory().payload.total() + (HQ * DIM * 4) as u64;
+    let held = layer.memory().bits_per_value().unwrap_or(0.0);
+    Ok(Arm {
+        name: format!("{method} T={t} ({held:.2} bits held)"),
+        bytes,
+        work: Work::Attend { layer, q, out },
+        ns: Vec::new(),
+    })
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("gpu_turboquant: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let o = parse_args()?;
+    let ctx = Context::headless().map_err(|e| e.to_string())?;
+    let (adapter, _, is_cpu) = common::report::adapter(&ctx);
+    println!(
+        "gpu_turboquant on {adapter}{}{}, T = {:?}, {} rounds",
+        if is_cpu {
+            format!(" ({CPU_ADAPTER_NOTE})")
+        } else {
+            String::new()
+        },
+        if o.quick { ", quick" } else { "" },
+        o.tokens,
+        o.rounds
+    );
+    let e = |x: kvpack::Error| x.to_string();
+    let mut rng = Rng(0x0074_6271_7561_6e74);
+    let t_max = o.tokens.iter().copied().max().unwrap_or(0);
+    let kv = rng.normals_f16(2 * t_max * HKV * DIM);
+    let (k, v) = kv.split_at(t_max * HKV * DIM);
+    let mut arms = Vec::new();
+    for &t in &o.tokens {
+        for (variant, bits) in [
+            (Variant::Mse, 2),
+            (Variant::Mse, 3),
+            (Variant::Mse, 4),
+            (Variant::Rvq, 2),
+        ] {
+            for choice in [PathChoice::WgslSubgroup, PathChoice::WgslWorkgroup] {
+                match quant_arm(&ctx, variant, bits, choice, t, k, o.l2_bytes) {
+                    Ok(a) => arms.push(a),
+                    Err(err) => println!(
+                        "  skipping quantize {}:bits={bits} [{choice}]: {err}",
+                        variant.name()
+                    ),
+                }
+            }
+        }
+        if t == t_max {
+            let mut twin =
+                quant_arm(&ctx, Variant::Mse, 4, PathChoice::Wgsl, t, k, o.l2_bytes).map_err(e)?;
+            twin.name += AA_SUFFIX;
+            arms.push(twin);
+        }
+        for m in [
+            "kivi-4",
+            "turboquant-mse:bits=4",
+            "turboquant-rvq:bits=2",
+            "kivi-2",
+            "turboquant-mse:bits=3",
+            "turboquant-mse:bits=2",
+        ] {
+            arms.push(attend_arm(&ctx, m, t, k, v, &mut rng).map_err(e)?);
+        }
+    }
+    let mut sizes: Vec<u64> = arms
+        .iter()
+        .filter(|a| matches!(a.work, Work::Quant { .. }))
+        .map(|a| (a.bytes / 2).div_ceil(16) * 16)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    for s in sizes {
+        arms.push(copy_arm(&ctx, s, o.l2_bytes, &mut rng).map_err(e)?);
+    }
+    let stamps = Stamps::new(&ctx, 1).map_err(e)?;
+    for round in 0..o.warmup + o.rounds {
+        let n = arms.len();
+        for i in 0..n {
+            let a = &mut arms[(i + round) % n];
+            stamps
+                .time(&ctx, 0, |enc| record(&ctx, a, round, enc))
+                .map_err(e)?;
+            let ns = stamps.read(&ctx, 1).map_err(e)?[0];
+            if round >= o.warmup {
+                a.ns.push(ns);
+            }
+        }
+    }
+    let copy_gbs = |bytes: u64| -> Option<f64> {
+        arms.iter()
+            .filter(|a| matches!(a.work, Work::Copy { .. }))
+            .min_by_key(|a| a.bytes.abs_diff(bytes))
+            .map(|a| a.bytes as f64 / stats(&a.ns).0)
+    };
+    println!("\n| arm | median µs | min | max | GB/s | % of copy |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut rows = Vec::new();
+    for a in &arms {
+        let (med, lo, hi) = stats(&a.ns);
+        let gbs = a.bytes as f64 / med;
+        let pct = copy_gbs(a.bytes)
+            .map(|c| 100.0 * gbs / c)
+            .unwrap_or(f64::NAN);
+        println!(
+            "| {} | {:.2} | {:.2} | {:.2} | {:.1} | {} |",
+            a.name,
+            med / 1e3,
+            lo / 1e3,
+            hi / 1e3,
+            gbs,
+            if matches!(a.work, Work::Quant { .. }) {
+                format!("{pct:.0} %")
+            } else {
+                "".into()
+            }
+        );
+        rows.push(serde_json::json!({
+            "arm": a.name, "bytes": a.bytes, "median_us": med / 1e3, "min_us": lo / 1e3,
+            "max_us": hi / 1e3, "gbs": gbs,
+        }));
+    }
+    let names: Vec<(&str, &[f64], f64)> = arms
+        .iter()
+        .map(|a| (a.name.as_str(), a.ns.as_slice(), stats(&a.ns).0))
+        .collect();
+    let (_, aa, floor) = common::aa_floor(&names);
+    for &t in &o.tokens {
+        let med = |m: &str| {
+            arms.iter()
+                .find(|a| a.name.starts_with(&format!("{m} T={t} ")))
+                .map(|a| stats(&a.ns).0)
+        };
+        for (kivi, tq) in [
+            ("kivi-4", "turboquant-mse:bits=4"),
+            ("kivi-4", "turboquant-rvq:bits=2"),
+            ("kivi-2", "turboquant-mse:bits=3"),
+            ("kivi-2", "turboquant-mse:bits=2"),
+        ] {
+            if let (Some(a), Some(b)) = (med(kivi), med(tq)) {
+                println!("  T={t}: {tq} / {kivi} = {:.2}× (target ≤ 1.2×)", b / a);
+            }
+        }
+    }
+    if let Some(p) = &o.json {
+        let doc = serde_json::json!({"adapter": adapter, "rows": rows, "aa": aa, "noise_floor_pct": floor});
+        std::fs::write(
+            p,
+            serde_json::to_string_pretty(&doc).map_err(|x| x.to_string())?,
+        )
+        .map_err(|x| format!("{}: {x}", p.display()))?;
+    }
+    Ok(())
+}

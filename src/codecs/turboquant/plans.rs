@@ -1,0 +1,164 @@
+//! Dispatch plans of TurboQuant's kernels (`turboquant_quant`, `turboquant_dequant`): the
+//! uniform block, the specialization and the workgroup counts, shared by the GPU store, the
+//! tests' runs (MSL emulator included) and the benches.
+
+use super::kernels;
+use super::layout::Layout;
+use crate::cpu::turboquant::rotation::inv_sqrt;
+use crate::gpu::{DispatchPlan, registry};
+use crate::path::KernelPath;
+
+/// Uniform block of both kernels.
+/// Keep in sync with `TqParams` in wgsl/turboquant/turboquant_common.wgsl and
+/// msl/turboquant/turboquant_common.metal.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct TqParams {
+    /// KV heads H.
+    pub heads: u32,
+    /// Head width D.
+    pub dim: u32,
+    /// Tokens of this dispatch.
+    pub count: u32,
+    /// Quantize: absolute token of the first one.
+    pub src_start: u32,
+    /// Quantize: tokens before this one are read from the ring.
+    pub t_old: u32,
+    /// Quantize: absolute token of the incoming buffer's first row.
+    pub inc_start: u32,
+    /// Quantize: rows of the ring.
+    pub ring_tokens: u32,
+    /// Token (in the segment) of the first token written (quantize) or read (dequantize).
+    pub seg_token: u32,
+    /// u32 words of one f16 input row (H·D halves).
+    pub in_row_words: u32,
+    /// u32 words of one code row (ceil(P·b / 32)).
+    pub row_words: u32,
+    /// u32 words of the norms of one token (ceil(H / 2)).
+    pub norm_words: u32,
+    /// Work items: quantize, (token, head pair)s; dequantize, (token, head)s.
+    pub items: u32,
+    /// c = the f32 nearest to 1/√P.
+    pub inv_sqrt_p: f32,
+    /// First word of the codebooks in the tables (H·ceil(P / 32)).
+    pub cb_offset: u32,
+    /// Padding.
+    pub pad: [u32; 2],
+}
+
+/// log2 of a power of two.
+pub fn log2(p: usize) -> u32 {
+    p.trailing_zeros()
+}
+
+/// The specialization of both kernels: P, log2 P, b and the stages, fixed for a cache's life.
+pub fn specialization(l: &Layout) -> registry::Specialization {
+    registry::Specialization(vec![
+        ("TQ_P", l.padded as u32),
+        ("TQ_LOG2P", log2(l.padded)),
+        ("TQ_BITS", l.bits),
+        ("TQ_STAGES", l.stages as u32),
+    ])
+}
+
+fn base(l: &Layout) -> TqParams {
+    TqParams {
+        heads: l.heads as u32,
+        dim: l.dim as u32,
+        in_row_words: (l.heads * l.dim).div_ceil(2) as u32,
+        row_words: l.row_words() as u32,
+        norm_words: l.norm_words() as u32,
+        inv_sqrt_p: inv_sqrt(l.padded),
+        cb_offset: l.codebook_offset() as u32,
+        ..Default::default()
+    }
+}
+
+/// Head pairs one workgroup of `turboquant_quant` quantizes on `path`: 8 on the subgroup
+/// variant (one group of 8 lanes per pair), 1 on the workgroup-memory variant and in MSL.
+pub fn pairs_per_workgroup(path: KernelPath) -> u32 {
+    match path {
+        KernelPath::WgslSubgroup => kernels::TURBOQUANT_QUANT.workgroup_size / 8,
+        _ => 1,
+    }
+}
+
+/// Where a quantize dispatch reads its tokens: token s comes from ring row
+/// `s % ring_tokens` when `s < t_old`, else from the incoming buffer's row `s − inc_start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantSource {
+    /// Absolute token of the first token quantized.
+    pub start: usize,
+    /// Tokens before this one are in the ring.
+    pub t_old: usize,
+    /// Absolute token of the incoming buffer's first row.
+    pub inc_start: usize,
+    /// Rows of the ring (at least 1).
+    pub ring_tokens: usize,
+}
+
+/// Quantization of `tokens` tokens from `src` into a segment from token `seg_token`, on
+/// `path` (its variant decides the work per workgroup).
+/// Storage bindings: ring, incoming, codes, norms, tables.
+pub fn plan_quant(
+    l: &Layout,
+    path: KernelPath,
+    tokens: usize,
+    src: QuantSource,
+    seg_token: usize,
+) -> DispatchPlan {
+    let items = (tokens * l.norm_words()) as u32;
+    let p = TqParams {
+        count: tokens as u32,
+        src_start: src.start as u32,
+        t_old: src.t_old as u32,
+        inc_start: src.inc_start as u32,
+        ring_tokens: src.ring_tokens.max(1) as u32,
+        seg_token: seg_token as u32,
+        items,
+        ..base(l)
+    };
+    DispatchPlan {
+        kernel: &kernels::TURBOQUANT_QUANT,
+        spec: specialization(l),
+        uniform: bytemuck::bytes_of(&p).to_vec(),
+        workgroups: u64::from(items.div_ceil(pairs_per_workgroup(path))),
+    }
+}
+
+/// Reconstruction of `tokens` tokens of a segment from token `seg_token` into `[tokens][H][D]`
+/// f32. Storage bindings: codes, norms, tables, out.
+pub fn plan_dequant(l: &Layout, tokens: usize, seg_token: usize) -> DispatchPlan {
+    let items = (tokens * l.heads) as u32;
+    let p = TqParams {
+        count: tokens as u32,
+        seg_token: seg_token as u32,
+        items,
+        ..base(l)
+    };
+    DispatchPlan {
+        kernel: &kernels::TURBOQUANT_DEQUANT,
+        spec: specialization(l),
+        uniform: bytemuck::bytes_of(&p).to_vec(),
+        workgroups: u64::from(items),
+    }
+}
+
+/// Workgroup memory (bytes) `turboquant_quant` takes on `path` for a layout: the codebooks,
+/// and the vector and its codes (workgroup variant, MSL) or the code exchange of the subgroup
+/// variant's groups (only where a lane's codes are not whole words).
+pub fn quant_workgroup_bytes(l: &Layout, path: KernelPath) -> usize {
+    let cb = 2 * l.stages * l.levels() * 4;
+    match path {
+        KernelPath::WgslSubgroup => {
+            let c = (l.padded / 8).max(1);
+            let direct = (c * l.bits as usize) % 32 == 0;
+            cb + if direct {
+                4
+            } else {
+                8 * l.padded * l.stages * 4
+            }
+        }
+        _ => cb + l.padded * 4 * (1 + l.stages) + 4,
+    }
+}

@@ -1,0 +1,46 @@
+// Bindings and input access of turboquant_quant (both variants).
+//
+// @binding(0) P:        TqParams (uniform)
+// @binding(1) ring:     array<u32> [ring_tokens][in_row_words]  f16 residual rows, token s in row s % ring_tokens
+// @binding(2) incoming: array<u32> [n][in_row_words]            f16 rows of this append, token inc_start + i
+// @binding(3) codes:    array<u32> [tokens][H][S][row_words]    the segment's codes stream (written)
+// @binding(4) norms:    array<u32> [tokens][ceil(H / 2)]        the segment's norms stream (written)
+// @binding(5) tables:   array<u32>                              signs [H][ceil(P/32)], codebooks [S][2][2^b]
+
+@group(0) @binding(0) var<uniform> P: TqParams;
+@group(0) @binding(1) var<storage, read> ring: array<u32>;
+@group(0) @binding(2) var<storage, read> incoming: array<u32>;
+@group(0) @binding(3) var<storage, read_write> codes: array<u32>;
+@group(0) @binding(4) var<storage, read_write> norms: array<u32>;
+@group(0) @binding(5) var<storage, read> tables: array<u32>;
+
+// Input element e (= head·D + channel) of absolute token s, as f32.
+fn tq_load(s: u32, e: u32) -> f32 {
+    var w: u32;
+    if (s < P.t_old) {
+        w = ring[(s % P.ring_tokens) * P.in_row_words + (e >> 1u)];
+    } else {
+        w = incoming[(s - P.inc_start) * P.in_row_words + (e >> 1u)];
+    }
+    let pair = unpack2x16float(w);
+    return select(pair.x, pair.y, (e & 1u) == 1u);
+}
+
+// Word w of one packed row (stage s of a vector) from its codes, one per coordinate
+// from index `base` of the variant's code array (tq_codes_at) (LSB-first, codes may straddle words).
+fn tq_row_word(w: u32, s: u32, base: u32) -> u32 {
+    var out = 0u;
+    let lo = 32u * w;
+    let first = lo / TB;
+    let last = min((lo + 31u) / TB, TP - 1u);
+    for (var i = first; i <= last; i++) {
+        let at = i * TB;
+        let c = tq_codes_at(base + s * TP + i);
+        if (at >= lo) {
+            out |= c << (at - lo);
+        } else {
+            out |= c >> (lo - at);
+        }
+    }
+    return out;
+}
