@@ -117,9 +117,12 @@ fn spot_check(layer: &dyn KvLayer, s: &Soak<'_>) -> kvpack::Result<f64> {
     Ok(worst)
 }
 
+/// Counts the live wgpu buffers of a device (`None` where wgpu cannot report them).
+pub type BufferCount = Box<dyn Fn() -> Option<usize>>;
+
 /// A GPU context on a device this process created, and a counter of its live wgpu buffers
 /// (`wgpu::Instance::generate_report`), or why there is none.
-pub fn gpu_with_buffer_count() -> Result<(Context, Box<dyn Fn() -> Option<usize>>), String> {
+pub fn gpu_with_buffer_count() -> Result<(Context, BufferCount), String> {
     let instance =
         wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle().with_env());
     let adapter = pollster::block_on(instance.request_adapter(&Default::default()))

@@ -38,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spot_every: usize = arg(&args, "--spot-every", 100_000);
     let json: String = arg(&args, "--json", String::new());
     let plot: String = arg(&args, "--plot", String::new());
-    let (ctx, count): (Context, Box<dyn Fn() -> Option<usize>>) = if path == PathChoice::Cpu {
+    let (ctx, count): (Context, core::BufferCount) = if path == PathChoice::Cpu {
         (Context::cpu(), Box::new(|| None))
     } else {
         let (c, n) = core::gpu_with_buffer_count()?;
