@@ -147,3 +147,18 @@ fn fuzz_corpus_tokenizer_llama2c() {
     kvpack::model::Tokenizer::parse(&b[2..]).unwrap_or_else(|e| panic!("the seed tokenizer: {e}"));
     replay("tokenizer_llama2c", kvpack::fuzz::tokenizer_llama2c);
 }
+
+/// Found by fuzzing (gguf, out of memory): `llama.block_count` = 2,228,225 in a 4 KB file made
+/// `llama_tensors` list 20 million tensors (2 GB) before looking for any; now the count is
+/// refused against the tensors the file has, before any allocation.
+#[test]
+fn fuzz_regression_gguf_block_count() {
+    let b = std::fs::read(dir("regressions", "gguf").join("oom-block-count")).unwrap();
+    let f = kvpack::model::gguf::GgufFile::from_bytes(b).expect("the header parses");
+    let n = f.llama_params().expect("its parameters parse").n_layers;
+    assert_eq!(n, 2_228_225, "the regression input's block count");
+    let e = f
+        .llama_tensors()
+        .expect_err("a block count the file cannot hold");
+    assert!(e.to_string().contains("block_count"), "{e}");
+}
