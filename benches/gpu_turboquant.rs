@@ -7,8 +7,15 @@
 //! ```text
 //! cargo bench --bench gpu_turboquant                 # full sizes (a real GPU)
 //! cargo bench --bench gpu_turboquant -- --quick      # small sizes (proves the code path, e.g. lavapipe)
-//! options: --rounds N  --warmup N  --l2-mib N  --tokens T1,T2,...  --json PATH
+//! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --tokens T1,T2,...  --json PATH
+//! --json -   the JSON on stdout (the table then goes to stderr): the H200 command is
+//!            `gpu_turboquant --tokens 32768 --json -` (benches/README.md)
 //! ```
+//!
+//! The JSON: `adapter`, `rows` (every arm: name, bytes, median/min/max µs, GB/s),
+//! `quantize_vs_copy` (each quantize arm's GB/s as % of the copy of matched size, target
+//! ≥ 50), `attend_vs_kivi` (per T and pair: the TurboQuant / KIVI time ratio, target ≤ 1.2),
+//! `aa` and `noise_floor_pct` (the A-vs-A twin).
 //!
 //! Arms, all interleaved within every round (each submitted alone and waited for; the
 //! starting arm rotates with the round):
@@ -20,7 +27,8 @@
 //! - `<method> T`: one decode `KvLayer::encode_attend` call (Hq = 32, Hkv = 8, D = 128, every
 //!   pass and the merge) on a cache built by one prefill of T random tokens, for KIVI and
 //!   TurboQuant at about equal bits (kivi-4 ≈ 5 bits held vs turboquant-mse:bits=4 4.125 and
-//!   turboquant-rvq:bits=2 4.125; kivi-2 ≈ 3 vs turboquant-mse:bits=2 2.125 and bits=3 3.125);
+//!   turboquant-rvq:bits=2 4.125; kivi-2 ≈ 3 vs turboquant-mse:bits=2 2.125 and bits=3 3.125;
+//!   QJL keys m = 128 with KIVI-4 values against kivi-4: issue 14's "no slower than KIVI-4");
 //!   bytes = the cache payload + q.
 //!
 //! Every quantize arm rotates through distinct input and output buffers whose total exceeds
@@ -54,6 +62,8 @@ struct Opts {
     rounds: usize,
     warmup: usize,
     l2_bytes: u64,
+    /// An L2 flush (a 2×L2 copy) before every timed call.
+    flush: bool,
     tokens: Vec<usize>,
     json: Option<PathBuf>,
 }
@@ -66,6 +76,7 @@ fn parse_args() -> Result<Opts, String> {
         rounds: if quick { 3 } else { 40 },
         warmup: if quick { 1 } else { 5 },
         l2_bytes: if quick { MIB } else { 64 * MIB },
+        flush: true,
         tokens: if quick { vec![512] } else { vec![4096, 32768] },
         json: None,
     };
@@ -75,6 +86,7 @@ fn parse_args() -> Result<Opts, String> {
         let num = |s: String, name: &str| s.parse::<u64>().map_err(|_| format!("{name}: {s}"));
         match a.as_str() {
             "--quick" | "--bench" => {}
+            "--no-flush" => o.flush = false,
             "--rounds" => o.rounds = num(val("--rounds")?, "--rounds")?.max(1) as usize,
             "--warmup" => o.warmup = num(val("--warmup")?, "--warmup")? as usize,
             "--l2-mib" => o.l2_bytes = num(val("--l2-mib")?, "--l2-mib")?.max(1) * MIB,
@@ -316,9 +328,20 @@ fn main() {
 
 fn run() -> Result<(), String> {
     let o = parse_args()?;
+    // With `--json -` stdout carries the JSON alone: the table goes to stderr.
+    let to_stdout = o.json.as_deref() != Some(std::path::Path::new("-"));
+    macro_rules! say {
+        ($($a:tt)*) => {
+            if to_stdout {
+                println!($($a)*)
+            } else {
+                eprintln!($($a)*)
+            }
+        };
+    }
     let ctx = Context::headless().map_err(|e| e.to_string())?;
     let (adapter, _, is_cpu) = common::report::adapter(&ctx);
-    println!(
+    say!(
         "gpu_turboquant on {adapter}{}{}, T = {:?}, {} rounds",
         if is_cpu {
             format!(" ({CPU_ADAPTER_NOTE})")
@@ -343,13 +366,13 @@ fn run() -> Result<(), String> {
             (Variant::Rvq, 2),
         ] {
             for choice in [PathChoice::WgslSubgroup, PathChoice::WgslWorkgroup] {
-                match quant_arm(&ctx, variant, bits, choice, t, k, o.l2_bytes) {
-                    Ok(a) => arms.push(a),
-                    Err(err) => println!(
-                        "  skipping quantize {}:bits={bits} [{choice}]: {err}",
-                        variant.name()
-                    ),
-                }
+                // A failed check (or a path the adapter lacks) ends the run: no arm is
+                // left out silently.
+                arms.push(
+                    quant_arm(&ctx, variant, bits, choice, t, k, o.l2_bytes).map_err(|err| {
+                        format!("quantize {}:bits={bits} [{choice}]: {err}", variant.name())
+                    })?,
+                );
             }
         }
         if t == t_max {
@@ -365,6 +388,7 @@ fn run() -> Result<(), String> {
             "kivi-2",
             "turboquant-mse:bits=3",
             "turboquant-mse:bits=2",
+            "qjl:m=128/kivi:bits=4,group=32,residual=128",
         ] {
             arms.push(attend_arm(&ctx, m, t, k, v, &mut rng).map_err(e)?);
         }
@@ -379,10 +403,23 @@ fn run() -> Result<(), String> {
     for s in sizes {
         arms.push(copy_arm(&ctx, s, o.l2_bytes, &mut rng).map_err(e)?);
     }
+    // Before every timed call, unless --no-flush: a separate submission copying 2x the assumed
+    // L2 (as gpu_kivi does), so the L2 holds someone else's lines and the GPU is busy right
+    // before the timed work instead of idling between submissions (its clocks then drop).
+    let flush = if o.flush {
+        let mut one = Rng(0x0f1a_5eed);
+        Some(copy_arm(&ctx, 2 * o.l2_bytes, 0, &mut one).map_err(e)?)
+    } else {
+        None
+    };
     let stamps = Stamps::new(&ctx, 1).map_err(e)?;
     for round in 0..o.warmup + o.rounds {
         let n = arms.len();
         for i in 0..n {
+            if let Some(f) = &flush {
+                gpu::submit_blocking(&ctx, "bench L2 flush", |enc| record(&ctx, f, 0, enc))
+                    .map_err(e)?;
+            }
             let a = &mut arms[(i + round) % n];
             stamps
                 .time(&ctx, 0, |enc| record(&ctx, a, round, enc))
@@ -399,8 +436,9 @@ fn run() -> Result<(), String> {
             .min_by_key(|a| a.bytes.abs_diff(bytes))
             .map(|a| a.bytes as f64 / stats(&a.ns).0)
     };
-    println!("\n| arm | median µs | min | max | GB/s | % of copy |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    say!("\n| arm | median µs | min | max | GB/s | % of copy |");
+    say!("|---|---:|---:|---:|---:|---:|");
+    let mut vs_copy = Vec::new();
     let mut rows = Vec::new();
     for a in &arms {
         let (med, lo, hi) = stats(&a.ns);
@@ -408,7 +446,10 @@ fn run() -> Result<(), String> {
         let pct = copy_gbs(a.bytes)
             .map(|c| 100.0 * gbs / c)
             .unwrap_or(f64::NAN);
-        println!(
+        if matches!(a.work, Work::Quant { .. }) {
+            vs_copy.push(serde_json::json!({"arm": a.name, "pct_of_copy": pct, "target_pct": 50}));
+        }
+        say!(
             "| {} | {:.2} | {:.2} | {:.2} | {:.1} | {} |",
             a.name,
             med / 1e3,
@@ -430,7 +471,12 @@ fn run() -> Result<(), String> {
         .iter()
         .map(|a| (a.name.as_str(), a.ns.as_slice(), stats(&a.ns).0))
         .collect();
-    let (_, aa, floor) = common::aa_floor(&names);
+    let (_, aa, floor) = if to_stdout {
+        common::aa_floor(&names)
+    } else {
+        common::aa_floor_to(&mut std::io::stderr(), &names)
+    };
+    let mut vs_kivi = Vec::new();
     for &t in &o.tokens {
         let med = |m: &str| {
             arms.iter()
@@ -442,19 +488,28 @@ fn run() -> Result<(), String> {
             ("kivi-4", "turboquant-rvq:bits=2"),
             ("kivi-2", "turboquant-mse:bits=3"),
             ("kivi-2", "turboquant-mse:bits=2"),
+            ("kivi-4", "qjl:m=128/kivi:bits=4,group=32,residual=128"),
         ] {
             if let (Some(a), Some(b)) = (med(kivi), med(tq)) {
-                println!("  T={t}: {tq} / {kivi} = {:.2}× (target ≤ 1.2×)", b / a);
+                say!("  T={t}: {tq} / {kivi} = {:.2}× (target ≤ 1.2×)", b / a);
+                vs_kivi.push(serde_json::json!({
+                    "tokens": t, "method": tq, "kivi": kivi, "method_us": b / 1e3,
+                    "kivi_us": a / 1e3, "ratio": b / a, "target_ratio": 1.2,
+                }));
             }
         }
     }
     if let Some(p) = &o.json {
-        let doc = serde_json::json!({"adapter": adapter, "rows": rows, "aa": aa, "noise_floor_pct": floor});
-        std::fs::write(
-            p,
-            serde_json::to_string_pretty(&doc).map_err(|x| x.to_string())?,
-        )
-        .map_err(|x| format!("{}: {x}", p.display()))?;
+        let doc = serde_json::json!({
+            "adapter": adapter, "tokens": o.tokens, "rows": rows, "quantize_vs_copy": vs_copy,
+            "attend_vs_kivi": vs_kivi, "aa": aa, "noise_floor_pct": floor,
+        });
+        let text = serde_json::to_string_pretty(&doc).map_err(|x| x.to_string())?;
+        if to_stdout {
+            std::fs::write(p, text).map_err(|x| format!("{}: {x}", p.display()))?;
+        } else {
+            println!("{text}");
+        }
     }
     Ok(())
 }

@@ -4,15 +4,16 @@
 //! codecs that do not transform the query: [`AttendHooks::k_prep`]).
 
 use crate::attention::kernel::{self, AttendHooks};
-use crate::codecs::{f16, kivi, turboquant};
+use crate::codecs::{f16, kivi, qjl, turboquant};
 use crate::gpu::registry::KernelDef;
 
 /// The codecs' attention hooks.
-pub fn attend_hooks() -> [&'static AttendHooks; 3] {
+pub fn attend_hooks() -> [&'static AttendHooks; 4] {
     [
         &f16::kernels::ATTEND_HOOKS,
         &kivi::kernels::ATTEND_HOOKS,
         &turboquant::kernels::ATTEND_HOOKS,
+        &qjl::kernels::ATTEND_HOOKS,
     ]
 }
 
@@ -28,9 +29,11 @@ pub fn all() -> Vec<&'static KernelDef> {
         &kivi::kernels::KIVI_DEQUANT_VALUES,
         &turboquant::kernels::TURBOQUANT_QUANT,
         &turboquant::kernels::TURBOQUANT_DEQUANT,
+        &qjl::kernels::QJL_ENCODE,
     ];
     for k in attend_hooks() {
-        for v in attend_hooks() {
+        // A keys-only codec (QJL) is never the value codec.
+        for v in attend_hooks().into_iter().filter(|v| !v.keys_only) {
             out.push(kernel::partials(k, v));
             out.extend(kernel::prefill(k, v));
             out.push(kernel::merge(k, v));

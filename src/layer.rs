@@ -66,6 +66,9 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     /// The reconstruction of the whole cache as f32 `[T, H, D]` (K̂, V̂): decoded blocks,
     /// then the f16 window (tests and tools; attention never does this).
     fn reconstruct(&self) -> Result<(Vec<f32>, Vec<f32>)>;
+    /// The reconstruction of one side (`[T, H, D]` f32), e.g. the values of a cache whose
+    /// keys have none (QJL: [`crate::Error::Config`] for its keys).
+    fn reconstruct_side(&self, side: crate::store::Side) -> Result<Vec<f32>>;
     /// The CPU reference of attention over this layer's stored words (read back on GPU
     /// paths): what [`KvLayer::attend`] must agree with.
     fn attend_reference(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>>;
@@ -673,16 +676,28 @@ impl KvLayer for Layer {
     }
 
     fn reconstruct(&self) -> Result<(Vec<f32>, Vec<f32>)> {
+        Ok((
+            self.reconstruct_side(crate::store::Side::Keys)?,
+            self.reconstruct_side(crate::store::Side::Values)?,
+        ))
+    }
+
+    fn reconstruct_side(&self, side: crate::store::Side) -> Result<Vec<f32>> {
         let row = self.g.token_elems();
-        let mut out = [vec![0f32; self.tokens * row], vec![0f32; self.tokens * row]];
+        let mut out = vec![0f32; self.tokens * row];
         let gpu_side = match &self.store {
             Store::Gpu(s) => Some(s),
             Store::Cpu(_) => None,
         };
-        for (i, c) in self.codecs.iter().enumerate() {
+        let i = match side {
+            crate::store::Side::Keys => 0,
+            crate::store::Side::Values => 1,
+        };
+        {
+            let c = &self.codecs[i];
             let gb = c.block_tokens();
             let q = quantized_len(self.tokens, self.residual, gb);
-            let x = &mut out[i];
+            let x = &mut out;
             match gpu_side {
                 Some(s) if c.gpu_decodes() => {
                     let side = &s.sides[i];
@@ -726,8 +741,7 @@ impl KvLayer for Layer {
                 }
             }
         }
-        let [k, v] = out;
-        Ok((k, v))
+        Ok(out)
     }
 
     fn attend_reference(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {

@@ -25,15 +25,6 @@ fn f16s(x: &[f32]) -> Vec<f16> {
     x.iter().map(|&v| f16::from_f32(v)).collect()
 }
 
-fn ulp(x: f32) -> f32 {
-    let a = x.abs();
-    if a == 0.0 {
-        f32::from_bits(1)
-    } else {
-        f32::from_bits(a.to_bits() + 1) - a
-    }
-}
-
 /// Random data with structure: per-channel offsets (as real keys have), outliers.
 fn random_kv(rng: &mut impl Rng, t: usize, h: usize, d: usize) -> (Vec<f32>, Vec<f32>) {
     let offs: Vec<f32> = (0..h * d).map(|_| rng.random_range(-4.0..4.0)).collect();
@@ -181,23 +172,39 @@ fn words_eq(a: &[u32], b: &[u32], what: &str) {
     }
 }
 
-/// Reconstructions agree where codes agree (the FMA bound), or differ by about one step at
-/// boundary codes.
-fn compare_recon(t: &Target, gpu: &[f32], cpu: &[f32], scale_bound: f32, what: &str) {
-    for (i, (&a, &b)) in gpu.iter().zip(cpu).enumerate() {
-        if a.to_bits() == b.to_bits() {
-            continue;
-        }
-        // q·scale_st ≤ |b − lo| + … ≤ 2·|b| + scale_bound bounds the product's magnitude.
-        let bound = ulp(b.abs() * 2.0 + scale_bound) / 2.0 + ulp(b);
-        let boundary = ((a - b).abs() - scale_bound).abs() <= scale_bound * 1e-3 + bound
-            || (a - b).abs() <= scale_bound * 1.001;
-        assert!(
-            (a - b).abs() <= bound || boundary,
-            "{} {what}: reconstruction {i}: gpu {a} cpu {b}",
-            t.name()
-        );
-    }
+/// Every element of the layer's reconstruction against the spec applied to its own stored
+/// words (exact on the CPU, the FMA bound on a GPU) and against the input within the per-element
+/// bound of its stored parameters; the stored (scale, lo) words against the pair recomputed
+/// from the input (tests/common/kivi_spec.rs, tests/common/recon.rs).
+#[allow(clippy::too_many_arguments)]
+fn check_spec_recon(
+    t: &Target,
+    lay: &Layer,
+    h: usize,
+    d: usize,
+    cfg: &KiviConfig,
+    k: &[f32],
+    v: &[f32],
+    what: &str,
+) {
+    let l = common::kivi_layout(h, d, cfg);
+    let raw = common::raw(lay).expect("raw");
+    let (kx, vx) = (rounded(k), rounded(v));
+    let what = format!("{} {what}", t.name());
+    common::kivi_spec::check_param_words(&what, &l, &raw, &kx, &vx);
+    let (mut ke, mut ve) = common::kivi_spec::elems(&l, &raw, &kx, &vx);
+    let (q, row) = (lay.memory().quantized, h * d);
+    assert_eq!(ke.len(), q * row, "{what}: quantized key elements");
+    ke.extend(common::recon::f16_elems(&kx[q * row..]));
+    ve.extend(common::recon::f16_elems(&vx[q * row..]));
+    let (kh, vh) = lay.reconstruct().expect("reconstruct");
+    common::recon::check_recon(&format!("{what}: K"), !t.is_gpu(), &kh, &ke);
+    common::recon::check_recon(&format!("{what}: V"), !t.is_gpu(), &vh, &ve);
+}
+
+/// The f16 rounding of an input (what the cache quantizes).
+fn rounded(x: &[f32]) -> Vec<f32> {
+    x.iter().map(|&v| f16::from_f32(v).to_f32()).collect()
 }
 
 /// Runs the same appends on `t` and on the CPU reference and compares everything.
@@ -232,7 +239,7 @@ fn run_and_compare(
             common::raw(&lay).expect("raw"),
             common::raw(&reference).expect("raw"),
         );
-        let n = compare(
+        compare(
             t,
             &common::kivi_layout(h, d, cfg),
             &rg,
@@ -240,16 +247,11 @@ fn run_and_compare(
             &f16s(k),
             &f16s(v),
             what,
-        );
-        let (kg, vg) = lay.reconstruct().expect("reconstruct");
-        let (kc, vc) = reference.reconstruct().expect("reconstruct");
-        let max_scale = |x: &[f32]| x.iter().fold(0f32, |m, &v| m.max(v.abs())) * 2.0;
-        compare_recon(t, &kg, &kc, max_scale(k), what);
-        compare_recon(t, &vg, &vc, max_scale(v), what);
-        n
+        )
     } else {
         0
     };
+    check_spec_recon(t, &lay, h, d, cfg, k, v, what);
     (lay, boundary)
 }
 

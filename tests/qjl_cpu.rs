@@ -7,7 +7,7 @@ mod common;
 use half::f16;
 use kvpack::Error;
 use kvpack::cpu::common::splitmix::{DEFAULT_SEED, STREAM_QJL_SKETCH, gaussian_table};
-use kvpack::cpu::qjl::encode::qjl_encode;
+use kvpack::cpu::qjl::qjl_encode::qjl_encode;
 use kvpack::cpu::qjl::score::{prepare_query, qjl_score};
 use kvpack::cpu::qjl::{QjlLayout, sketch_table};
 use rand::Rng;

@@ -57,6 +57,11 @@ fn attend_specs() -> Vec<Specialization> {
                 (name("C"), c.to_bits()),
             ]);
         }
+        // QJL keys: m = 64 (a lane's 8 bits inside a word) or 256 (a whole word per lane).
+        s.extend([
+            ("ATT_KQJL_M", if kb == 3 { 64 } else { 256 }),
+            ("ATT_KQJL_C", 0.02f32.to_bits()),
+        ]);
         s
     };
     let mut out = Vec::new();
@@ -110,6 +115,11 @@ fn every_composed_wgsl_kernel_compiles() {
             attend_specs()
         } else if k.folder == "turboquant" {
             turboquant_specs()
+        } else if k.folder == "qjl" {
+            [(64u32, 32u32), (80, 96), (128, 128), (256, 512)]
+                .into_iter()
+                .map(|(d, m)| Specialization(vec![("QJL_DIM", d), ("QJL_M", m)]))
+                .collect()
         } else {
             vec![Specialization(vec![
                 ("PARAMS_F16", 1),

@@ -112,7 +112,16 @@ pub const AA_SUFFIX: &str = " (A')";
 /// pair; returns (per pair: the name and the larger of the observed and bootstrap-95 %
 /// differences, the pairs as JSON, the floor: the largest of those, in %).
 pub fn aa_floor(arms: &[(&str, &[f64], f64)]) -> (Vec<(String, f64)>, Vec<serde_json::Value>, f64) {
-    println!(
+    aa_floor_to(&mut std::io::stdout(), arms)
+}
+
+/// [`aa_floor`], its lines written to `out` (e.g. stderr where stdout carries JSON).
+pub fn aa_floor_to(
+    out: &mut dyn std::io::Write,
+    arms: &[(&str, &[f64], f64)],
+) -> (Vec<(String, f64)>, Vec<serde_json::Value>, f64) {
+    let _ = writeln!(
+        out,
         "\nnoise floor (A-vs-A pairs: the medians' difference, and its bootstrap 95th percentile):"
     );
     let (mut noise, mut aa) = (Vec::new(), Vec::new());
@@ -122,7 +131,8 @@ pub fn aa_floor(arms: &[(&str, &[f64], f64)]) -> (Vec<(String, f64)>, Vec<serde_
         };
         if let Some(&(_, a_ns, a_med)) = arms.iter().find(|a| a.0 == base) {
             let (seen, p95) = aa_noise(a_ns, twin_ns);
-            println!(
+            let _ = writeln!(
+                out,
                 "  A-vs-A {base}: medians {:.2} vs {:.2} µs, differ by {seen:.1} % (bootstrap 95 %: {p95:.1} %)",
                 a_med / 1e3,
                 twin_med / 1e3
@@ -135,6 +145,9 @@ pub fn aa_floor(arms: &[(&str, &[f64], f64)]) -> (Vec<(String, f64)>, Vec<serde_
         }
     }
     let floor = noise.iter().map(|n| n.1).fold(0f64, f64::max);
-    println!("  => differences under {floor:.1} % are called noise below");
+    let _ = writeln!(
+        out,
+        "  => differences under {floor:.1} % are called noise below"
+    );
     (noise, aa, floor)
 }

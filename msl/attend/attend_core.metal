@@ -118,11 +118,12 @@ static inline void f16_accum(device const uint* rows, thread const uint* w0, thr
     }
 }
 
-// The first words of the rows of tokens pos0 .. pos0 + 7 in a ring of `cap` rows; tokens past
-// `last` read row `last` (outside the split: weight 0; a slot past the window may hold anything).
-static inline void attend_ring_rows(constant AttendParams& A, uint pos0, uint last, uint cap, thread uint* w0) {
+// The first words of the rows of tokens pos0 .. pos0 + 7 in a ring of `cap` rows, clamped to
+// [first, last] (the ring's tokens in the split): a token outside has weight 0 and its slot may
+// hold anything (an older token, or nothing ever written: 0 × NaN would poison the sum).
+static inline void attend_ring_rows(constant AttendParams& A, uint pos0, uint first, uint last, uint cap, thread uint* w0) {
     for (uint j = 0u; j < 8u; ++j) {
-        w0[j] = (min(pos0 + j, last) % cap) * A.row_words;
+        w0[j] = (clamp(pos0 + j, first, last) % cap) * A.row_words;
     }
 }
 

@@ -127,14 +127,14 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             k_score(A, KP, kseg, S, lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h, acc);
         } else if (nk == 0) {
             if (ring_k) {
-                attend_ring_rows(A, lt0, A.t_total - 1u, A.ring_cap_k, w0);
+                attend_ring_rows(A, lt0, A.qk, A.t_total - 1u, A.ring_cap_k, w0);
                 f16_score(ringk, w0, S, cg, h, acc);
             }
         } else {
             k_score(A, KP, kseg, S, lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h, acc);
             if (ring_k) {
                 float4 b[8];
-                attend_ring_rows(A, lt0, A.t_total - 1u, A.ring_cap_k, w0);
+                attend_ring_rows(A, lt0, A.qk, A.t_total - 1u, A.ring_cap_k, w0);
                 f16_score(ringk, w0, S, cg, h, b);
                 for (int j = nk; j < 8; ++j) {
                     acc[j] = b[j];
@@ -166,7 +166,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         }
         const int nv = clamp(int(A.qv) - int(lt0), 0, 8);
         if (vring) {
-            attend_ring_rows(A, lt0, s1 - 1u, A.ring_cap_v, w0);
+            attend_ring_rows(A, lt0, A.qv, s1 - 1u, A.ring_cap_v, w0);
             f16_accum(ringv, w0, V_SPACE_OUT ? vs.o : rs.o, cg, h, pj);
         } else if (!V_SPACE_OUT || nv == 8) {
             v_accum(A, VP, vseg, vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pj);
@@ -182,7 +182,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             }
             // Only rows of ring tokens [qv, s1) are read (another slot may hold anything).
             if (lt0 + uint(nv) < s1) {
-                attend_ring_rows(A, lt0, s1 - 1u, A.ring_cap_v, w0);
+                attend_ring_rows(A, lt0, A.qv, s1 - 1u, A.ring_cap_v, w0);
                 f16_accum(ringv, w0, vs.o, cg, h, pr);
             }
         }

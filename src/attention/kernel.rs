@@ -40,6 +40,9 @@ pub struct AttendHooks {
     /// serve it as the key codec ([`prefill`] is not composed for such a pair; asking for it
     /// is [`crate::Error::Config`]).
     pub k_prep: bool,
+    /// Whether the codec stores keys only (QJL): it has no value side (`wgsl_v` empty,
+    /// `msl_v` `None`) and no pair is composed with it as the value codec.
+    pub keys_only: bool,
 }
 
 const PARAMS: &str = include_str!("../../wgsl/attend/attend_params.wgsl");

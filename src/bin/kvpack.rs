@@ -344,7 +344,7 @@ fn run(command: Command) -> Result<(), String> {
                 ),
                 ("input".to_string(), input.display().to_string()),
             ]);
-            io::write_hat(&output, &k.shape, &out.k_hat, &out.v_hat, meta)?;
+            io::write_hat(&output, &k.shape, out.k_hat.as_deref(), &out.v_hat, meta)?;
             let text = serde_json::to_string_pretty(&out.summary).map_err(|e| e.to_string())?;
             println!("{text}");
             Ok(())

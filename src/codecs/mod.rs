@@ -5,4 +5,5 @@
 
 pub mod f16;
 pub mod kivi;
+pub mod qjl;
 pub mod turboquant;

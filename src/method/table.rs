@@ -13,6 +13,7 @@ pub static METHODS: &[&MethodRow] = &[
     &crate::codecs::kivi::ROW,
     &crate::codecs::turboquant::ROW_MSE,
     &crate::codecs::turboquant::ROW_RVQ,
+    &crate::codecs::qjl::ROW,
 ];
 
 /// The row named `name`, or an error listing the methods.

@@ -68,6 +68,11 @@ pub trait SideConfig: Send + Sync + fmt::Debug + fmt::Display {
     /// Nominal bits per value of this side's stored form for a geometry (codes, per-group
     /// and per-token side information; not the residual window or tables).
     fn bits_per_value(&self, g: Geometry) -> f64;
+    /// Whether its stored form can be reconstructed (QJL keys cannot: `roundtrip` then
+    /// refuses that side and reconstructs the other).
+    fn reconstructs(&self) -> bool {
+        true
+    }
     /// Builds the codec for layer `layer` of a model (its index: codecs that draw random
     /// tables per layer, TurboQuant's signs, seed them with it; 0 for a lone layer), with
     /// residual window `residual`, on `choice`.

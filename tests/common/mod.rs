@@ -7,6 +7,11 @@
 //! `SKIP ... because ...` line; with `KVPACK_REQUIRE_GPU=1` the skip is a failure.
 #![allow(dead_code)]
 
+pub mod attend_plans;
+pub mod kivi_plans;
+pub mod kivi_spec;
+pub mod mutate;
+pub mod recon;
 pub mod st;
 
 use std::sync::OnceLock;
@@ -265,9 +270,22 @@ pub fn run_plan(
                 })
                 .collect::<kvpack::Result<_>>()?;
             let refs: Vec<&wgpu::Buffer> = bufs.iter().collect();
-            gpu::submit_blocking(ctx, "test dispatch", |enc| {
-                gpu::encode_plan(ctx, enc, path, plan, &refs)
-            })?;
+            if let Some(m) = mutate::active_for(plan.kernel.name, mutate::Lang::Wgsl) {
+                // The mutation harness: this kernel from its mutated composed source.
+                let composed = kvpack::gpu::registry::compose_wgsl(plan.kernel, path, &plan.spec);
+                let (src, n) = m.apply(&composed);
+                mutate::record(n);
+                let pipeline = mutate::wgsl_pipeline(ctx, plan.kernel, &src)?;
+                let uni = gpu::uniform_buffer(ctx, "mutant uniform", &plan.uniform)?;
+                let all: Vec<&wgpu::Buffer> = std::iter::once(&uni).chain(refs).collect();
+                gpu::submit_blocking(ctx, "mutant dispatch", |enc| {
+                    gpu::encode_dispatch(ctx, enc, &pipeline, "mutant", &all, plan.workgroups)
+                })?;
+            } else {
+                gpu::submit_blocking(ctx, "test dispatch", |enc| {
+                    gpu::encode_plan(ctx, enc, path, plan, &refs)
+                })?;
+            }
             for (i, (b, out)) in bufs.iter().zip(storage.iter_mut()).enumerate() {
                 if !uniform(i) {
                     let n = out.len();
@@ -285,8 +303,18 @@ pub fn run_plan(
                         reason: "kernel has no MSL source".into(),
                     }
                 })?;
+            let src = match mutate::active_for(plan.kernel.name, mutate::Lang::Msl) {
+                Some(m) => {
+                    let (src, n) = m.apply(&src);
+                    mutate::record(n);
+                    src
+                }
+                None => src,
+            };
             let kernel = compiled(plan.kernel.name, &src);
-            let (x, y) = gpu::split_workgroups_with(plan.workgroups, 65_535)?;
+            // The context's per-dimension limit (65,535 on a CPU context; tests lower it with
+            // `Context::with_max_workgroups_per_dimension` to split every kernel over x and y).
+            let (x, y) = gpu::split_workgroups(t.ctx(), plan.workgroups)?;
             if x == 0 {
                 return Ok(());
             }
@@ -350,6 +378,13 @@ fn compiled(name: &str, src: &str) -> std::sync::Arc<kvpack_msl_emu::MslKernel> 
 /// Worst per-row relative L2 error of `a` against `b` (rows of `d`); a NaN row (an unwritten
 /// output) counts as infinitely wrong.
 pub fn rel_l2_rows(a: &[f32], b: &[f32], d: usize) -> f64 {
+    // A short output must not pass by comparing only the rows both have.
+    assert_eq!(a.len(), b.len(), "rel_l2_rows: lengths differ");
+    assert!(
+        d > 0 && a.len() % d == 0,
+        "rel_l2_rows: {} values are not rows of {d}",
+        a.len()
+    );
     let mut worst = 0f64;
     for (ra, rb) in a.chunks(d).zip(b.chunks(d)) {
         let num: f64 = ra

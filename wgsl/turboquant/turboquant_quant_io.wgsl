@@ -14,6 +14,15 @@
 @group(0) @binding(4) var<storage, read_write> norms: array<u32>;
 @group(0) @binding(5) var<storage, read> tables: array<u32>;
 
+// The first word of absolute token s's input row (in the ring when s < P.t_old, else in the
+// incoming rows).
+fn tq_row(s: u32) -> u32 {
+    if (s < P.t_old) {
+        return (s % P.ring_tokens) * P.in_row_words;
+    }
+    return (s - P.inc_start) * P.in_row_words;
+}
+
 // Input element e (= head·D + channel) of absolute token s, as f32.
 fn tq_load(s: u32, e: u32) -> f32 {
     var w: u32;

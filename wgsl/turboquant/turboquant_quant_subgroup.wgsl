@@ -28,6 +28,7 @@ const GROUPS: u32 = WORKGROUP_SIZE / GL;
 const LOG2C: u32 = max(TQ_LOG2P, 3u) - 3u;
 const C: u32 = 1u << LOG2C;                          // coordinates per lane
 const CH: u32 = C / 2u;
+const CW: u32 = max(CH, 1u);                         // a lane's input words (even D)
 const LOG2LU: u32 = min(TQ_LOG2P, 3u);               // cross-lane passes
 const LU: u32 = 1u << LOG2LU;                        // lanes holding coordinates
 const CB: u32 = C * TB;                              // a lane's bits per row
@@ -83,15 +84,39 @@ fn main(
         // 1. Load, norm.
         var x: array<f32, C>;
         var ss = 0.0;
-        // @unroll 128
-        for (var k = 0u; k < C; k++) {
-            let d = gl * C + k;
-            var xv = 0.0;
-            if (live && d < P.dim) {
-                xv = tq_load(s, h * P.dim + d);
+        if (C >= 2u && (P.dim & 1u) == 0u) {
+            // Even D: the lane's coordinates are whole words, loaded once each with the ring
+            // or incoming choice made once (no branch between the loads: all in flight).
+            var xw: array<u32, CW>;
+            let r = tq_row(s) + ((h * P.dim + gl * C) >> 1u);
+            if (s < P.t_old) {
+                // @unroll 64
+                for (var k = 0u; k < CW; k++) {
+                    xw[k] = select(0u, ring[min(r + k, arrayLength(&ring) - 1u)], live && gl * C + 2u * k < P.dim);
+                }
+            } else {
+                // @unroll 64
+                for (var k = 0u; k < CW; k++) {
+                    xw[k] = select(0u, incoming[min(r + k, arrayLength(&incoming) - 1u)], live && gl * C + 2u * k < P.dim);
+                }
             }
-            x[k] = xv;
-            ss += xv * xv;
+            // @unroll 128
+            for (var k = 0u; k < C; k++) {
+                let xv = unpack2x16float(xw[k / 2u])[k % 2u];
+                x[k] = xv;
+                ss += xv * xv;
+            }
+        } else {
+            // @unroll 128
+            for (var k = 0u; k < C; k++) {
+                let d = gl * C + k;
+                var xv = 0.0;
+                if (live && d < P.dim) {
+                    xv = tq_load(s, h * P.dim + d);
+                }
+                x[k] = xv;
+                ss += xv * xv;
+            }
         }
         ss += subgroupShuffleXor(ss, 1u);
         ss += subgroupShuffleXor(ss, 2u);

@@ -146,19 +146,23 @@ pub fn write_f32(
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// Writes `k_hat` and `v_hat` as f32 with `shape`, and `metadata` in the header.
+/// Writes `k_hat` (when the keys have a reconstruction) and `v_hat` as f32 with `shape`, and
+/// `metadata` in the header.
 pub fn write_hat(
     path: &Path,
     shape: &[usize],
-    k_hat: &[f32],
+    k_hat: Option<&[f32]>,
     v_hat: &[f32],
     metadata: HashMap<String, String>,
 ) -> Result<(), String> {
-    let k_bytes: Vec<u8> = k_hat.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let k_bytes: Option<Vec<u8>> = k_hat.map(|k| k.iter().flat_map(|x| x.to_le_bytes()).collect());
     let v_bytes: Vec<u8> = v_hat.iter().flat_map(|x| x.to_le_bytes()).collect();
     let view =
         |b| TensorView::new(Dtype::F32, shape.to_vec(), b).map_err(|e| format!("internal: {e}"));
-    let tensors = [("k_hat", view(&k_bytes)?), ("v_hat", view(&v_bytes)?)];
+    let mut tensors = vec![("v_hat", view(&v_bytes)?)];
+    if let Some(k) = &k_bytes {
+        tensors.insert(0, ("k_hat", view(k)?));
+    }
     safetensors::serialize_to_file(tensors, Some(metadata), path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

@@ -7,7 +7,8 @@ use crate::io::Tensor;
 
 /// What one run produced.
 pub struct Outcome {
-    pub k_hat: Vec<f32>,
+    /// `None` when the key method has no reconstruction (QJL).
+    pub k_hat: Option<Vec<f32>>,
     pub v_hat: Vec<f32>,
     pub summary: Value,
 }
@@ -108,7 +109,14 @@ pub fn run(
     let row = k.heads * k.dim;
     let layer_elems = k.tokens * row;
     let step = chunk.unwrap_or(k.tokens).max(1);
-    let mut k_hat = Vec::with_capacity(k.layers * layer_elems);
+    let keys_rec = method.key().reconstructs();
+    if !keys_rec {
+        eprintln!(
+            "roundtrip: {} keys have no reconstruction (sign bits of a projection and a norm): no k_hat, no key error; the values are reconstructed",
+            method.key().method()
+        );
+    }
+    let mut k_hat = Vec::with_capacity(if keys_rec { k.layers * layer_elems } else { 0 });
     let mut v_hat = Vec::with_capacity(k.layers * layer_elems);
     let (mut total, mut ek_all, mut ev_all) =
         (MemoryReport::default(), Err2::default(), Err2::default());
@@ -125,8 +133,22 @@ pub fn run(
             layer.append(k.values.input(a, b), v.values.input(a, b))?;
             t += n;
         }
-        let (kh, vh) = layer.reconstruct()?;
-        let (ek, ev) = (Err2::measure(k, base, &kh), Err2::measure(v, base, &vh));
+        let kh = if keys_rec {
+            layer.reconstruct_side(kvpack::store::Side::Keys)?
+        } else {
+            Vec::new()
+        };
+        let vh = layer.reconstruct_side(kvpack::store::Side::Values)?;
+        // Without a key reconstruction the key error is undefined: NaN sums, written null.
+        let ek = if keys_rec {
+            Err2::measure(k, base, &kh)
+        } else {
+            Err2 {
+                diff: f64::NAN,
+                norm: 0.0,
+            }
+        };
+        let ev = Err2::measure(v, base, &vh);
         let mem = layer.memory();
         let mut fig = figures(&mem, ek, ev);
         fig.insert("layer".into(), json!(l));
@@ -172,8 +194,9 @@ pub fn run(
     fig.insert("quantized_tokens".into(), json!(total.quantized / k.layers));
     summary.extend(fig);
     summary.insert("per_layer".into(), Value::Array(per_layer));
+    summary.insert("keys_reconstructed".into(), json!(keys_rec));
     Ok(Outcome {
-        k_hat,
+        k_hat: keys_rec.then_some(k_hat),
         v_hat,
         summary: Value::Object(summary),
     })

@@ -14,4 +14,5 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_k: Some(include_str!("../../../msl/f16/attend_k.metal")),
     msl_v: Some(include_str!("../../../msl/f16/attend_v.metal")),
     k_prep: false,
+    keys_only: false,
 };

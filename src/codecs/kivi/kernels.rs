@@ -107,4 +107,5 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_k: Some(include_str!("../../../msl/kivi/attend_k.metal")),
     msl_v: Some(include_str!("../../../msl/kivi/attend_v.metal")),
     k_prep: false,
+    keys_only: false,
 };

@@ -70,4 +70,5 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_k: Some(include_str!("../../../msl/turboquant/attend_k.metal")),
     msl_v: Some(include_str!("../../../msl/turboquant/attend_v.metal")),
     k_prep: true,
+    keys_only: false,
 };

@@ -5,7 +5,8 @@
 //! a row = σ_i, LSB-first, ../shared/spec/bitpack.md), norms `[n][H]` f16. The sketch S is
 //! `[m][D]` f32, one per layer, shared by its heads ([`sketch_table`]).
 
-pub mod encode;
+pub mod attend_k;
+pub mod qjl_encode;
 pub mod score;
 
 use crate::cpu::common::sketch::check_sketch_rows;

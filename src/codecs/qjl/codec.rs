@@ -1,0 +1,268 @@
+//! The [`Codec`] of QJL keys: per token and head, the m sign bits of `S k` (stream `signs`,
+//! `[tokens][H][m/32]` words, bit i of a row = σ_i LSB-first) and the f16 norm (stream
+//! `norms`, `[tokens][ceil(H/2)]` words, head 2i in the low half); table: the layer's sketch
+//! S `[m][D]` f32 (stream 3 of the spec's generator, head 0). There is no reconstruction:
+//! attention estimates the scores from the signs ([`crate::cpu::qjl::attend_k`]).
+
+use half::f16;
+
+use super::config::QjlSide;
+use super::kernels;
+use super::plans::{self, EncodeFrom};
+use crate::attention::kernel::AttendHooks;
+use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
+use crate::context::{Context, KernelPath, PathChoice};
+use crate::cpu::common::sketch::{scale, sign_row};
+use crate::cpu::common::vector::{mat_vec, norm, store_norm};
+use crate::cpu::qjl::{QjlLayout, attend_k, sketch_table};
+use crate::error::{Error, Result};
+use crate::gpu::{self, Bind};
+use crate::store::memory::StreamKind;
+use crate::store::{Geometry, Side};
+
+/// The widest head and the most sketch rows the GPU kernels are written for.
+pub const GPU_MAX_DIM: usize = 256;
+/// See [`GPU_MAX_DIM`].
+pub const GPU_MAX_M: usize = 512;
+
+/// QJL keys of one layer (see the module docs).
+#[derive(Debug)]
+pub struct QjlCodec {
+    cfg: QjlSide,
+    l: QjlLayout,
+    layer: usize,
+    encode: KernelPath,
+    streams: [Stream; 2],
+    /// S `[m][D]`.
+    sketch: Vec<f32>,
+    /// Its f32 bits (the table the kernels read).
+    tables: Vec<u32>,
+}
+
+impl QjlCodec {
+    /// The codec of `cfg` for layer `layer` (its sketch's stream index) of geometry `g`, its
+    /// kernel resolved on `ctx` for `choice`. Errors: a bad m, a path the device cannot run,
+    /// or a GPU path beyond what the kernels hold.
+    pub fn new(
+        ctx: &Context,
+        cfg: QjlSide,
+        g: Geometry,
+        layer: usize,
+        choice: PathChoice,
+    ) -> Result<Self> {
+        let l = QjlLayout::new(g.heads, g.dim, Some(cfg.rows(g.dim)))?;
+        let encode = ctx.resolve(&kernels::QJL_ENCODE, choice)?;
+        if encode.is_gpu() {
+            crate::codec::require_gpu(ctx, "qjl cache")?;
+            for (what, needed, limit) in [
+                ("QJL head width D on a GPU path", l.dim, GPU_MAX_DIM),
+                ("QJL sketch rows m on a GPU path", l.m, GPU_MAX_M),
+            ] {
+                if needed > limit {
+                    return Err(Error::Limit {
+                        what,
+                        needed: needed as u64,
+                        limit: limit as u64,
+                    });
+                }
+            }
+        }
+        let sketch = sketch_table(cfg.seed, layer as u64, &l);
+        let tables = sketch.iter().map(|x| x.to_bits()).collect();
+        Ok(Self {
+            cfg,
+            l,
+            layer,
+            encode,
+            streams: [
+                Stream {
+                    name: "signs",
+                    kind: StreamKind::Codes,
+                    words_per_block: l.heads * l.sign_words(),
+                },
+                Stream {
+                    name: "norms",
+                    kind: StreamKind::Params,
+                    words_per_block: l.heads.div_ceil(2),
+                },
+            ],
+            sketch,
+            tables,
+        })
+    }
+
+    /// The layout (H, D, m).
+    pub fn layout(&self) -> &QjlLayout {
+        &self.l
+    }
+
+    /// The layer index its sketch was drawn for.
+    pub fn layer(&self) -> usize {
+        self.layer
+    }
+
+    /// The sketch S `[m][D]`.
+    pub fn sketch(&self) -> &[f32] {
+        &self.sketch
+    }
+}
+
+impl Codec for QjlCodec {
+    fn method(&self) -> &'static str {
+        "qjl"
+    }
+
+    /// `m=M,seed=0x…` (both always: the spec wants them in the cache's description).
+    fn settings(&self) -> String {
+        format!("m={},seed={:#x}", self.l.m, self.cfg.seed)
+    }
+
+    fn side(&self) -> Side {
+        Side::Keys
+    }
+
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            heads: self.l.heads,
+            dim: self.l.dim,
+        }
+    }
+
+    fn path(&self) -> KernelPath {
+        self.encode
+    }
+
+    fn block_tokens(&self) -> usize {
+        1
+    }
+
+    fn streams(&self) -> &[Stream] {
+        &self.streams
+    }
+
+    fn tables(&self) -> &[u32] {
+        &self.tables
+    }
+
+    fn check_rows(&self, first: usize, rows: &[f16]) -> Result<()> {
+        let (h, d) = (self.l.heads, self.l.dim);
+        let mut x = vec![0f32; d];
+        for (i, v) in rows.chunks_exact(d).enumerate() {
+            for (o, r) in x.iter_mut().zip(v) {
+                *o = r.to_f32();
+            }
+            store_norm(norm(&x), "QJL key", first + i / h, i % h)?;
+        }
+        Ok(())
+    }
+
+    fn encode(
+        &self,
+        first: usize,
+        blocks: usize,
+        x: &dyn Fn(usize, usize, usize) -> f32,
+        out: &mut [Vec<u32>],
+    ) -> Result<()> {
+        let [signs, norms] = out else {
+            return Err(Error::LengthMismatch {
+                what: "qjl streams",
+                expected: 2,
+                actual: out.len(),
+            });
+        };
+        let l = &self.l;
+        let nw = l.heads.div_ceil(2);
+        *signs = Vec::with_capacity(blocks * l.heads * l.sign_words());
+        *norms = vec![0u32; blocks * nw];
+        let mut key = vec![0f32; l.dim];
+        for t in 0..blocks {
+            for h in 0..l.heads {
+                for (d, k) in key.iter_mut().enumerate() {
+                    *k = x(t, h, d);
+                }
+                let n = store_norm(norm(&key), "QJL key", first + t, h)?;
+                norms[t * nw + h / 2] |= u32::from(n.to_bits()) << (16 * (h % 2));
+                signs.extend(sign_row(&mat_vec(&self.sketch, l.m, l.dim, &key)?));
+            }
+        }
+        Ok(())
+    }
+
+    /// QJL keys have no reconstruction: always [`Error::Config`].
+    fn decode(&self, _words: &Words<'_>, _blocks: usize, _out: &mut [f32]) -> Result<()> {
+        Err(Error::Config(
+            "qjl keys have no reconstruction (only sign bits of a projection and a norm are stored; attention estimates the scores from them)".into(),
+        ))
+    }
+
+    fn encode_gpu(
+        &self,
+        ctx: &Context,
+        enc: &mut wgpu::CommandEncoder,
+        src: &EncodeSource<'_>,
+        dst: &SegmentRef<'_>,
+        blocks: usize,
+        _status: &wgpu::Buffer,
+    ) -> Result<()> {
+        let plan = plans::plan_encode(
+            &self.l,
+            blocks,
+            EncodeFrom {
+                start: src.start,
+                t_old: src.t_old,
+                inc_start: src.inc_start,
+                ring_tokens: src.ring_tokens,
+            },
+            dst.block,
+        );
+        gpu::encode_plan_bound(
+            ctx,
+            enc,
+            self.encode,
+            &plan,
+            &[
+                Bind::from(src.ring),
+                Bind::from(src.incoming),
+                dst.stream(0),
+                dst.stream(1),
+                Bind::from(src.tables),
+            ],
+        )
+    }
+
+    fn prepare_query(&self, _h: usize, q: &[f32], out: &mut Vec<f32>) {
+        attend_k::prepare_query(&self.sketch, self.l.m, q, out);
+    }
+
+    fn score(
+        &self,
+        words: &Words<'_>,
+        preps: &[Vec<f32>],
+        j: usize,
+        h: usize,
+        _scratch: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
+        attend_k::score(words[0], words[1], self.l.heads, preps, j, h, out);
+    }
+
+    /// No reconstruction: NaN (the score hook is overridden; QJL never stores values).
+    fn row(&self, _words: &Words<'_>, _j: usize, _h: usize, out: &mut [f32]) {
+        out.fill(f32::NAN);
+    }
+
+    fn attend_hooks(&self) -> &'static AttendHooks {
+        &kernels::ATTEND_HOOKS
+    }
+
+    fn attend_spec(&self) -> Vec<(&'static str, u32)> {
+        vec![
+            ("ATT_KQJL_M", self.l.m as u32),
+            ("ATT_KQJL_C", scale(self.l.m).to_bits()),
+        ]
+    }
+
+    fn attend_prep_width(&self) -> usize {
+        self.l.m
+    }
+}

@@ -1,0 +1,301 @@
+//! The mutation harness: textual mutants of the composed WGSL and MSL of kvpack's kernels
+//! (a barrier removed, a shuffle offset changed, the online-softmax rescale dropped, the window
+//! test inverted, a sign flipped, an off-by-one in a bit extraction, ...), each run through the
+//! parity checks the kernels' own tests use (tests/common/attend_plans.rs::check_case,
+//! tests/common/kivi_plans.rs::check, an oracle for bitpack) and each required to make them fail.
+//!
+//! MSL mutants run on the CPU emulator in a random lane order (so a removed barrier shows).
+//! WGSL mutants run on the GPU adapter (lavapipe in CI) where their effect is deterministic
+//! there; lavapipe runs a workgroup's invocations in a fixed order, so a removed
+//! `workgroupBarrier` cannot show on it and such mutants are MSL-only (the MSL twins hold the
+//! same barriers).
+//!
+//! A mutant whose text no longer occurs in any kernel it ran, or that no longer compiles,
+//! fails the harness (it would otherwise count as caught). `KVPACK_MUTANT_FILTER=<substring>`
+//! runs the mutants whose name contains it (while working on one; CI runs them all). **New kernels add their mutants to
+//! [`registry`]**; the harness prints how many exist and how many were caught.
+
+mod common;
+
+use common::Target;
+use common::attend_plans::Case;
+use common::mutate::{Lang, Mutant, with_mutant};
+use kvpack::{AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
+
+/// Which parity check a mutant must break.
+#[derive(Clone, Copy, Debug)]
+enum Check {
+    /// Attention cases on the decode and prefill kernels (with merges, windows, sinks, rings).
+    Attend,
+    /// The KIVI kernels (quantize keys/values, dequantize) on every kernel-level case.
+    Kivi,
+    /// Bit packing against the bit-by-bit oracle.
+    Bitpack,
+}
+
+const fn m(
+    name: &'static str,
+    lang: Lang,
+    kernel: &'static str,
+    find: &'static str,
+    nth: Option<usize>,
+    replace: &'static str,
+) -> Mutant {
+    Mutant {
+        name,
+        lang,
+        kernel,
+        find,
+        nth,
+        replace,
+    }
+}
+
+/// Every mutant, the check that must catch it, and the targets it runs on (MSL: the emulator;
+/// WGSL: `S` the subgroup variant, `W` the workgroup variant, `SW` both). Mutants of text the
+/// two WGSL variants share run on the subgroup variant only (to keep the harness short).
+#[rustfmt::skip]
+fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
+    use Check::*;
+    use Lang::*;
+    const MSL: &[&str] = &["msl_emulated"];
+    const S: &[&str] = &["wgsl_subgroup"];
+    const W: &[&str] = &["wgsl_workgroup"];
+    const SW: &[&str] = &["wgsl_subgroup", "wgsl_workgroup"];
+    vec![
+        // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----
+        (m("msl attend: first barrier (queries staged) removed", Msl, "attend_", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Attend, MSL),
+        (m("msl attend: barrier of the slices' turn-by-turn combine removed", Msl, "attend_", "        threadgroup_barrier(mem_flags::mem_threadgroup);\n    }\n\n    const uint pw", None, "    }\n\n    const uint pw"), Attend, MSL),
+        (m("msl attend: butterfly shuffle offset 4 -> 2", Msl, "attend_", "simd_shuffle_xor(send, ushort(4))", None, "simd_shuffle_xor(send, ushort(2))"), Attend, MSL),
+        (m("msl attend: butterfly sign flipped (keep - send)", Msl, "attend_", "b[k] = keep + simd_shuffle_xor(send, ushort(4));", None, "b[k] = keep - simd_shuffle_xor(send, ushort(4));"), Attend, MSL),
+        (m("msl attend: online-softmax rescale of l dropped", Msl, "attend_", "l = l * corr + p;", None, "l = l + p;"), Attend, MSL),
+        (m("msl attend: online-softmax rescale of the accumulator dropped", Msl, "attend_", "v_scale(vs, corr);", None, ""), Attend, MSL),
+        (m("msl attend: window test inverted", Msl, "attend_", "pos + A.window > p", None, "pos + A.window <= p"), Attend, MSL),
+        (m("msl attend: sinks off by one", Msl, "attend_", "pos < A.sinks", None, "pos <= A.sinks"), Attend, MSL),
+        (m("msl merge: partial weight exponent sign flipped", Msl, "attend_merge", "precise::exp2(parts[b] - mm)", None, "precise::exp2(mm - parts[b])"), Attend, MSL),
+        (m("msl prefill: accumulator rescale dropped", Msl, "attend_prefill", "o[i] *= corr;", None, ""), Attend, MSL),
+        (m("msl prefill: first barrier removed", Msl, "attend_prefill", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Attend, MSL),
+        (m("msl bits_unit: mantissa top off by one", Msl, "attend_", "const uint top = 23u - b;", None, "const uint top = 22u - b;"), Attend, MSL),
+        // ---- attention, WGSL ----
+        (m("wgsl attend: butterfly shuffle offset 4 -> 2", Wgsl, "attend_", "subgroupShuffleXor(send, 4u)", None, "subgroupShuffleXor(send, 2u)"), Attend, S),
+        (m("wgsl attend workgroup variant: butterfly exchange partner 4 -> 2", Wgsl, "attend_", "wsm[(lid ^ 4u) * 4u + k]", None, "wsm[(lid ^ 2u) * 4u + k]"), Attend, W),
+        (m("wgsl attend: online-softmax rescale of l dropped", Wgsl, "attend_", "l = l * corr + p;", None, "l = l + p;"), Attend, S),
+        (m("wgsl attend: online-softmax rescale of the accumulator dropped", Wgsl, "attend_", "v_scale(&vs, corr);", None, ""), Attend, S),
+        (m("wgsl attend: window test inverted", Wgsl, "attend_", "pos + A.window > p", None, "pos + A.window <= p"), Attend, S),
+        (m("wgsl merge: partial weight exponent sign flipped", Wgsl, "attend_merge", "exp2(q[b] - mm)", None, "exp2(mm - q[b])"), Attend, S),
+        (m("wgsl prefill: accumulator rescale dropped", Wgsl, "attend_prefill", "o[i] *= corr;", None, "o[i] *= 1.0;"), Attend, S),
+        (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
+        // ---- KIVI ----
+        (m("msl kivi values: min butterfly turned into max", Msl, "kivi_quant_values", "lo = min(lo, simd_shuffle_xor(lo, off));", None, "lo = max(lo, simd_shuffle_xor(lo, off));"), Kivi, MSL),
+        (m("msl kivi values: barrier before assembling words removed", Msl, "kivi_quant_values", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Kivi, MSL),
+        (m("msl kivi: rint -> round (half away from zero)", Msl, "kivi_quant", "rint((x - lo) / scale)", None, "round((x - lo) / scale)"), Kivi, MSL),
+        (m("msl bits_code: carry shift off by one", Msl, "kivi_dequant", "v |= hi << (32u - off);", None, "v |= hi << (31u - off);"), Kivi, MSL),
+        (m("wgsl kivi values: min butterfly shuffle offset halved", Wgsl, "kivi_quant_values", "lo = min(lo, subgroupShuffleXor(lo, off));", None, "lo = min(lo, subgroupShuffleXor(lo, off >> 1u));"), Kivi, S),
+        (m("wgsl bits_code: carry shift off by one", Wgsl, "kivi_dequant", "v |= hi << (32u - off);", None, "v |= hi << (31u - off);"), Kivi, SW),
+        (m("wgsl kivi keys: second channel's scale from the first one's lo", Wgsl, "kivi_quant_keys", "kivi_scale(lo.y, hi.y", None, "kivi_scale(lo.x, hi.y"), Kivi, SW),
+        // ---- bitpack ----
+        (m("msl bitpack: low part shift sign flipped", Msl, "bitpack", "acc |= c << (start - bit0);", None, "acc |= c >> (start - bit0);"), Bitpack, MSL),
+        (m("wgsl bitpack: low part shift sign flipped", Wgsl, "bitpack", "acc |= c << (start - bit0);", None, "acc |= c >> (start - bit0);"), Bitpack, SW),
+    ]
+}
+
+/// Small attention cases covering splits + merge, a wrapped ring, a window with sinks,
+/// GQA and the f16 codec.
+fn attend_cases() -> Vec<Case> {
+    let base = Case {
+        what: "",
+        method: "kivi:bits=2,group=32,residual=32",
+        t: 1,
+        tq: 1,
+        hq: 8,
+        hkv: 2,
+        d: 64,
+        opts: AttendOptions::default(),
+        seg_tokens: 1 << 20,
+        ring_extra: 0,
+        target: 256,
+    };
+    vec![
+        // One split per vector over 1200 tokens: every slice loops over many tiles, so the
+        // running maximum grows inside a slice and the online-softmax rescale matters.
+        Case {
+            what: "mutants: decode f16 keys / kivi-4 values, one long split",
+            method: "f16/kivi:bits=4,group=32,residual=32",
+            t: 1200,
+            tq: 2,
+            target: 1,
+            ..base
+        },
+        Case {
+            what: "mutants: decode kivi-4 GQA 4, wrapped ring, splits",
+            method: "kivi:bits=4,group=32,residual=32",
+            t: 300,
+            ring_extra: 9,
+            target: 24,
+            ..base
+        },
+        Case {
+            what: "mutants: prefill Tq=5 window 70 sinks 3, kivi-2, two segments",
+            t: 400,
+            tq: 5,
+            opts: AttendOptions {
+                window: Some(70),
+                sinks: 3,
+                ..Default::default()
+            },
+            seg_tokens: 256,
+            target: 16,
+            ..base
+        },
+    ]
+}
+
+fn run_attend(t: &Target, seed: u64) {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let cpu = Context::cpu();
+    for c in attend_cases() {
+        let (q, k, v) = common::attend_plans::qkv(&mut rng, &c);
+        let method = Method::parse(c.method).expect("method");
+        let mut layer = Layer::new(&cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");
+        layer
+            .append(Input::F32(&k), Input::F32(&v))
+            .expect("append");
+        let reference = layer.attend(&q, c.hq, &c.opts).expect("reference");
+        common::attend_plans::check_case(t, &c, &layer, &q, &reference);
+    }
+}
+
+fn run_kivi(t: &Target, seed: u64) {
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for (cfg, h, d, blocks, from_ring, dst_blocks, amp) in common::kivi_plans::configs() {
+        let c = common::kivi_plans::case(&mut rng, &cfg, h, d, blocks, from_ring, dst_blocks, amp);
+        common::kivi_plans::check(t, &c, "mutants");
+    }
+}
+
+fn run_bitpack(t: &Target, seed: u64) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for bits in 1..=8u32 {
+        let n = 1000;
+        let codes: Vec<u8> = (0..n)
+            .map(|_| rng.random_range(0..(1u32 << bits)) as u8)
+            .collect();
+        // The oracle: stream bit k = bit k of the code stream, one bit at a time.
+        let mut want = vec![0u32; kvpack::packed_words(n, bits).expect("words")];
+        for (i, &c) in codes.iter().enumerate() {
+            for b in 0..bits as usize {
+                let k = i * bits as usize + b;
+                want[k / 32] |= ((u32::from(c) >> b) & 1) << (k % 32);
+            }
+        }
+        let mut storage = vec![
+            codes.clone(),
+            bytemuck::cast_slice(&vec![common::POISON; want.len()]).to_vec(),
+        ];
+        common::run_plan(
+            t,
+            &kvpack::bitpack::plan_pack(n, bits).expect("plan"),
+            &mut storage,
+        )
+        .unwrap_or_else(|e| panic!("{}: bitpack: {e}", t.name()));
+        let got: Vec<u32> = bytemuck::pod_collect_to_vec(&storage[1]);
+        assert_eq!(got, want, "{}: bitpack b={bits}", t.name());
+    }
+}
+
+fn run(check: Check, t: &Target, seed: u64) {
+    match check {
+        Check::Attend => run_attend(t, seed),
+        Check::Kivi => run_kivi(t, seed),
+        Check::Bitpack => run_bitpack(t, seed),
+    }
+}
+
+/// The targets of `kinds` (after a visible skip where one cannot run).
+fn targets(kinds: &[&str]) -> Vec<Target> {
+    kinds
+        .iter()
+        .filter_map(|k| common::target(k, "mutants"))
+        .collect()
+}
+
+#[test]
+fn every_mutant_is_caught() {
+    let seed = {
+        use rand::Rng;
+        common::rng("mutants").random::<u64>()
+    };
+    // The unmutated kernels pass the same checks (or the mutants prove nothing).
+    let filter = std::env::var("KVPACK_MUTANT_FILTER").unwrap_or_default();
+    for t in targets(&["msl_emulated", "wgsl_subgroup", "wgsl_workgroup"]) {
+        for check in [Check::Attend, Check::Kivi, Check::Bitpack] {
+            run(check, &t, seed);
+        }
+    }
+    let (mut total, mut caught, mut ran) = (0, 0, 0);
+    let mut escaped = Vec::new();
+    let quiet = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    for (mutant, check, kinds) in registry() {
+        if !mutant.name.contains(&filter) {
+            continue;
+        }
+        total += 1;
+        for t in targets(kinds) {
+            ran += 1;
+            let start = std::time::Instant::now();
+            let (r, applied) = with_mutant(mutant, || run(check, &t, seed));
+            let msg = match &r {
+                Ok(()) => String::new(),
+                Err(e) => e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default(),
+            };
+            let verdict = if applied == 0 {
+                "INVALID (its text occurs in no kernel that ran)"
+            } else if msg.contains("compiling msl/") || msg.contains("Shader") {
+                "INVALID (does not compile)"
+            } else if r.is_err() {
+                "caught"
+            } else {
+                "ESCAPED"
+            };
+            eprintln!(
+                "mutant [{}] {:?}: {verdict} ({applied} replacements, {:.1}s){}",
+                t.name(),
+                mutant.name,
+                start.elapsed().as_secs_f64(),
+                if r.is_err() {
+                    format!(
+                        ": {}",
+                        msg.lines()
+                            .next()
+                            .unwrap_or("")
+                            .chars()
+                            .take(160)
+                            .collect::<String>()
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            if verdict == "caught" {
+                caught += 1;
+            } else {
+                escaped.push(format!("[{}] {}: {verdict}", t.name(), mutant.name));
+            }
+        }
+    }
+    std::panic::set_hook(quiet);
+    eprintln!("mutants: {total} mutants, {ran} runs (mutant x target), {caught} caught");
+    assert!(
+        escaped.is_empty(),
+        "mutants not caught (seed {seed}):\n  {}",
+        escaped.join("\n  ")
+    );
+}
