@@ -757,3 +757,55 @@ fn persist_layer_index() {
         r => panic!("{r:?}"),
     }
 }
+
+/// Every method in the method table (`kvpack::method::METHODS`, so a codec registered there is
+/// covered without editing this file; key-only methods with f16 values), on this path: the
+/// loaded layer's words and attention are bit-identical to the saved one's, appends continue
+/// identically, and the CPU reference loads the file and attends exactly as the saved layer's
+/// own CPU reference does.
+fn persist_every_registered_method(t: &Target) {
+    let mut rng = common::rng("persist_every_registered_method");
+    let row = H * D;
+    let (n, more) = (300, 45);
+    let (q, k, v) = common::random_qkv(&mut rng, n + more, 2, HQ, H, D);
+    for r in kvpack::method::METHODS {
+        let spec = match r.sides {
+            kvpack::method::Sides::Both => r.name.to_string(),
+            kvpack::method::Sides::KeysOnly => format!("{}/f16", r.name),
+        };
+        let method = Method::parse(&spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let mut a = method.layer_at(t.ctx(), 2, H, D, t.path()).expect("layer");
+        append(&mut *a, &k[..n * row], &v[..n * row]);
+        let bytes = SavedCache::of_layers([&*a]).unwrap().to_bytes().unwrap();
+        let file = SavedCache::from_bytes(&bytes).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let mut b = file.to_layers(t.ctx(), t.path()).unwrap().remove(0);
+        let o = AttendOptions::default();
+        let name = format!("{} {spec}", t.name());
+        assert_eq!(b.snapshot().unwrap(), a.snapshot().unwrap(), "{name}");
+        assert_eq!(
+            bits(&b.attend(&q, HQ, &o).unwrap()),
+            bits(&a.attend(&q, HQ, &o).unwrap()),
+            "{name}"
+        );
+        let cpu = file
+            .to_layers(&Context::cpu(), PathChoice::Cpu)
+            .unwrap()
+            .remove(0);
+        let want = a.attend_reference(&q, HQ, &o).unwrap();
+        assert_eq!(
+            bits(&cpu.attend(&q, HQ, &o).unwrap()),
+            bits(&want),
+            "{name}: cpu after load"
+        );
+        for l in [&mut a, &mut b] {
+            append(&mut **l, &k[n * row..], &v[n * row..]);
+        }
+        assert_eq!(
+            b.snapshot().unwrap(),
+            a.snapshot().unwrap(),
+            "{name}: after appends"
+        );
+        eprintln!("{name}: {} bytes, round trip exact", bytes.len());
+    }
+}
+parity_tests!(persist_every_registered_method);
