@@ -67,6 +67,11 @@
 //!   leaves the old file as it was and no temporary behind.
 //! - Eviction: no kvpack cache evicts tokens yet; a cache that does will add a positions
 //!   section kind in a later version.
+//! - Limit: the reader builds each layer's codecs (for its method, geometry and index) before
+//!   comparing their tables with the file's, so a small file naming a codec whose tables grow
+//!   with the geometry (QJL's sketch, m·D floats) at a huge geometry (up to H·D = 2^20) makes
+//!   the reader allocate those tables before refusing it. A table size known from the method
+//!   row before building would close this.
 
 mod atomic;
 mod decode;
