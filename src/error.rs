@@ -161,6 +161,16 @@ pub enum Error {
         message: String,
     },
 
+    /// A calibration file (VecInfer codebooks and λ, Q-Filters filters) is missing, malformed,
+    /// of another format version, or does not match the model or the method asking for it.
+    #[error("calibration file {path}: {message}")]
+    Calibration {
+        /// The file (or `<memory>`).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+
     /// A file could not be read or written (CLI, fixtures).
     #[error("I/O error on {path}: {source}")]
     Io {

@@ -26,6 +26,7 @@
 pub mod attention;
 pub mod bitpack;
 pub mod cache;
+pub mod calib;
 pub mod codec;
 pub mod codecs;
 pub mod context;

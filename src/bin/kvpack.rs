@@ -13,6 +13,8 @@
 //! kvpack cache save --method SPEC --input kv.safetensors --out cache.kvc [--path auto]
 //! kvpack cache inspect cache.kvc       # JSON: version, method, geometry, tokens, sections, checksums
 //! kvpack attend --cache cache.kvc --input qkv.safetensors --queries N --output out.safetensors
+//! kvpack calibrate --model M --text F --out FILE [--for vecinfer,qfilters] [--bits 1,2] \
+//!     [--seed N] [--max-tokens N]
 //! kvpack methods        # every method, its options and defaults
 //! kvpack describe
 //! ```
@@ -25,6 +27,8 @@
 mod attend;
 #[path = "kvpack/cache.rs"]
 mod cache;
+#[path = "kvpack/calibrate.rs"]
+mod calibrate;
 #[path = "kvpack/dump_kv.rs"]
 mod dump_kv;
 #[path = "kvpack/eval.rs"]
@@ -223,6 +227,41 @@ enum Command {
     /// safetensors in the layout `roundtrip` and `attend` read (plus `token_ids` and
     /// `logits_last`), with the f16 cache; prints a JSON summary.
     DumpKv(DumpKvArgs),
+    /// Runs a model over a text and writes the calibration file of VecInfer (λ and codebooks)
+    /// and Q-Filters (filters; the orientation report per head is printed in the JSON).
+    Calibrate(CalibrateArgs),
+}
+
+/// `kvpack calibrate`'s arguments.
+#[derive(clap::Args)]
+struct CalibrateArgs {
+    /// A `.gguf` file, a llama2.c `.bin` checkpoint, or a fetched model name (smollm2, ...).
+    #[arg(long)]
+    model: String,
+    /// Tokenizer of a llama2.c checkpoint (default: a `tok*.bin` beside it).
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// The calibration text (use another text than the one you evaluate on).
+    #[arg(long)]
+    text: PathBuf,
+    /// The calibration file to write (safetensors).
+    #[arg(long)]
+    out: PathBuf,
+    /// What to calibrate: vecinfer, qfilters or both (comma-separated).
+    #[arg(long = "for", default_value = "vecinfer,qfilters")]
+    for_: String,
+    /// VecInfer presets to train (1: d_s 8, C 256; 2: d_s 4, C 256), comma-separated.
+    #[arg(long, default_value = "1,2", value_delimiter = ',')]
+    bits: Vec<u32>,
+    /// SplitMix64 seed of k-means++ (default 0x6B7670616B).
+    #[arg(long, default_value_t = 0x6B_7670_616B)]
+    seed: u64,
+    /// Use only the first N tokens of the text.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_tokens: Option<u64>,
+    /// Tokens per forward chunk.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    chunk: u64,
 }
 
 /// `kvpack cache ...`.
@@ -470,6 +509,26 @@ fn run(command: Command) -> Result<(), String> {
                 max_tokens: max_tokens.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             };
             eval::run(&opts, context)
+        }
+        Command::Calibrate(a) => {
+            let big = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+            let (vecinfer, qfilters) = calibrate::parse_for(&a.for_)?;
+            let opts = calibrate::Options {
+                model: a.model,
+                tokenizer: a.tokenizer,
+                text: a.text,
+                out: a.out,
+                vecinfer,
+                qfilters,
+                bits: a.bits,
+                seed: a.seed,
+                max_tokens: a.max_tokens.map(big),
+                chunk: big(a.chunk),
+            };
+            let summary = calibrate::run(&opts)?;
+            let text = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
+            println!("{text}");
+            Ok(())
         }
         Command::DumpKv(a) => {
             let big = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);

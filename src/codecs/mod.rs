@@ -7,3 +7,4 @@ pub mod f16;
 pub mod kivi;
 pub mod qjl;
 pub mod turboquant;
+pub mod vecinfer;

@@ -12,5 +12,6 @@ pub mod f16;
 pub mod kivi;
 pub mod qjl;
 pub mod turboquant;
+pub mod vecinfer;
 
 pub use bitpack::bitunpack;

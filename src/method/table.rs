@@ -14,6 +14,7 @@ pub static METHODS: &[&MethodRow] = &[
     &crate::codecs::turboquant::ROW_MSE,
     &crate::codecs::turboquant::ROW_RVQ,
     &crate::codecs::qjl::ROW,
+    &crate::codecs::vecinfer::ROW,
 ];
 
 /// The row named `name`, or an error listing the methods.
@@ -69,6 +70,26 @@ fn parse_side(s: &str) -> Result<(&'static MethodRow, Options)> {
     Ok((r, opts))
 }
 
+/// Splits `KEYS/VALUES` at the first `/` that starts a method (a name of the table, or a short
+/// form), so option values may hold paths (`vecinfer:calib=/tmp/c.safetensors/kivi-4`);
+/// without such a `/`, a spec without a `calib=` path splits at its first `/` (so an unknown
+/// value method is reported as one).
+fn split_pair(s: &str) -> Option<(&str, &str)> {
+    let at_method = s.match_indices('/').map(|(i, _)| i).find_map(|i| {
+        let rest = s[i + 1..].trim();
+        let name = rest.split(':').next().unwrap_or(rest);
+        let is_method = row(name).is_ok() || METHODS.iter().any(|r| (r.short)(rest).is_some());
+        is_method.then(|| (&s[..i], &s[i + 1..]))
+    });
+    at_method.or_else(|| {
+        if s.contains("calib=") {
+            None
+        } else {
+            s.split_once('/')
+        }
+    })
+}
+
 fn take_residual(method: &str, opts: &mut Options) -> Result<Option<usize>> {
     let r = opts.number::<usize>(method, "residual")?;
     opts.0.retain(|(k, _)| k != "residual");
@@ -79,7 +100,7 @@ impl FromStr for Method {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        let (key, value, residual) = match s.split_once('/') {
+        let (key, value, residual) = match split_pair(s) {
             None => {
                 let (r, mut opts) = parse_side(s)?;
                 if r.sides == Sides::KeysOnly {

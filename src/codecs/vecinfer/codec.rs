@@ -1,0 +1,329 @@
+//! The [`Codec`] of one VecInfer side (keys or values): per token and head, one packed row of
+//! n_sub = P/d_s indices (log2 C bits each, bitpack.md) into its layer's calibrated codebook
+//! of the head (stream `codes`, `[tokens][H][row_words]`); tables (counted once per layer):
+//! keys λ `[H][D]` then the codebooks `[H][C][d_s]` (f32 bits), values the codebooks only.
+//! Attention (../shared/spec/vecinfer.md): the key hook's prepared query is the LUT
+//! `[n_sub][C]` of q̃ = H_P·(q ⊙ λ)/√P and a score is the sum of n_sub entries; values
+//! accumulate the codebook rows in the transformed space (P wide) and the normalized output
+//! is transformed back once.
+//!
+//! Paths: the CPU reference. The WGSL and MSL kernels (fused argmin quantize, LUT attention
+//! hooks) are not written yet: asking for a GPU path is [`Error::PathUnavailable`] (and
+//! `auto` on a device with a GPU as well: no silent CPU fallback).
+
+use crate::attention::kernel::AttendHooks;
+use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
+use crate::context::{Context, KernelPath, PathChoice};
+use crate::cpu::vecinfer::attend_k::{lut_score, prepare_query};
+use crate::cpu::vecinfer::attend_v::{accumulate, finish};
+use crate::cpu::vecinfer::transform::{
+    inverse_key, inverse_value, padded_dim, transform_key, transform_value,
+};
+use crate::cpu::vecinfer::vecinfer_dequant::reconstruct_transformed;
+use crate::cpu::vecinfer::vecinfer_quant::{pack_row, quantize_vector, row_words};
+use crate::error::{Error, Result};
+use crate::store::memory::StreamKind;
+use crate::store::{Geometry, Side};
+
+use super::config::VecSide;
+
+/// One VecInfer side (see the module docs).
+#[derive(Debug)]
+pub struct VecInferCodec {
+    cfg: VecSide,
+    g: Geometry,
+    layer: usize,
+    padded: usize,
+    n_sub: usize,
+    row_words: usize,
+    streams: [Stream; 1],
+    /// λ `[H][D]` (keys; empty for values).
+    lambda: Vec<f32>,
+    /// Codebooks `[H][C][d_s]`.
+    codebooks: Vec<f32>,
+    tables: Vec<u32>,
+}
+
+impl VecInferCodec {
+    /// The codec of `cfg` for layer `layer` of geometry `g` on `choice`. Errors: a calibration
+    /// made for another shape or with fewer layers, d_s not dividing P, a GPU path.
+    pub fn new(
+        ctx: &Context,
+        cfg: VecSide,
+        g: Geometry,
+        layer: usize,
+        choice: PathChoice,
+    ) -> Result<Self> {
+        let gpu_ctx = ctx.device().is_some();
+        if choice != PathChoice::Cpu && (gpu_ctx || choice != PathChoice::Auto) {
+            return Err(Error::PathUnavailable {
+                kernel: "vecinfer_quant",
+                requested: choice.to_string(),
+                reason: "VecInfer's WGSL/MSL kernels are not written yet: only the CPU reference \
+                         runs (path cpu)"
+                    .into(),
+            });
+        }
+        let m = &cfg.calib.meta.model;
+        if m.kv_heads != g.heads || m.head_dim != g.dim {
+            return Err(Error::Calibration {
+                path: cfg.calib_path.display().to_string(),
+                message: format!(
+                    "made for {} ({} KV heads, head_dim {}), used for a layer of {} heads, head_dim {}",
+                    m.name, m.kv_heads, m.head_dim, g.heads, g.dim
+                ),
+            });
+        }
+        let padded = padded_dim(g.dim)?;
+        let n_sub = cfg.preset.n_sub(padded)?;
+        let t = cfg
+            .calib
+            .vecinfer_layer(layer, cfg.preset, cfg.preset)
+            .map_err(|e| match e {
+                Error::Calibration { message, .. } => Error::Calibration {
+                    path: cfg.calib_path.display().to_string(),
+                    message,
+                },
+                e => e,
+            })?;
+        let (lambda, codebooks) = match cfg.side {
+            Side::Keys => (t.lambda, t.keys),
+            Side::Values => (Vec::new(), t.values),
+        };
+        let tables = lambda
+            .iter()
+            .chain(&codebooks)
+            .map(|x| x.to_bits())
+            .collect();
+        let rw = row_words(n_sub, cfg.preset);
+        Ok(Self {
+            streams: [Stream {
+                name: "codes",
+                kind: StreamKind::Codes,
+                words_per_block: g.heads * rw,
+            }],
+            cfg,
+            g,
+            layer,
+            padded,
+            n_sub,
+            row_words: rw,
+            lambda,
+            codebooks,
+            tables,
+        })
+    }
+
+    /// The layer whose tables it holds.
+    pub fn layer(&self) -> usize {
+        self.layer
+    }
+
+    /// Sub-vectors per vector.
+    pub fn n_sub(&self) -> usize {
+        self.n_sub
+    }
+
+    fn head_lambda(&self, h: usize) -> &[f32] {
+        &self.lambda[h * self.g.dim..][..self.g.dim]
+    }
+
+    fn head_codebook(&self, h: usize) -> &[f32] {
+        let n = self.cfg.preset.centroids * self.cfg.preset.sub_dim;
+        &self.codebooks[h * n..][..n]
+    }
+
+    fn row_of<'a>(&self, words: &'a [u32], j: usize, h: usize) -> &'a [u32] {
+        &words[(j * self.g.heads + h) * self.row_words..][..self.row_words]
+    }
+}
+
+impl Codec for VecInferCodec {
+    fn method(&self) -> &'static str {
+        "vecinfer"
+    }
+
+    fn settings(&self) -> String {
+        format!(
+            "bits={} (d_s {}, C {}),calib={}",
+            self.cfg.bits,
+            self.cfg.preset.sub_dim,
+            self.cfg.preset.centroids,
+            self.cfg.calib_path.display()
+        )
+    }
+
+    fn side(&self) -> Side {
+        self.cfg.side
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.g
+    }
+
+    fn path(&self) -> KernelPath {
+        KernelPath::Cpu
+    }
+
+    fn block_tokens(&self) -> usize {
+        1
+    }
+
+    fn streams(&self) -> &[Stream] {
+        &self.streams
+    }
+
+    fn tables(&self) -> &[u32] {
+        &self.tables
+    }
+
+    fn encode(
+        &self,
+        _first: usize,
+        blocks: usize,
+        x: &dyn Fn(usize, usize, usize) -> f32,
+        out: &mut [Vec<u32>],
+    ) -> Result<()> {
+        let [codes] = out else {
+            return Err(Error::LengthMismatch {
+                what: "vecinfer streams",
+                expected: 1,
+                actual: out.len(),
+            });
+        };
+        let (h_n, d) = (self.g.heads, self.g.dim);
+        *codes = vec![0u32; blocks * h_n * self.row_words];
+        let (mut v, mut t, mut idx) = (vec![0f32; d], Vec::new(), vec![0u32; self.n_sub]);
+        for tok in 0..blocks {
+            for h in 0..h_n {
+                for (i, o) in v.iter_mut().enumerate() {
+                    *o = x(tok, h, i);
+                }
+                match self.cfg.side {
+                    Side::Keys => transform_key(&v, self.head_lambda(h), self.padded, &mut t),
+                    Side::Values => transform_value(&v, self.padded, &mut t),
+                }
+                quantize_vector(&t, self.head_codebook(h), self.cfg.preset, &mut idx);
+                let at = (tok * h_n + h) * self.row_words;
+                pack_row(
+                    &idx,
+                    self.cfg.preset.index_bits(),
+                    &mut codes[at..at + self.row_words],
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn decode(&self, words: &Words<'_>, blocks: usize, out: &mut [f32]) -> Result<()> {
+        let d = self.g.dim;
+        for j in 0..blocks {
+            for h in 0..self.g.heads {
+                self.row(words, j, h, &mut out[(j * self.g.heads + h) * d..][..d]);
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_gpu(
+        &self,
+        _ctx: &Context,
+        _enc: &mut wgpu::CommandEncoder,
+        _src: &EncodeSource<'_>,
+        _dst: &SegmentRef<'_>,
+        _blocks: usize,
+        _status: &wgpu::Buffer,
+    ) -> Result<()> {
+        Err(Error::PathUnavailable {
+            kernel: "vecinfer_quant",
+            requested: "gpu".into(),
+            reason: "VecInfer's GPU quantize kernel is not written yet".into(),
+        })
+    }
+
+    fn prepare_query(&self, h: usize, q: &[f32], out: &mut Vec<f32>) {
+        prepare_query(
+            q,
+            self.head_lambda(h),
+            self.head_codebook(h),
+            self.cfg.preset,
+            self.padded,
+            out,
+        );
+    }
+
+    fn score(
+        &self,
+        words: &Words<'_>,
+        preps: &[Vec<f32>],
+        j: usize,
+        h: usize,
+        _scratch: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
+        let row = self.row_of(words[0], j, h);
+        for (o, lut) in out.iter_mut().zip(preps) {
+            *o = lut_score(lut, row, self.cfg.preset);
+        }
+    }
+
+    fn value_dim(&self) -> usize {
+        self.padded
+    }
+
+    fn value(&self, words: &Words<'_>, j: usize, h: usize, out: &mut [f32]) {
+        out.fill(0.0);
+        accumulate(
+            out,
+            1.0,
+            self.row_of(words[0], j, h),
+            self.head_codebook(h),
+            self.cfg.preset,
+        );
+    }
+
+    fn finish_output(&self, _h: usize, acc: &[f32], out: &mut [f32]) {
+        let mut a = acc.to_vec();
+        finish(&mut a, out);
+    }
+
+    fn row(&self, words: &Words<'_>, j: usize, h: usize, out: &mut [f32]) {
+        let mut t = vec![0f32; self.padded];
+        reconstruct_transformed(
+            self.row_of(words[0], j, h),
+            self.head_codebook(h),
+            self.cfg.preset,
+            &mut t,
+        );
+        match self.cfg.side {
+            Side::Keys => inverse_key(&t, self.head_lambda(h), out),
+            Side::Values => {
+                inverse_value(&mut t);
+                out.copy_from_slice(&t[..self.g.dim]);
+            }
+        }
+    }
+
+    fn attend_hooks(&self) -> &'static AttendHooks {
+        &NO_GPU_HOOKS
+    }
+
+    fn attend_value_space_out(&self) -> bool {
+        false
+    }
+}
+
+/// VecInfer has no GPU attention hooks yet; a codec exists only on the CPU path, whose
+/// attention never composes hooks. Were these ever composed, the WGSL front end would reject
+/// them (a typed shader error, not a wrong kernel).
+static NO_GPU_HOOKS: AttendHooks = AttendHooks {
+    name: "vecinfer",
+    wgsl_common: &[],
+    wgsl_k: "vecinfer has no GPU attention hooks yet",
+    wgsl_v: "vecinfer has no GPU attention hooks yet",
+    msl_common: &[],
+    msl_k: None,
+    msl_v: None,
+    k_prep: true,
+    keys_only: false,
+};

@@ -1,0 +1,32 @@
+//! VecInfer's settings for one side: its preset (d_s, C) and the calibration (λ and codebooks
+//! of every layer), loaded once when the method is parsed and shared by every layer's codec.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::calib::Calibration;
+use crate::cpu::vecinfer::Preset;
+use crate::store::Side;
+
+/// One side's VecInfer settings.
+#[derive(Clone, Debug)]
+pub struct VecSide {
+    /// Keys or values.
+    pub side: Side,
+    /// The nominal bits (1 or 2) of the preset.
+    pub bits: u32,
+    /// d_s and C.
+    pub preset: Preset,
+    /// The calibration file as given in the spec.
+    pub calib_path: PathBuf,
+    /// The calibration file's content.
+    pub calib: Arc<Calibration>,
+}
+
+impl fmt::Display for VecSide {
+    /// `bits=B,calib=PATH`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bits={},calib={}", self.bits, self.calib_path.display())
+    }
+}

@@ -1,0 +1,265 @@
+//! The VecInfer codec on the architecture (src/codecs/vecinfer/, ../shared/spec/vecinfer.md),
+//! CPU path, with a calibration made from the real SmolLM2 `paris` fixture (layers 0 and 10)
+//! and data from `story-512` (another text): the method grammar (calib required, missing or
+//! mismatched files refused, paths with `/` in a KEYS/VALUES pair), stored indices equal the
+//! CPU reference's, attention through the LUT hooks equals f64 softmax attention over the
+//! reconstructed keys and values (GQA: 9 query heads on 3 KV heads), and the same check run
+//! with a planted bug (the LUT of the wrong head, λ on the key's side of the query) fails;
+//! GPU paths are refused, memory counts the codes and the tables.
+
+mod common;
+
+use std::path::PathBuf;
+
+use half::f16;
+use kvpack::calib::train::calibrate_capture;
+use kvpack::calib::{Calibration, ModelIdentity};
+use kvpack::cpu::vecinfer::Preset;
+use kvpack::cpu::vecinfer::attend_k::{lut_score, prepare_query};
+use kvpack::cpu::vecinfer::vecinfer_dequant::vecinfer_dequant;
+use kvpack::cpu::vecinfer::vecinfer_quant::vecinfer_quant;
+use kvpack::model::QkvCapture;
+use kvpack::{AttendOptions, Context, Error, Input, Method, PathChoice};
+
+const LAYERS: [usize; 2] = [0, 10];
+
+fn layer_of(x: &[f16], shape: &[usize], l: usize) -> Vec<f32> {
+    let n = shape[1] * shape[2] * shape[3];
+    x[l * n..][..n].iter().map(|v| v.to_f32()).collect()
+}
+
+/// A calibration file of the paris fixture's layers 0 and 10 (as a 2-layer model), written to
+/// a temporary path.
+fn calib_file(test: &str) -> Option<PathBuf> {
+    let paris = common::shared_fixture("paris.safetensors", test)?;
+    let (sq, q) = common::load_f16(&paris, "q");
+    let (sk, k) = common::load_f16(&paris, "k");
+    let (_, v) = common::load_f16(&paris, "v");
+    let cap = QkvCapture {
+        tokens: sk[1],
+        q: LAYERS.iter().map(|&l| layer_of(&q, &sq, l)).collect(),
+        k: LAYERS.iter().map(|&l| layer_of(&k, &sk, l)).collect(),
+        v: LAYERS.iter().map(|&l| layer_of(&v, &sk, l)).collect(),
+    };
+    let id = ModelIdentity {
+        name: "smollm2-paris-layers-0-10".into(),
+        arch: "llama".into(),
+        layers: 2,
+        q_heads: sq[2],
+        kv_heads: sk[2],
+        head_dim: sk[3],
+    };
+    let opts = kvpack::calib::train::CalibOptions {
+        qfilters: false,
+        ..Default::default()
+    };
+    let cal = calibrate_capture(&cap, id, "paris", "paris.safetensors", &opts, &|_| {}).unwrap();
+    let p = std::env::temp_dir().join(format!(
+        "kvpack-vecinfer-{}-{test}.safetensors",
+        std::process::id()
+    ));
+    cal.write(&p).unwrap();
+    Some(p)
+}
+
+#[test]
+fn grammar_and_bad_calibrations() {
+    let Some(p) = calib_file("grammar") else {
+        return;
+    };
+    let ps = p.display().to_string();
+    let e = Method::parse("vecinfer:bits=1").unwrap_err();
+    assert!(matches!(&e, Error::Config(m) if m.contains("calib")), "{e}");
+    let e = Method::parse("vecinfer:bits=1,calib=/nonexistent/c.safetensors").unwrap_err();
+    assert!(matches!(e, Error::Calibration { .. }), "{e}");
+    assert!(Method::parse(&format!("vecinfer:bits=3,calib={ps}")).is_err());
+    let m = Method::parse(&format!("vecinfer:kbits=1,vbits=2,calib={ps}")).unwrap();
+    assert_eq!(m.residual(), 0);
+    let pair = Method::parse(&format!("vecinfer:bits=2,calib={ps}/kivi-4")).unwrap();
+    assert_eq!(pair.value().method(), "kivi");
+    let pair = Method::parse(&format!("kivi:bits=4/vecinfer:bits=1,calib={ps}")).unwrap();
+    assert_eq!(pair.value().method(), "vecinfer");
+    // A file made for another shape: refused when the layer is built, nothing created.
+    let ctx = Context::cpu();
+    let e = m.layer(&ctx, 4, 64, PathChoice::Cpu).unwrap_err();
+    assert!(matches!(e, Error::Calibration { .. }), "{e}");
+    let e = m.layer_at(&ctx, 2, 3, 64, PathChoice::Cpu).unwrap_err();
+    assert!(
+        matches!(&e, Error::Calibration { message, .. } if message.contains("layer 2")),
+        "{e}"
+    );
+    // A file with the λ of a head set to 0 (corrupt) is refused at parse time.
+    let mut cal = Calibration::read(&p).unwrap();
+    cal.vecinfer.as_mut().unwrap().lambda[5] = 0.0;
+    let bad = p.with_extension("bad.safetensors");
+    cal.write(&bad).unwrap();
+    let e = Method::parse(&format!("vecinfer:bits=1,calib={}", bad.display())).unwrap_err();
+    assert!(matches!(e, Error::Calibration { .. }), "{e}");
+    // GPU paths are refused (no silent CPU fallback).
+    let e = m.layer(&ctx, 3, 64, PathChoice::Wgsl).unwrap_err();
+    assert!(matches!(e, Error::PathUnavailable { .. }), "{e}");
+    std::fs::remove_file(&p).ok();
+    std::fs::remove_file(&bad).ok();
+}
+
+/// f64 softmax attention of one query row over reconstructed keys/values of one KV head.
+fn attend_f64(q: &[f32], keys: &[Vec<f32>], vals: &[Vec<f32>], scale: f64) -> Vec<f64> {
+    let s: Vec<f64> = keys
+        .iter()
+        .map(|k| {
+            q.iter()
+                .zip(k)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum::<f64>()
+                * scale
+        })
+        .collect();
+    let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+    let z: f64 = w.iter().sum();
+    let d = vals[0].len();
+    (0..d)
+        .map(|i| {
+            w.iter()
+                .zip(vals)
+                .map(|(p, v)| p * v[i] as f64)
+                .sum::<f64>()
+                / z
+        })
+        .collect()
+}
+
+#[test]
+fn story_attention_through_the_lut_hooks() {
+    let Some(p) = calib_file("story") else { return };
+    let Some(story) = common::shared_fixture("story-512.safetensors", "story") else {
+        return;
+    };
+    let (sq, q) = common::load_f16(&story, "q");
+    let (sk, k) = common::load_f16(&story, "k");
+    let (_, v) = common::load_f16(&story, "v");
+    let (t, hq, h, d) = (200usize, sq[2], sk[2], sk[3]);
+    let cal = Calibration::read(&p).unwrap();
+    let ctx = Context::cpu();
+    for bits in [1u32, 2] {
+        let preset = Preset::for_bits(bits).unwrap();
+        let m = Method::parse(&format!("vecinfer:bits={bits},calib={}", p.display())).unwrap();
+        for (li, &l) in LAYERS.iter().enumerate() {
+            let kl: Vec<f32> = layer_of(&k, &sk, l)[..t * h * d].to_vec();
+            let vl: Vec<f32> = layer_of(&v, &sk, l)[..t * h * d].to_vec();
+            let ql: Vec<f32> = layer_of(&q, &sq, l)[(t - 4) * hq * d..t * hq * d].to_vec();
+            let mut layer = m.layer_at(&ctx, li, h, d, PathChoice::Cpu).unwrap();
+            // Two appends (chunking must not matter for a per-token codec).
+            let (k16, v16): (Vec<f16>, Vec<f16>) = (
+                kl.iter().map(|&x| f16::from_f32(x)).collect(),
+                vl.iter().map(|&x| f16::from_f32(x)).collect(),
+            );
+            let cut = 77 * h * d;
+            layer
+                .append(Input::F16(&k16[..cut]), Input::F16(&v16[..cut]))
+                .unwrap();
+            layer
+                .append(Input::F16(&k16[cut..]), Input::F16(&v16[cut..]))
+                .unwrap();
+            let mem = layer.memory();
+            let n_sub = 64 / preset.sub_dim;
+            assert_eq!(
+                mem.held.key_codes,
+                (t * h * n_sub) as u64,
+                "one byte per index"
+            );
+            assert_eq!(
+                mem.held.tables,
+                4 * (h * d + 2 * h * 256 * preset.sub_dim) as u64,
+                "λ + two codebooks"
+            );
+            // Stored reconstruction = the CPU reference's.
+            let tab = cal.vecinfer_layer(li, preset, preset).unwrap();
+            let kr = vecinfer_quant(&kl, h, d, Some(&tab.lambda), &tab.keys, preset, 64);
+            let vr = vecinfer_quant(&vl, h, d, None, &tab.values, preset, 64);
+            let khat = vecinfer_dequant(&kr, h, d, Some(&tab.lambda), &tab.keys, preset, 64);
+            let vhat = vecinfer_dequant(&vr, h, d, None, &tab.values, preset, 64);
+            let (rk, rv) = layer.reconstruct().unwrap();
+            assert_eq!(rk, khat, "keys: the layer stores the reference's indices");
+            assert_eq!(rv, vhat);
+            // Attention of the last 4 positions (causal) through the hooks.
+            let out = layer.attend(&ql, hq, &AttendOptions::default()).unwrap();
+            let scale = 1.0 / (d as f64).sqrt();
+            let group = hq / h;
+            let mut worst = 0.0f64;
+            let mut worst_wrong_head = f64::INFINITY;
+            for r in 0..4 {
+                let upto = t - 4 + r + 1;
+                for qh in 0..hq {
+                    let kv = qh / group;
+                    let rows = |x: &[f32], hh: usize| -> Vec<Vec<f32>> {
+                        (0..upto)
+                            .map(|j| x[(j * h + hh) * d..][..d].to_vec())
+                            .collect()
+                    };
+                    let qrow = &ql[(r * hq + qh) * d..][..d];
+                    let want = attend_f64(qrow, &rows(&khat, kv), &rows(&vhat, kv), scale);
+                    let got = &out[(r * hq + qh) * d..][..d];
+                    let n: f64 = want.iter().map(|x| x * x).sum::<f64>().sqrt();
+                    let err: f64 = got
+                        .iter()
+                        .zip(&want)
+                        .map(|(&a, b)| (a as f64 - b).powi(2))
+                        .sum::<f64>()
+                        .sqrt()
+                        / n.max(1e-6);
+                    worst = worst.max(err);
+                    // Planted bug: the LUT of the wrong head (KV head kv+1's λ and codebook)
+                    // scored against head kv's indices.
+                    let wrong = (kv + 1) % h;
+                    let mut lut = Vec::new();
+                    let cbn = 256 * preset.sub_dim;
+                    prepare_query(
+                        qrow,
+                        &tab.lambda[wrong * d..][..d],
+                        &tab.keys[wrong * cbn..][..cbn],
+                        preset,
+                        64,
+                        &mut lut,
+                    );
+                    let rw = kr.len() / (t * h);
+                    let s: Vec<f64> = (0..upto)
+                        .map(|j| {
+                            lut_score(&lut, &kr[(j * h + kv) * rw..][..rw], preset) as f64 * scale
+                        })
+                        .collect();
+                    let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let w: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+                    let z: f64 = w.iter().sum();
+                    let vrows = rows(&vhat, kv);
+                    let bad: Vec<f64> = (0..d)
+                        .map(|i| {
+                            w.iter()
+                                .zip(&vrows)
+                                .map(|(p, v)| p * v[i] as f64)
+                                .sum::<f64>()
+                                / z
+                        })
+                        .collect();
+                    let berr = bad
+                        .iter()
+                        .zip(&want)
+                        .map(|(a, b)| (a - b).powi(2))
+                        .sum::<f64>()
+                        .sqrt()
+                        / n.max(1e-6);
+                    worst_wrong_head = worst_wrong_head.min(berr);
+                }
+            }
+            eprintln!(
+                "vecinfer:bits={bits} layer {l}: attention rel. error vs f64 over the reconstruction {worst:.2e}; wrong-head LUT (planted) best row {worst_wrong_head:.2e}"
+            );
+            assert!(worst < 1e-4, "attention through the hooks: {worst}");
+            assert!(
+                worst_wrong_head > 1e-3,
+                "the planted wrong-head LUT must be visible: {worst_wrong_head}"
+            );
+        }
+    }
+    std::fs::remove_file(&p).ok();
+}
