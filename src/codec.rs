@@ -128,6 +128,15 @@ pub trait Codec: Send + Sync + fmt::Debug {
         out: &mut [Vec<u32>],
     ) -> Result<()>;
 
+    /// Checks stored words that did not come from this codec's encode (a restored snapshot, a
+    /// loaded file) for what its encode never writes: `words` holds `blocks` blocks of each
+    /// stream (their lengths are already checked). Default: every word is acceptable. A codec
+    /// whose words hold floats rejects NaN and ±Inf here, as appends reject them on entry.
+    fn check_words(&self, words: &Words<'_>, blocks: usize) -> Result<()> {
+        let _ = (words, blocks);
+        Ok(())
+    }
+
     /// CPU reference: reconstructs `blocks` blocks from `words` (each stream's words of those
     /// blocks) into `out` `[blocks·G][H][D]` f32.
     fn decode(&self, words: &Words<'_>, blocks: usize, out: &mut [f32]) -> Result<()>;
@@ -283,6 +292,19 @@ pub trait Codec: Send + Sync + fmt::Debug {
 /// The common check of a codec built for a GPU path: the context must have a device.
 pub(crate) fn require_gpu(ctx: &Context, what: &'static str) -> Result<()> {
     crate::gpu::gpu_of(ctx, what).map(|_| ())
+}
+
+/// The first non-finite f16 among the halves of `words` (element 2i in the low half of word
+/// i): its index and value, for codecs whose streams hold f16 values.
+pub fn first_non_finite_f16(words: &[u32]) -> Option<(usize, f32)> {
+    words.iter().enumerate().find_map(|(i, w)| {
+        [*w as u16, (*w >> 16) as u16]
+            .into_iter()
+            .enumerate()
+            .map(|(j, b)| (2 * i + j, f16::from_bits(b)))
+            .find(|(_, x)| !x.is_finite())
+            .map(|(e, x)| (e, x.to_f32()))
+    })
 }
 
 /// f16 rows of tokens `[first, first + n)` of an f16-rounded input closure, for codecs that

@@ -97,6 +97,10 @@ pub(crate) struct Gpu {
     pub subgroup_order: Arc<std::sync::OnceLock<bool>>,
     /// Shared by every handle made from this one (`with_path` and friends).
     pub pipelines: Arc<Mutex<PipelineCache>>,
+    /// wgpu's reason once the device is lost (set by the device-lost callback kvpack installs
+    /// on devices it creates; an application's own device keeps its own callback, so kvpack
+    /// sees its loss only as failed operations, [`crate::Error::Gpu`]).
+    pub lost: Arc<std::sync::OnceLock<String>>,
 }
 
 struct Inner {
@@ -148,6 +152,7 @@ impl Context {
             limits,
             pipelines: Arc::default(),
             subgroup_order: Arc::default(),
+            lost: Arc::default(),
         };
         Self::build(Origin::AppDevice, Some(gpu), PathChoice::Auto)
     }
@@ -240,7 +245,12 @@ impl Context {
             limits,
             pipelines: Arc::default(),
             subgroup_order: Arc::default(),
+            lost: Arc::default(),
         };
+        let lost = gpu.lost.clone();
+        gpu.device.set_device_lost_callback(move |reason, message| {
+            let _ = lost.set(format!("{reason:?}: {message}"));
+        });
         Ok(Self::build(Origin::Headless, Some(gpu), PathChoice::Auto))
     }
 

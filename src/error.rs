@@ -140,6 +140,27 @@ pub enum Error {
         message: String,
     },
 
+    /// A saved cache file (or bytes said to be one) is not one, is corrupt, is of a newer
+    /// format version, or does not fit what it was loaded for ([`crate::persist`]).
+    #[error("cache file {file}: {problem}")]
+    CacheFile {
+        /// The file's path (`<bytes>` for an in-memory buffer).
+        file: String,
+        /// What is wrong (boxed: it keeps [`Error`] small).
+        problem: Box<crate::persist::CacheFileError>,
+    },
+
+    /// The GPU device was lost (driver reset, device destroyed, ...): nothing more can run
+    /// or be read back on it. Make a new [`crate::Context`]; a cache saved before the loss
+    /// loads there.
+    #[error("the GPU device was lost during {during}: {message}")]
+    DeviceLost {
+        /// What kvpack was doing.
+        during: &'static str,
+        /// wgpu's reason.
+        message: String,
+    },
+
     /// A calibration file (VecInfer codebooks and λ, Q-Filters filters) is missing, malformed,
     /// of another format version, or does not match the model or the method asking for it.
     #[error("calibration file {path}: {message}")]

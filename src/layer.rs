@@ -74,6 +74,13 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     fn attend_reference(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>>;
     /// The method.
     fn method(&self) -> &Method;
+    /// The fixed shape: KV heads and head width.
+    fn geometry(&self) -> Geometry;
+    /// The model layer its codecs drew per-layer tables for ([`Method::layer_at`]; 0 for a
+    /// lone layer): saved with the cache so that a loaded layer decodes with the same tables.
+    fn index(&self) -> usize;
+    /// The codec of one side (what it stores, its settings and tables).
+    fn codec(&self, side: Side) -> &dyn Codec;
     /// The path the key side's and the value side's kernels run on.
     fn paths(&self) -> [crate::path::KernelPath; 2];
     /// The attention kernels this layer runs and their paths (the CPU reference: none).
@@ -122,6 +129,8 @@ impl Method {
 /// One layer's cache: see the module docs.
 pub struct Layer {
     ctx: Context,
+    /// The model layer its codecs drew per-layer tables for ([`Layer::new_at`]).
+    index: usize,
     method: Method,
     g: Geometry,
     residual: usize,
@@ -212,6 +221,7 @@ impl Layer {
         };
         Ok(Self {
             ctx: ctx.clone(),
+            index,
             method: method.clone(),
             g,
             residual: r,
@@ -219,6 +229,42 @@ impl Layer {
             tokens: 0,
             store,
         })
+    }
+
+    /// A layer of `method` (its codecs drawn for model layer `index`, [`Layer::new_at`]) for
+    /// `heads` KV heads of width `dim` on `choice` holding the words of `snapshot` (taken on any path: stored words are the same everywhere), as
+    /// [`KvLayer::snapshot`] of a layer that appended them would return; the next appends,
+    /// attention and snapshots continue from there. The snapshot is checked first
+    /// ([`Snapshot::check`]: lengths, the quantized count, finite values): one that no layer
+    /// of this method and geometry could hold is an error, and no layer is made.
+    pub fn from_snapshot(
+        ctx: &Context,
+        index: usize,
+        heads: usize,
+        dim: usize,
+        method: &Method,
+        choice: PathChoice,
+        snapshot: &Snapshot,
+    ) -> Result<Self> {
+        let mut layer = Self::new_at(ctx, index, heads, dim, method, choice)?;
+        snapshot.check([&*layer.codecs[0], &*layer.codecs[1]], layer.residual)?;
+        let t = snapshot.tokens;
+        let sides = [&snapshot.keys, &snapshot.values];
+        match &mut layer.store {
+            Store::Cpu(s) => {
+                *s = [
+                    CpuSide::restore(ctx, sides[0])?,
+                    CpuSide::restore(ctx, sides[1])?,
+                ];
+            }
+            Store::Gpu(s) => {
+                for (i, side) in s.sides.iter_mut().enumerate() {
+                    side.restore(&*layer.codecs[i], t, sides[i])?;
+                }
+            }
+        }
+        layer.tokens = t;
+        Ok(layer)
     }
 
     /// Whether either side can hold rows in a residual ring (`R + G − 1 > 0`; fixed for the
@@ -706,6 +752,18 @@ impl KvLayer for Layer {
 
     fn method(&self) -> &Method {
         &self.method
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.g
+    }
+
+    fn index(&self) -> usize {
+        self.index
+    }
+
+    fn codec(&self, side: Side) -> &dyn Codec {
+        &*self.codecs[side as usize]
     }
 
     fn paths(&self) -> [crate::path::KernelPath; 2] {

@@ -33,6 +33,7 @@ pub mod context;
 pub mod cpu;
 pub mod describe;
 pub mod error;
+pub mod fuzz;
 pub mod gpu;
 pub mod kernels;
 pub mod layer;
@@ -40,6 +41,7 @@ pub mod method;
 #[cfg(feature = "model")]
 pub mod model;
 pub mod path;
+pub mod persist;
 pub mod store;
 
 pub use attention::{AttendKernel, AttendOptions};
@@ -52,6 +54,7 @@ pub use error::{Error, Result};
 pub use layer::{KvLayer, Layer};
 pub use method::Method;
 pub use path::{KernelPath, PathChoice};
+pub use persist::SavedCache;
 pub use store::{Input, Memory, MemoryReport, Snapshot};
 
 /// A layer of any method (KIVI: [`Layer::kivi`]).

@@ -239,3 +239,70 @@ fn session_rejects_bad_tokens() {
     assert_eq!(l.len(), 512);
     assert_eq!(s.pos(), 1);
 }
+
+/// A session saved after a prefill resumes from the file with identical next-token logits
+/// (CPU → CPU and GPU → GPU bit for bit over 8 greedy steps; GPU → CPU within 1e-3 of the
+/// logits' scale); a file of another model or a damaged file is a typed error.
+#[test]
+fn stories_session_save_and_resume() {
+    let Some(dir) = model_dir("stories_session_save_and_resume") else {
+        return;
+    };
+    let (w, tok) = load(&dir);
+    let prompt = tok.encode("Once upon a time, there was a little girl", true, false);
+    let file = std::env::temp_dir().join(format!("kvpack-session-{}.kvc", std::process::id()));
+    let mut targets = vec![(Context::cpu(), PathChoice::Cpu)];
+    match common::gpu_context() {
+        Ok(c) => targets.push((c, PathChoice::Wgsl)),
+        Err(e) => common::skip("stories_session_save_and_resume[wgsl]", &e),
+    }
+    for (ctx, path) in &targets {
+        for spec in ["kivi-2-32-32", "f16"] {
+            let m = Method::parse(spec).unwrap();
+            let mut a = Session::new(w.clone(), ctx, m, *path).unwrap();
+            let mut next = model::forward::argmax(&a.prefill(&prompt).unwrap());
+            a.save(&file).expect("save");
+            let mut b = Session::resume(w.clone(), ctx, &file, *path).expect("resume");
+            assert_eq!(b.pos(), prompt.len());
+            let mut cpu = Session::resume(w.clone(), &Context::cpu(), &file, PathChoice::Cpu)
+                .expect("resume on cpu");
+            for step in 0..8 {
+                let la = a.forward_token(next).unwrap();
+                let lb = b.forward_token(next).unwrap();
+                let lc = cpu.forward_token(next).unwrap();
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&la), bits(&lb), "{spec} on {path}: step {step}");
+                let scale = la.iter().fold(0f32, |m, x| m.max(x.abs()));
+                let worst = la
+                    .iter()
+                    .zip(&lc)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0f32, f32::max);
+                assert!(
+                    worst <= 1e-3 * scale,
+                    "{spec} saved on {path}, resumed on cpu: step {step}: {worst} vs scale {scale}"
+                );
+                next = model::forward::argmax(&la);
+            }
+        }
+    }
+    // Another model of the same shape (one embedding value changed) is refused by name.
+    let mut other = (*w).clone();
+    other.token_embedding[7] += 1.0;
+    match Session::resume(Arc::new(other), &Context::cpu(), &file, PathChoice::Cpu) {
+        Err(kvpack::Error::CacheFile { problem, .. }) => {
+            assert!(problem.to_string().contains("fingerprint"), "{problem}")
+        }
+        r => panic!("another model: {r:?}"),
+    }
+    // A damaged file is a typed error.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let n = bytes.len();
+    bytes[n - 100] ^= 1;
+    std::fs::write(&file, &bytes).unwrap();
+    match Session::resume(w.clone(), &Context::cpu(), &file, PathChoice::Cpu) {
+        Err(kvpack::Error::CacheFile { .. }) => {}
+        r => panic!("damaged file: {r:?}"),
+    }
+    std::fs::remove_file(&file).ok();
+}

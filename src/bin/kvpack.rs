@@ -10,6 +10,9 @@
 //!     [--json OUT.json] [--plot OUT.png] [--max-tokens N]
 //! kvpack dump-kv --model M [--tokenizer FILE] --text FILE --out qkv.safetensors \
 //!     [--max-tokens N] [--dtype f16|f32] [--chunk N]
+//! kvpack cache save --method SPEC --input kv.safetensors --out cache.kvc [--path auto]
+//! kvpack cache inspect cache.kvc       # JSON: version, method, geometry, tokens, sections, checksums
+//! kvpack attend --cache cache.kvc --input qkv.safetensors --queries N --output out.safetensors
 //! kvpack calibrate --model M --text F --out FILE [--for vecinfer,qfilters] [--bits 1,2] \
 //!     [--seed N] [--max-tokens N]
 //! kvpack methods        # every method, its options and defaults
@@ -22,6 +25,8 @@
 
 #[path = "kvpack/attend.rs"]
 mod attend;
+#[path = "kvpack/cache.rs"]
+mod cache;
 #[path = "kvpack/calibrate.rs"]
 mod calibrate;
 #[path = "kvpack/dump_kv.rs"]
@@ -141,9 +146,17 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         chunk: Option<u64>,
     },
-    /// Fill one cache per layer with K and V, attend with the last N queries, and report the
-    /// error against exact attention on the original K/V.
+    /// Save and inspect cache files (format: the `kvpack::persist` docs, README "Saved caches").
+    #[command(subcommand)]
+    Cache(CacheCommand),
+    /// Fill one cache per layer with K and V (or load it from `--cache`), attend with the last
+    /// N queries, and report the error against exact attention on the original K/V.
     Attend {
+        /// A saved cache file (`kvpack cache save`) to attend instead of filling caches from
+        /// `k`/`v`: it must hold every layer and all T tokens of the input; its method is
+        /// used (--method and its aliases must not be given).
+        #[arg(long, conflicts_with_all = ["method", "k_bits", "v_bits", "group", "residual", "params"])]
+        cache: Option<PathBuf>,
         /// Cache method spec (`kvpack methods`), as for roundtrip.
         #[arg(long, default_value = "kivi")]
         method: String,
@@ -251,6 +264,34 @@ struct CalibrateArgs {
     chunk: u64,
 }
 
+/// `kvpack cache ...`.
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Fill one cache per layer with K and V of a safetensors file and save them to a cache
+    /// file (written atomically: a temporary file renamed over --out); prints its inspection.
+    Save {
+        /// Cache method spec (`kvpack methods`).
+        #[arg(long)]
+        method: String,
+        /// auto, cpu, wgsl, wgsl-subgroup, wgsl-workgroup or msl.
+        #[arg(long, default_value = "auto", value_parser = PathChoice::parse)]
+        path: PathChoice,
+        /// Safetensors file with `k` and `v`, [T, H, D] or [L, T, H, D], f16 or f32.
+        #[arg(long)]
+        input: PathBuf,
+        /// The cache file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Print what a cache file holds as JSON (version, writer, metadata, each layer's method,
+    /// geometry and tokens, each section's bytes and checksum); fails when a checksum does not
+    /// match (after printing) or the file is not a sound cache file.
+    Inspect {
+        /// The cache file.
+        file: PathBuf,
+    },
+}
+
 /// Output precision of `dump-kv`.
 #[derive(Clone, Copy, ValueEnum)]
 enum DumpDtype {
@@ -347,7 +388,34 @@ fn run(command: Command) -> Result<(), String> {
             println!("{text}");
             Ok(())
         }
+        Command::Cache(CacheCommand::Save {
+            method,
+            path,
+            input,
+            out,
+        }) => {
+            let method = kvpack::Method::parse(&method).map_err(|e| e.to_string())?;
+            let (k, v) = io::read_kv(&input)?;
+            let ctx = context(path).map_err(|e| e.to_string())?;
+            let s = cache::save(&ctx, path, &method, &k, &v, &input, &out)?;
+            let text = serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?;
+            println!("{text}");
+            Ok(())
+        }
+        Command::Cache(CacheCommand::Inspect { file }) => {
+            let s = cache::inspect(&file)?;
+            let text = serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?;
+            println!("{text}");
+            if s["checksums_ok"] == false {
+                return Err(format!(
+                    "{}: a section's checksum does not match (see `checksum_ok` above)",
+                    file.display()
+                ));
+            }
+            Ok(())
+        }
         Command::Attend {
+            cache: cache_file,
             method,
             kivi,
             path,
@@ -358,7 +426,7 @@ fn run(command: Command) -> Result<(), String> {
             scale,
             output,
         } => {
-            let method = method_of(&method, &kivi)?;
+            let mut method = method_of(&method, &kivi)?;
             if let Some(s) = scale.filter(|s| !s.is_finite()) {
                 return Err(format!("--scale {s} is not finite"));
             }
@@ -373,7 +441,15 @@ fn run(command: Command) -> Result<(), String> {
             let (q, k, v) = io::read_qkv(&input)?;
             attend::check_shapes(&q, &k, n)?;
             let ctx = context(path).map_err(|e| e.to_string())?;
-            let out = attend::run(&ctx, path, &method, &q, &k, &v, n, &opts)?;
+            let cached = match &cache_file {
+                Some(file) => {
+                    let (m, layers) = cache::load_for(&ctx, path, file, &k)?;
+                    method = m;
+                    Some(layers)
+                }
+                None => None,
+            };
+            let out = attend::run(&ctx, path, &method, &q, &k, &v, n, &opts, cached)?;
             let s = &out.summary;
             let meta = HashMap::from([
                 (
@@ -388,6 +464,10 @@ fn run(command: Command) -> Result<(), String> {
                 ("queries".to_string(), n.to_string()),
                 ("options".to_string(), s["options"].to_string()),
                 ("input".to_string(), input.display().to_string()),
+                (
+                    "cache".to_string(),
+                    cache_file.map_or(String::new(), |c| c.display().to_string()),
+                ),
             ]);
             let mut shape = q.shape.clone();
             let rank = shape.len();

@@ -10,8 +10,6 @@ pub mod resolve;
 pub mod timing;
 pub mod unroll;
 
-use wgpu::util::DeviceExt;
-
 use crate::context::{Context, Gpu};
 use crate::error::{Error, Result};
 
@@ -21,10 +19,31 @@ pub const STORAGE_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_DST);
 
 pub(crate) fn gpu_of<'a>(ctx: &'a Context, during: &'static str) -> Result<&'a Gpu> {
-    ctx.gpu().ok_or_else(|| Error::Gpu {
+    let gpu = ctx.gpu().ok_or_else(|| Error::Gpu {
         during,
         message: "this context has no GPU device".into(),
-    })
+    })?;
+    if let Some(message) = gpu.lost.get() {
+        return Err(Error::DeviceLost {
+            during,
+            message: message.clone(),
+        });
+    }
+    Ok(gpu)
+}
+
+/// `err` unless the device turns out to be lost (wgpu reports a loss through the device-lost
+/// callback on its next poll, and drops the errors of work on a lost device): then
+/// [`Error::DeviceLost`].
+fn or_lost(gpu: &Gpu, during: &'static str, err: Error) -> Error {
+    let _ = gpu.device.poll(wgpu::PollType::Poll);
+    match gpu.lost.get() {
+        Some(message) => Error::DeviceLost {
+            during,
+            message: message.clone(),
+        },
+        None => err,
+    }
 }
 
 /// Bytes rounded up to whole u32 words, at least one word (wgpu rejects empty bindings).
@@ -53,7 +72,7 @@ fn allocate(
     ctx: &Context,
     label: &'static str,
     size: u64,
-    make: impl FnOnce(&wgpu::Device) -> wgpu::Buffer,
+    make: impl FnOnce(&wgpu::Device) -> std::result::Result<wgpu::Buffer, String>,
 ) -> Result<wgpu::Buffer> {
     let gpu = gpu_of(ctx, label)?;
     if ctx.take_injected_allocation_failure() {
@@ -66,13 +85,23 @@ fn allocate(
     let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let buffer = make(&gpu.device);
     if let Some(e) = pollster::block_on(scope.pop()) {
-        return Err(Error::OutOfMemory {
+        let oom = Error::OutOfMemory {
             what: label,
             bytes: size,
             message: e.to_string(),
-        });
+        };
+        return Err(or_lost(gpu, label, oom));
     }
-    Ok(buffer)
+    buffer.map_err(|message| {
+        or_lost(
+            gpu,
+            label,
+            Error::Gpu {
+                during: label,
+                message,
+            },
+        )
+    })
 }
 
 /// A zero-filled storage buffer of at least `bytes` (rounded to words), checked against limits.
@@ -80,27 +109,49 @@ pub fn storage_buffer(ctx: &Context, label: &'static str, bytes: u64) -> Result<
     let size = binding_size(bytes);
     check_storage_size(ctx, label, size)?;
     allocate(ctx, label, size, |device| {
-        device.create_buffer(&wgpu::BufferDescriptor {
+        Ok(device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
             usage: STORAGE_USAGE,
             mapped_at_creation: false,
-        })
+        }))
     })
+}
+
+/// A buffer of `size` bytes (a multiple of 4, at least `data.len()`) holding `data` then zeros:
+/// mapped at creation and filled here, not with wgpu's `create_buffer_init`, which panics when
+/// the mapping fails (as it does on a lost device); here that is an error.
+fn init_buffer(
+    device: &wgpu::Device,
+    label: &'static str,
+    data: &[u8],
+    size: u64,
+    usage: wgpu::BufferUsages,
+) -> std::result::Result<wgpu::Buffer, String> {
+    let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(label),
+        size,
+        usage,
+        mapped_at_creation: size > 0,
+    });
+    if size > 0 {
+        let mut view = buffer
+            .get_mapped_range_mut(..)
+            .map_err(|e| format!("the new buffer cannot be written: {e}"))?;
+        let mut padded = data.to_vec();
+        padded.resize(size as usize, 0);
+        view.copy_from_slice(&padded);
+    }
+    buffer.unmap();
+    Ok(buffer)
 }
 
 /// A storage buffer holding `data` (padded with zeros to whole words).
 pub fn upload(ctx: &Context, label: &'static str, data: &[u8]) -> Result<wgpu::Buffer> {
     let size = binding_size(data.len() as u64);
     check_storage_size(ctx, label, size)?;
-    let mut padded = data.to_vec();
-    padded.resize(size as usize, 0);
     allocate(ctx, label, size, |device| {
-        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: &padded,
-            usage: STORAGE_USAGE,
-        })
+        init_buffer(device, label, data, size, STORAGE_USAGE)
     })
 }
 
@@ -254,13 +305,24 @@ pub(crate) fn encode_plan_with(
     }
     let pipeline = pipeline::pipeline(ctx, def, path, &plan.spec)?;
     let gpu = gpu_of(ctx, def.name)?;
-    let uniform = gpu
-        .device
-        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(def.name),
-            contents: &plan.uniform,
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
+    let size = (plan.uniform.len() as u64).div_ceil(4) * 4;
+    let uniform = init_buffer(
+        &gpu.device,
+        def.name,
+        &plan.uniform,
+        size,
+        wgpu::BufferUsages::UNIFORM,
+    )
+    .map_err(|message| {
+        or_lost(
+            gpu,
+            def.name,
+            Error::Gpu {
+                during: def.name,
+                message,
+            },
+        )
+    })?;
     let mut all: Vec<Bind<'_>> = vec![Bind::from(&uniform)];
     all.extend_from_slice(storage);
     encode_dispatch_with(
@@ -339,11 +401,7 @@ pub fn uniform_buffer(ctx: &Context, label: &'static str, data: &[u8]) -> Result
     padded.resize(data.len().div_ceil(16).max(1) * 16, 0);
     let size = padded.len() as u64;
     allocate(ctx, label, size, |device| {
-        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: &padded,
-            usage: wgpu::BufferUsages::UNIFORM,
-        })
+        init_buffer(device, label, &padded, size, wgpu::BufferUsages::UNIFORM)
     })
 }
 
@@ -432,23 +490,34 @@ pub fn submit_blocking(
     let recorded = record(&mut encoder);
     let index = gpu.queue.submit([encoder.finish()]);
     let err = pollster::block_on(scope.pop());
-    recorded?;
+    recorded.map_err(|e| or_lost(gpu, during, e))?;
     if let Some(e) = err {
-        return Err(Error::Gpu {
+        let e = Error::Gpu {
             during,
             message: e.to_string(),
-        });
+        };
+        return Err(or_lost(gpu, during, e));
     }
     gpu.device
         .poll(wgpu::PollType::Wait {
             submission_index: Some(index),
             timeout: None,
         })
-        .map_err(|e| Error::Gpu {
-            during,
-            message: e.to_string(),
+        .map_err(|e| {
+            let e = Error::Gpu {
+                during,
+                message: e.to_string(),
+            };
+            or_lost(gpu, during, e)
         })?;
-    Ok(())
+    // Work on a lost device is dropped without an error: the callback says so.
+    match gpu.lost.get() {
+        Some(message) => Err(Error::DeviceLost {
+            during,
+            message: message.clone(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Reads `bytes` bytes from the start of `buf` back to the host (blocking).
@@ -505,9 +574,12 @@ pub fn readback_range(
             during,
             message: e.to_string(),
         })?
-        .map_err(|e| Error::Gpu {
-            during,
-            message: e.to_string(),
+        .map_err(|e| {
+            let e = Error::Gpu {
+                during,
+                message: e.to_string(),
+            };
+            or_lost(gpu, during, e)
         })?;
     let out = {
         let view = staging.get_mapped_range(..).map_err(|e| Error::Gpu {

@@ -8,6 +8,8 @@
 //! residual, RMSNorm, SwiGLU FFN (`w2 (silu(w1 x) ⊙ w3 x)`), residual → final RMSNorm →
 //! logits. Matrix products run on all cores (rayon) once they are large enough to pay for it.
 
+mod session_file;
+
 use std::sync::Arc;
 
 use rayon::prelude::*;

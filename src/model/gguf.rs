@@ -759,6 +759,19 @@ impl GgufFile {
     /// Checks every shape against [`GgufFile::llama_params`].
     pub fn llama_tensors(&self) -> Result<HashMap<String, Tensor>> {
         let p = self.llama_params()?;
+        // Every block has 9 weight tensors (12 with q/k/v biases): a block count the file
+        // cannot hold is refused before anything is allocated for it (found by fuzzing: a
+        // block count of 2,228,225 in a 4 KB file took 2 GB).
+        let per_block = if p.qkv_bias { 12 } else { 9 };
+        if p.n_layers > self.tensors().len() / per_block {
+            return Err(malformed(format!(
+                "{}.block_count = {} needs {} tensors per block, the file has {} tensors",
+                p.arch,
+                p.n_layers,
+                per_block,
+                self.tensors().len()
+            )));
+        }
         let kv_dim = p.n_kv_heads * p.head_dim;
         let mut expected: Vec<(String, Vec<usize>)> = vec![
             ("token_embd.weight".into(), vec![p.vocab_size, p.d_model]),

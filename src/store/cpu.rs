@@ -147,6 +147,19 @@ impl CpuSide {
         }
     }
 
+    /// A side holding `words` (checked by the caller, [`super::SideWords::check`]), each
+    /// vector allocated fallibly at its exact length (the context's test hook can fail it).
+    pub(crate) fn restore(ctx: &Context, words: &super::SideWords) -> Result<Self> {
+        Ok(Self {
+            streams: words
+                .streams
+                .iter()
+                .map(|w| grown(ctx, "cpu stream", w, w.len()))
+                .collect::<Result<_>>()?,
+            resid: grown(ctx, "cpu residual", &words.residual, words.residual.len())?,
+        })
+    }
+
     /// Bytes held per stream (capacities) and by the residual.
     pub(crate) fn held(&self) -> (Vec<u64>, u64) {
         (

@@ -425,6 +425,63 @@ impl GpuSide {
         }
     }
 
+    /// Uploads `words` (checked by the caller, [`super::SideWords::check`]) of a side holding
+    /// `tokens` tokens into this empty side: full segments of `seg_blocks` blocks and a last
+    /// one of exactly the blocks left, and a ring of exactly the window's rows (token `s` in
+    /// row `s % cap`, as appends place it). Every buffer is allocated before any is kept: on
+    /// an error the side is still empty.
+    pub(crate) fn restore(
+        &mut self,
+        codec: &dyn Codec,
+        tokens: usize,
+        words: &super::SideWords,
+    ) -> Result<()> {
+        let gb = codec.block_tokens();
+        let wpb: Vec<usize> = codec.streams().iter().map(|s| s.words_per_block).collect();
+        let blocks = words.quantized / gb;
+        let mut segments = Vec::new();
+        let mut first = 0;
+        while first < blocks {
+            let cap = (blocks - first).min(self.seg_blocks);
+            let (ranges, size) = layout(&wpb, cap, self.ctx.storage_offset_alignment());
+            let mut bytes = vec![0u8; size as usize];
+            for ((offset, _), (w, stream)) in ranges.iter().zip(wpb.iter().zip(&words.streams)) {
+                let part = &stream[first * w..(first + cap) * w];
+                let at = *offset as usize;
+                bytes[at..at + part.len() * 4].copy_from_slice(bytemuck::cast_slice(part));
+            }
+            segments.push(Segment {
+                buffer: gpu::upload(&self.ctx, "kvpack segment", &bytes)?,
+                cap,
+                ranges,
+            });
+            first += cap;
+        }
+        let live = tokens - words.quantized;
+        let ring = if live > 0 {
+            let rows = f16_rows_to_words(self.g.token_elems(), &words.residual);
+            let rw = self.g.row_words();
+            let mut laid = vec![0u32; live * rw];
+            for (i, row) in rows.chunks_exact(rw).enumerate() {
+                let slot = (words.quantized + i) % live;
+                laid[slot * rw..(slot + 1) * rw].copy_from_slice(row);
+            }
+            Some(Ring {
+                buffer: gpu::upload(
+                    &self.ctx,
+                    "kvpack residual ring",
+                    bytemuck::cast_slice(&laid),
+                )?,
+                cap: live,
+            })
+        } else {
+            None
+        };
+        self.segments = segments;
+        self.ring = ring;
+        Ok(())
+    }
+
     /// The stored words of the first `q` tokens (whole blocks), per stream (blocking).
     pub(crate) fn read_streams(&self, codec: &dyn Codec, q: usize) -> Result<Vec<Vec<u32>>> {
         let gb = codec.block_tokens();

@@ -2,7 +2,7 @@
 //! attend to it; the output is measured against exact f64 attention on the original K/V.
 
 use kvpack::cpu::attend::attend_exact;
-use kvpack::{AttendOptions, Context, MemoryReport, Method, PathChoice};
+use kvpack::{AttendOptions, Context, KvLayer, MemoryReport, Method, PathChoice};
 use serde_json::{Value, json};
 
 use crate::io::Tensor;
@@ -137,7 +137,9 @@ pub fn check_shapes(q: &Tensor, k: &Tensor, n: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every layer: a cache of `method` gets all of `k`/`v`, the last `n` rows of `q` attend.
+/// Runs every layer: a cache of `method` gets all of `k`/`v` (or, with `cached`, layer l is
+/// `cached[l]`, loaded from a cache file: `kvpack attend --cache`), the last `n` rows of `q`
+/// attend; the error is measured against exact attention on `k`/`v`.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     ctx: &Context,
@@ -148,6 +150,7 @@ pub fn run(
     v: &Tensor,
     n: usize,
     opts: &AttendOptions,
+    cached: Option<Vec<Box<dyn KvLayer>>>,
 ) -> Result<Outcome, String> {
     check_shapes(q, k, n)?;
     let err = |e: kvpack::Error| e.to_string();
@@ -160,16 +163,26 @@ pub fn run(
     let mut per_layer = Vec::with_capacity(k.layers);
     let mut paths = None;
     let mut attend_kernels = Vec::new();
+    let from_file = cached.is_some();
+    let mut cached = cached.map(|c| c.into_iter());
     for l in 0..k.layers {
-        let mut layer = method.layer_at(ctx, l, hkv, d, choice).map_err(err)?;
+        let (a, b) = (l * kv_layer, (l + 1) * kv_layer);
+        let layer = match cached.as_mut() {
+            Some(c) => c
+                .next()
+                .ok_or("the cache file has fewer layers than the input")?,
+            None => {
+                let mut layer = method.layer_at(ctx, l, hkv, d, choice).map_err(err)?;
+                layer
+                    .append(k.values.input(a, b), v.values.input(a, b))
+                    .map_err(err)?;
+                layer
+            }
+        };
         if paths.is_none() {
             attend_kernels = layer.attend_kernels().map_err(err)?;
         }
         paths.get_or_insert(layer.paths());
-        let (a, b) = (l * kv_layer, (l + 1) * kv_layer);
-        layer
-            .append(k.values.input(a, b), v.values.input(a, b))
-            .map_err(err)?;
         let qs = f32s(q, l * q_layer + (t - n) * hq * d, (l + 1) * q_layer);
         let o = layer.attend(&qs, hq, opts).map_err(err)?;
         let exact = attend_exact(&f32s(k, a, b), &f32s(v, a, b), hkv, &qs, hq, d, opts);
@@ -211,6 +224,7 @@ pub fn run(
         "spec": method.to_string(),
         "config": config,
         "path_requested": choice.to_string(),
+        "from_cache_file": from_file,
         "path": used.to_string(),
         "kernels": kernels,
         "adapter": adapter,

@@ -135,6 +135,18 @@ impl Codec for F16Codec {
         Ok(())
     }
 
+    fn check_words(&self, words: &Words<'_>, _blocks: usize) -> Result<()> {
+        // Rows (padding halves of odd rows are zero, hence finite).
+        match crate::codec::first_non_finite_f16(words[0]) {
+            Some((index, value)) => Err(crate::error::Error::NonFinite {
+                what: "stored f16 rows",
+                index,
+                value,
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn decode(&self, words: &Words<'_>, blocks: usize, out: &mut [f32]) -> Result<()> {
         let rows = words_to_f16_rows(self.g.token_elems(), words[0], blocks);
         for (o, r) in out.iter_mut().zip(rows) {

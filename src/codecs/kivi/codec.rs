@@ -147,6 +147,26 @@ impl Codec for KiviCodec {
         }
     }
 
+    fn check_words(&self, words: &Words<'_>, _blocks: usize) -> Result<()> {
+        // Every params word is (scale, lo): two f16 halves, or f32 bits.
+        let bad = match self.l.params {
+            ParamStorage::F16 => crate::codec::first_non_finite_f16(words[1]),
+            ParamStorage::F32 => words[1]
+                .iter()
+                .map(|w| f32::from_bits(*w))
+                .enumerate()
+                .find(|(_, x)| !x.is_finite()),
+        };
+        match bad {
+            Some((index, value)) => Err(Error::NonFinite {
+                what: "stored kivi (scale, lo) parameters",
+                index,
+                value,
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn decode(&self, words: &Words<'_>, blocks: usize, out: &mut [f32]) -> Result<()> {
         let l = &self.l;
         match self.cfg.side {

@@ -199,6 +199,18 @@ impl Codec for TurboQuantCodec {
         &self.tables
     }
 
+    fn check_words(&self, words: &Words<'_>, _blocks: usize) -> Result<()> {
+        // Norms: f16 halves (the padding half of an odd head count is zero, hence finite).
+        match crate::codec::first_non_finite_f16(words[1]) {
+            Some((index, value)) => Err(Error::NonFinite {
+                what: "stored turboquant norms",
+                index,
+                value,
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn check_rows(&self, first: usize, rows: &[f16]) -> Result<()> {
         let (h, d) = (self.l.heads, self.l.dim);
         let mut x = vec![0f32; d];

@@ -1,0 +1,164 @@
+//! A deterministic replay of the fuzz corpora (`fuzz/corpus/<target>/`) and of every crash the
+//! fuzzer found (`fuzz/regressions/<target>/`) through the fuzz targets' own bodies
+//! (`kvpack::fuzz`): CI exercises them without nightly or libFuzzer. The seeds must still be
+//! what they were made to be (a sound cache file, a loadable GGUF, ...), and the cache-file seeds
+//! are rebuilt here and compared with the committed files (`KVPACK_WRITE_SEEDS=1` rewrites them
+//! after a deliberate format change).
+#![cfg(feature = "model")]
+
+use std::path::{Path, PathBuf};
+
+use kvpack::{Context, Input, Method, PathChoice, SavedCache};
+
+fn dir(kind: &str, target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz")
+        .join(kind)
+        .join(target)
+}
+
+/// Every file of `fuzz/corpus/<target>` and `fuzz/regressions/<target>`, with its bytes.
+fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for kind in ["corpus", "regressions"] {
+        let Ok(rd) = std::fs::read_dir(dir(kind, target)) else {
+            continue;
+        };
+        let mut paths: Vec<PathBuf> = rd.map(|e| e.unwrap().path()).collect();
+        paths.sort();
+        for p in paths {
+            let b = std::fs::read(&p).unwrap();
+            out.push((p, b));
+        }
+    }
+    out
+}
+
+fn replay(target: &str, body: fn(&[u8])) -> usize {
+    let all = inputs(target);
+    assert!(!all.is_empty(), "fuzz/corpus/{target} is empty");
+    for (p, b) in &all {
+        let r = std::panic::catch_unwind(|| body(b));
+        assert!(r.is_ok(), "{}: the fuzz body panicked", p.display());
+    }
+    eprintln!("{target}: {} inputs replayed", all.len());
+    all.len()
+}
+
+/// The cache-file seeds: small caches of every codec in the method corpus' seeds, made from
+/// fixed values.
+fn cache_seeds() -> Vec<(String, Vec<u8>)> {
+    let ctx = Context::cpu();
+    let mut out = Vec::new();
+    for (name, spec, heads, dim, tokens) in [
+        ("f16", "f16:residual=2", 1, 8, 5),
+        ("kivi2", "kivi:bits=2,group=4,residual=4", 2, 8, 13),
+        (
+            "kivi4-f32",
+            "kivi:bits=4,group=4,residual=4,params=f32",
+            1,
+            8,
+            9,
+        ),
+        ("mixed", "kivi:bits=3,group=4/f16:residual=4", 1, 8, 10),
+        ("empty", "kivi-2", 1, 8, 0),
+    ] {
+        let m = Method::parse(spec).unwrap();
+        let mut l = m.layer(&ctx, heads, dim, PathChoice::Cpu).unwrap();
+        let n = tokens * heads * dim;
+        let k: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 2.0).collect();
+        let v: Vec<f32> = (0..n).map(|i| (i as f32 * 0.91).cos()).collect();
+        if n > 0 {
+            l.append(Input::F32(&k), Input::F32(&v)).unwrap();
+        }
+        let bytes = SavedCache::of_layers([&*l])
+            .unwrap()
+            .with_metadata("seed", name)
+            .to_bytes()
+            .unwrap();
+        out.push((format!("seed-{name}"), bytes));
+    }
+    out
+}
+
+#[test]
+fn fuzz_corpus_cache_file() {
+    let d = dir("corpus", "cache_file");
+    let write = std::env::var("KVPACK_WRITE_SEEDS").is_ok_and(|v| v == "1");
+    for (name, bytes) in cache_seeds() {
+        let p = d.join(&name);
+        if write {
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(&p, &bytes).unwrap();
+        }
+        let committed = std::fs::read(&p)
+            .unwrap_or_else(|e| panic!("{}: {e} (KVPACK_WRITE_SEEDS=1 writes it)", p.display()));
+        // The writer string names the kvpack version; everything else is the format's.
+        assert_eq!(
+            committed,
+            bytes,
+            "{} is not what this kvpack writes",
+            p.display()
+        );
+        SavedCache::from_bytes(&committed).expect("a seed is a sound cache file");
+    }
+    replay("cache_file", kvpack::fuzz::cache_file);
+}
+
+#[test]
+fn fuzz_corpus_method() {
+    for (p, b) in inputs("method").iter().filter(|(p, _)| is_seed(p)) {
+        let s = std::str::from_utf8(b).unwrap();
+        Method::parse(s).unwrap_or_else(|e| panic!("{}: {s}: {e}", p.display()));
+    }
+    replay("method", kvpack::fuzz::method);
+}
+
+fn is_seed(p: &Path) -> bool {
+    p.file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("seed-")
+}
+
+fn seed(target: &str, name: &str) -> Vec<u8> {
+    std::fs::read(dir("corpus", target).join(format!("seed-{name}"))).unwrap()
+}
+
+#[test]
+fn fuzz_corpus_gguf() {
+    let f = kvpack::model::gguf::GgufFile::from_bytes(seed("gguf", "tiny-llama")).unwrap();
+    f.llama_params().expect("the seed is a llama GGUF");
+    kvpack::model::load::weights_from_gguf(&f).expect("the seed's weights load");
+    kvpack::model::bpe::Bpe::from_gguf(&f).expect("the seed's tokenizer loads");
+    replay("gguf", kvpack::fuzz::gguf);
+}
+
+#[test]
+fn fuzz_corpus_llama2c() {
+    kvpack::model::llama2c::parse(&seed("llama2c", "tiny")).expect("the seed loads");
+    kvpack::model::llama2c::parse(&seed("llama2c", "unshared")).expect("the seed loads");
+    replay("llama2c", kvpack::fuzz::llama2c);
+}
+
+#[test]
+fn fuzz_corpus_tokenizer_llama2c() {
+    let b = seed("tokenizer_llama2c", "empty-text");
+    kvpack::model::Tokenizer::parse(&b[2..]).unwrap_or_else(|e| panic!("the seed tokenizer: {e}"));
+    replay("tokenizer_llama2c", kvpack::fuzz::tokenizer_llama2c);
+}
+
+/// Found by fuzzing (gguf, out of memory): `llama.block_count` = 2,228,225 in a 4 KB file made
+/// `llama_tensors` list 20 million tensors (2 GB) before looking for any; now the count is
+/// refused against the tensors the file has, before any allocation.
+#[test]
+fn fuzz_regression_gguf_block_count() {
+    let b = std::fs::read(dir("regressions", "gguf").join("oom-block-count")).unwrap();
+    let f = kvpack::model::gguf::GgufFile::from_bytes(b).expect("the header parses");
+    let n = f.llama_params().expect("its parameters parse").n_layers;
+    assert_eq!(n, 2_228_225, "the regression input's block count");
+    let e = f
+        .llama_tensors()
+        .expect_err("a block count the file cannot hold");
+    assert!(e.to_string().contains("block_count"), "{e}");
+}

@@ -1,0 +1,119 @@
+//! A short soak (examples/soak runs the million tokens): one layer appended chunk by chunk,
+//! bytes held every few thousand tokens: payload exactly linear in the tokens (no method
+//! evicts yet), held within the store's growth slack of it, the device's live wgpu buffers
+//! bounded by the segments the cache needs and back to the count before the layer once it is
+//! dropped (no leak), and attention checked against the CPU reference along the way.
+
+mod common;
+
+#[path = "../examples/soak/core.rs"]
+mod soak;
+
+use kvpack::{Method, PathChoice};
+
+fn check(samples: &[soak::Sample], name: &str) {
+    let last = samples.last().unwrap();
+    // Linear: from a quarter of the run on, bytes in use lie on the line through that sample
+    // and the last (within 1 %: whole blocks move in steps of G tokens).
+    let q = samples
+        .iter()
+        .find(|x| x.tokens >= last.tokens / 4)
+        .unwrap();
+    let slope = (last.payload - q.payload) as f64 / (last.tokens - q.tokens) as f64;
+    assert!(slope > 0.0, "{name}: payload does not grow");
+    for x in samples.iter().filter(|x| x.tokens >= q.tokens) {
+        let line = q.payload as f64 + slope * (x.tokens - q.tokens) as f64;
+        let off = (x.payload as f64 - line).abs() / line;
+        assert!(
+            off <= 0.01,
+            "{name}: payload {} at {} tokens is {:.2} % off the line",
+            x.payload,
+            x.tokens,
+            off * 100.0
+        );
+        let slack = 1.125 * x.payload as f64 + 64.0 * 1024.0;
+        assert!(
+            x.held >= x.payload && x.held as f64 <= slack,
+            "{name}: held {} payload {} at {}",
+            x.held,
+            x.payload,
+            x.tokens
+        );
+    }
+    for x in samples.iter().filter_map(|x| x.spot_error) {
+        assert!(
+            x <= 1e-4,
+            "{name}: attention vs the CPU reference: rel L2 {x:e}"
+        );
+    }
+}
+
+#[test]
+fn soak_cpu_short() {
+    let ctx = kvpack::Context::cpu();
+    let t0 = std::time::Instant::now();
+    let s = soak::Soak {
+        ctx: &ctx,
+        path: PathChoice::Cpu,
+        method: Method::parse("kivi-2").unwrap(),
+        heads: 2,
+        dim: 64,
+        tokens: 100_000,
+        chunk: 1000,
+        every: 10_000,
+        spot_every: 0,
+        buffers: &|| None,
+    };
+    let (samples, _) = soak::run(&s).expect("soak");
+    assert_eq!(samples.len(), 11);
+    check(&samples, "cpu");
+    eprintln!(
+        "cpu: 100k tokens in {:.1} s, {} bytes held",
+        t0.elapsed().as_secs_f64(),
+        samples.last().unwrap().held
+    );
+}
+
+#[test]
+fn soak_gpu_short() {
+    let (ctx, count) = match soak::gpu_with_buffer_count() {
+        Ok(x) => x,
+        Err(e) => return common::skip("soak_gpu_short", &e),
+    };
+    let baseline = count().expect("wgpu counts buffers on this backend");
+    for spec in ["kivi-2", "f16"] {
+        let s = soak::Soak {
+            ctx: &ctx,
+            path: PathChoice::Wgsl,
+            method: Method::parse(spec).unwrap(),
+            heads: 2,
+            dim: 64,
+            tokens: 30_000,
+            chunk: 500,
+            every: 2_000,
+            spot_every: 10_000,
+            buffers: &*count,
+        };
+        let (samples, layer) = soak::run(&s).expect("soak");
+        check(&samples, spec);
+        assert_eq!(samples.iter().filter(|x| x.spot_error.is_some()).count(), 3);
+        // Buffers: never more than a constant beyond the first sample's (segments grow in
+        // place up to their cap; 30k tokens need at most a few segments), and none left after
+        // the layer is dropped.
+        let most = samples.iter().filter_map(|x| x.buffers).max().unwrap();
+        let first = samples[0].buffers.unwrap();
+        assert!(
+            most <= first + 16,
+            "{spec}: {most} buffers alive at most, {first} at the start"
+        );
+        drop(layer);
+        let after = count().unwrap();
+        assert_eq!(
+            after, baseline,
+            "{spec}: wgpu buffers alive after dropping the layer"
+        );
+        eprintln!(
+            "{spec} on wgsl: buffers {baseline} before, at most {most} during, {after} after"
+        );
+    }
+}
