@@ -64,6 +64,7 @@ fn allocate(
         });
     }
     let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    ctx.count_allocation(size);
     let buffer = make(&gpu.device);
     if let Some(e) = pollster::block_on(scope.pop()) {
         return Err(Error::OutOfMemory {
@@ -254,6 +255,7 @@ pub(crate) fn encode_plan_with(
     }
     let pipeline = pipeline::pipeline(ctx, def, path, &plan.spec)?;
     let gpu = gpu_of(ctx, def.name)?;
+    ctx.count_allocation(plan.uniform.len() as u64);
     let uniform = gpu
         .device
         .create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -477,6 +479,7 @@ pub fn readback_range(
             actual: buf.size() as usize,
         });
     }
+    ctx.count_allocation(size);
     let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("kvpack readback"),
         size,
