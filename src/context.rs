@@ -114,6 +114,8 @@ struct Inner {
     max_workgroup_storage: u32,
     /// Test hook: the n-th next buffer allocation on this context fails (0: none).
     fail_allocation: Arc<std::sync::atomic::AtomicUsize>,
+    /// Bytes of every buffer allocated on this device handle and its clones.
+    allocated: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The handle every kvpack operation takes. Cheap to clone (shared state).
@@ -275,6 +277,7 @@ impl Context {
                 max_storage_binding,
                 max_workgroup_storage,
                 fail_allocation: Arc::default(),
+                allocated: Arc::default(),
             }),
         }
     }
@@ -360,6 +363,7 @@ impl Context {
             max_storage_binding: self.inner.max_storage_binding,
             max_workgroup_storage: self.inner.max_workgroup_storage,
             fail_allocation: self.inner.fail_allocation.clone(),
+            allocated: self.inner.allocated.clone(),
         }
     }
 
@@ -384,6 +388,22 @@ impl Context {
         self.inner
             .fail_allocation
             .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Bytes of every GPU buffer allocated so far through this handle or its clones (storage,
+    /// uploads, read-backs, uniforms made by kvpack's buffer helpers). For tests of a kernel's
+    /// scratch memory (e.g. VecInfer's quantize: O(N), no `[N, C, d_s]` tensor).
+    #[doc(hidden)]
+    pub fn allocated_bytes(&self) -> u64 {
+        self.inner
+            .allocated
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn count_allocation(&self, bytes: u64) {
+        self.inner
+            .allocated
+            .fetch_add(bytes, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Counts one allocation against [`Self::fail_allocation_after`]; true when this one

@@ -4,7 +4,7 @@
 //! codecs that do not transform the query: [`AttendHooks::k_prep`]).
 
 use crate::attention::kernel::{self, AttendHooks};
-use crate::codecs::{f16, kivi, qjl, turboquant};
+use crate::codecs::{f16, kivi, qjl, turboquant, vecinfer};
 use crate::gpu::registry::KernelDef;
 
 /// The codecs' attention hooks.
@@ -30,6 +30,7 @@ pub fn all() -> Vec<&'static KernelDef> {
         &turboquant::kernels::TURBOQUANT_QUANT,
         &turboquant::kernels::TURBOQUANT_DEQUANT,
         &qjl::kernels::QJL_ENCODE,
+        &vecinfer::kernels::VECINFER_QUANT,
     ];
     for k in attend_hooks() {
         // A keys-only codec (QJL) is never the value codec.

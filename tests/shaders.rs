@@ -115,6 +115,27 @@ fn every_composed_wgsl_kernel_compiles() {
             attend_specs()
         } else if k.folder == "turboquant" {
             turboquant_specs()
+        } else if k.folder == "vecinfer" {
+            // (P, d_s, C, log2 C, keys): both presets at D = 64 .. 256, a small C.
+            [
+                (64u32, 8u32, 256u32, 8u32, 1u32),
+                (128, 4, 256, 8, 0),
+                (256, 8, 256, 8, 0),
+                (256, 4, 256, 8, 1),
+                (128, 4, 16, 4, 1),
+            ]
+            .into_iter()
+            .map(|(p, ds, c, b, keys)| {
+                Specialization(vec![
+                    ("VI_P", p),
+                    ("VI_DS", ds),
+                    ("VI_C", c),
+                    ("VI_BITS", b),
+                    ("VI_KEYS", keys),
+                    ("VI_TPW", 8),
+                ])
+            })
+            .collect()
         } else if k.folder == "qjl" {
             [(64u32, 32u32), (80, 96), (128, 128), (256, 512)]
                 .into_iter()

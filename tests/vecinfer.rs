@@ -95,7 +95,7 @@ fn grammar_and_bad_calibrations() {
     cal.write(&bad).unwrap();
     let e = Method::parse(&format!("vecinfer:bits=1,calib={}", bad.display())).unwrap_err();
     assert!(matches!(e, Error::Calibration { .. }), "{e}");
-    // GPU paths are refused (no silent CPU fallback).
+    // A GPU path on a context without a device is refused (no silent CPU fallback).
     let e = m.layer(&ctx, 3, 64, PathChoice::Wgsl).unwrap_err();
     assert!(matches!(e, Error::PathUnavailable { .. }), "{e}");
     std::fs::remove_file(&p).ok();
@@ -263,3 +263,107 @@ fn story_attention_through_the_lut_hooks() {
     }
     std::fs::remove_file(&p).ok();
 }
+
+/// A VecInfer layer on a WGSL path (the fused quantize kernel through the store: ring, two
+/// appends, a residual window): its reconstruction equals the CPU layer's up to near-tie
+/// indices (rows that differ counted; the reconstruction MSE within 1 % of the CPU's, the
+/// spec's rule); the bytes the GPU append allocates are O(N) (printed, and far below one
+/// `[N, C, d_s]` distance tensor); GPU attention is refused with PathUnavailable until the
+/// LUT hooks exist.
+fn gpu_layer_quantizes_like_the_reference(t: &common::Target) {
+    if !t.is_gpu() {
+        eprintln!(
+            "gpu_layer_quantizes_like_the_reference[{}]: GPU layers only (kernel parity: tests/vecinfer_kernels.rs)",
+            t.name()
+        );
+        return;
+    }
+    let Some(p) = calib_file(&format!("gpu-{}", t.name())) else {
+        return;
+    };
+    let Some(story) = common::shared_fixture("story-512.safetensors", "gpu_layer") else {
+        return;
+    };
+    let (sk, k) = common::load_f16(&story, "k");
+    let (_, v) = common::load_f16(&story, "v");
+    let (n, h, d) = (512usize, sk[2], sk[3]);
+    let ctx = t.ctx();
+    for bits in [1u32, 2] {
+        let preset = Preset::for_bits(bits).unwrap();
+        let spec = format!("vecinfer:bits={bits},residual=16,calib={}", p.display());
+        let m = Method::parse(&spec).unwrap();
+        let kl: Vec<f16> = layer_of(&k, &sk, 10)[..n * h * d]
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        let vl: Vec<f16> = layer_of(&v, &sk, 10)[..n * h * d]
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        let mut cpu = m
+            .layer_at(&Context::cpu(), 1, h, d, PathChoice::Cpu)
+            .unwrap();
+        let mut gpu = m.layer_at(ctx, 1, h, d, t.path()).unwrap();
+        let cut = 301 * h * d;
+        for l in [&mut cpu, &mut gpu] {
+            l.append(Input::F16(&kl[..cut]), Input::F16(&vl[..cut]))
+                .unwrap();
+        }
+        let before = ctx.allocated_bytes();
+        gpu.append(Input::F16(&kl[cut..]), Input::F16(&vl[cut..]))
+            .unwrap();
+        let grown = ctx.allocated_bytes() - before;
+        cpu.append(Input::F16(&kl[cut..]), Input::F16(&vl[cut..]))
+            .unwrap();
+        let appended = (n - 301) as u64;
+        let n_sub = 64 / preset.sub_dim as u64;
+        let dist_tensor = appended * h as u64 * n_sub * 256 * 4 * 2;
+        // O(N): the incoming rows (f16, both sides), the segments' codes (a byte per index,
+        // both sides, possibly with capacity ahead: ×4), the ring and uniforms (constant).
+        let linear = appended * (h * d) as u64 * 2 * 2 + 4 * appended * h as u64 * n_sub * 2;
+        eprintln!(
+            "{spec} [{}]: append of {appended} tokens allocated {grown} bytes (O(N) bound {} bytes; one [N, C, d_s] distance tensor would be {dist_tensor})",
+            t.name(),
+            linear + (1 << 16)
+        );
+        assert!(
+            grown <= linear + (1 << 16),
+            "{spec}: the append allocated {grown} bytes"
+        );
+        let (ck, cv) = cpu.reconstruct().unwrap();
+        let (gk, gv) = gpu.reconstruct().unwrap();
+        for (side, c, g, x) in [("keys", &ck, &gk, &kl), ("values", &cv, &gv, &vl)] {
+            let rows = c
+                .chunks_exact(d)
+                .zip(g.chunks_exact(d))
+                .filter(|(a, b)| a != b)
+                .count();
+            let mse = |r: &[f32]| {
+                r.iter()
+                    .zip(x.iter())
+                    .map(|(a, b)| (a - b.to_f32()) as f64)
+                    .map(|e| e * e)
+                    .sum::<f64>()
+                    / r.len() as f64
+            };
+            let (mc, mg) = (mse(c), mse(g));
+            eprintln!(
+                "{spec} [{}] {side}: {rows} of {} vectors differ (near-tie indices); MSE {mg:.4e} vs CPU {mc:.4e}",
+                t.name(),
+                n * h
+            );
+            assert!(
+                (mg - mc).abs() <= 0.01 * mc,
+                "{spec} {side}: MSE {mg} vs CPU {mc}"
+            );
+            assert!(rows * 100 <= n * h, "{spec} {side}: {rows} vectors differ");
+        }
+        let q = vec![0.1f32; 3 * h * d];
+        let e = gpu
+            .attend(&q, 3 * h, &AttendOptions::default())
+            .unwrap_err();
+        assert!(matches!(e, Error::PathUnavailable { .. }), "{e}");
+    }
+    std::fs::remove_file(&p).ok();
+}
+parity_tests!(gpu_layer_quantizes_like_the_reference);

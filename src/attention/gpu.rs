@@ -43,6 +43,20 @@ impl AttendPaths {
         choice: PathChoice,
     ) -> Result<Self> {
         let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
+        // A codec whose hooks have no WGSL yet (VecInfer's LUT attention) is refused here,
+        // before any kernel is composed: no silent CPU fallback, no shader error.
+        for (h, src, side) in [(kh, kh.wgsl_k, "keys"), (vh, vh.wgsl_v, "values")] {
+            if !src.contains("fn ") {
+                return Err(Error::PathUnavailable {
+                    kernel: h.name,
+                    requested: choice.to_string(),
+                    reason: format!(
+                        "{} has no GPU attention hooks for {side} yet (only its quantize kernel runs on the GPU); attend on the CPU path",
+                        h.name
+                    ),
+                });
+            }
+        }
         Ok(Self {
             partials: ctx.resolve(kernel::partials(kh, vh), choice)?,
             prefill: match kernel::prefill(kh, vh) {

@@ -83,6 +83,7 @@ fn allocate(
         });
     }
     let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    ctx.count_allocation(size);
     let buffer = make(&gpu.device);
     if let Some(e) = pollster::block_on(scope.pop()) {
         let oom = Error::OutOfMemory {
@@ -305,6 +306,7 @@ pub(crate) fn encode_plan_with(
     }
     let pipeline = pipeline::pipeline(ctx, def, path, &plan.spec)?;
     let gpu = gpu_of(ctx, def.name)?;
+    ctx.count_allocation(plan.uniform.len() as u64);
     let size = (plan.uniform.len() as u64).div_ceil(4) * 4;
     let uniform = init_buffer(
         &gpu.device,
@@ -546,6 +548,7 @@ pub fn readback_range(
             actual: buf.size() as usize,
         });
     }
+    ctx.count_allocation(size);
     let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("kvpack readback"),
         size,

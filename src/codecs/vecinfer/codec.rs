@@ -7,9 +7,9 @@
 //! accumulate the codebook rows in the transformed space (P wide) and the normalized output
 //! is transformed back once.
 //!
-//! Paths: the CPU reference. The WGSL and MSL kernels (fused argmin quantize, LUT attention
-//! hooks) are not written yet: asking for a GPU path is [`Error::PathUnavailable`] (and
-//! `auto` on a device with a GPU as well: no silent CPU fallback).
+//! Paths: the CPU reference, and the fused quantize kernel `vecinfer_quant` (WGSL subgroup and
+//! workgroup variants, MSL) on GPU paths. The GPU LUT attention hooks are not written yet:
+//! attention on a GPU layer is [`Error::PathUnavailable`] (no silent CPU fallback).
 
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
@@ -22,16 +22,23 @@ use crate::cpu::vecinfer::transform::{
 use crate::cpu::vecinfer::vecinfer_dequant::reconstruct_transformed;
 use crate::cpu::vecinfer::vecinfer_quant::{pack_row, quantize_vector, row_words};
 use crate::error::{Error, Result};
+use crate::gpu::{self, Bind};
 use crate::store::memory::StreamKind;
 use crate::store::{Geometry, Side};
 
 use super::config::VecSide;
+use super::kernels;
+use super::plans::{self, EncodeFrom, QuantLayout};
 
 /// One VecInfer side (see the module docs).
 #[derive(Debug)]
 pub struct VecInferCodec {
     cfg: VecSide,
     g: Geometry,
+    /// What its quantize kernel is specialized on.
+    quant: QuantLayout,
+    /// The path of its quantize kernel.
+    encode: KernelPath,
     layer: usize,
     padded: usize,
     n_sub: usize,
@@ -54,16 +61,6 @@ impl VecInferCodec {
         layer: usize,
         choice: PathChoice,
     ) -> Result<Self> {
-        let gpu_ctx = ctx.device().is_some();
-        if choice != PathChoice::Cpu && (gpu_ctx || choice != PathChoice::Auto) {
-            return Err(Error::PathUnavailable {
-                kernel: "vecinfer_quant",
-                requested: choice.to_string(),
-                reason: "VecInfer's WGSL/MSL kernels are not written yet: only the CPU reference \
-                         runs (path cpu)"
-                    .into(),
-            });
-        }
         let m = &cfg.calib.meta.model;
         if m.kv_heads != g.heads || m.head_dim != g.dim {
             return Err(Error::Calibration {
@@ -96,7 +93,29 @@ impl VecInferCodec {
             .map(|x| x.to_bits())
             .collect();
         let rw = row_words(n_sub, cfg.preset);
+        let quant = QuantLayout {
+            heads: g.heads,
+            dim: g.dim,
+            padded,
+            preset: cfg.preset,
+            keys: cfg.side == Side::Keys,
+        };
+        let encode = ctx.resolve(&kernels::VECINFER_QUANT, choice)?;
+        if encode.is_gpu() {
+            crate::codec::require_gpu(ctx, "vecinfer cache")?;
+            let needed = plans::quant_workgroup_bytes(&quant);
+            let limit = ctx.max_workgroup_storage_size() as usize;
+            if needed > limit {
+                return Err(Error::Limit {
+                    what: "vecinfer_quant workgroup memory (codebook C·d_s, P, n_sub)",
+                    needed: needed as u64,
+                    limit: limit as u64,
+                });
+            }
+        }
         Ok(Self {
+            quant,
+            encode,
             streams: [Stream {
                 name: "codes",
                 kind: StreamKind::Codes,
@@ -162,7 +181,7 @@ impl Codec for VecInferCodec {
     }
 
     fn path(&self) -> KernelPath {
-        KernelPath::Cpu
+        self.encode
     }
 
     fn block_tokens(&self) -> usize {
@@ -227,18 +246,36 @@ impl Codec for VecInferCodec {
 
     fn encode_gpu(
         &self,
-        _ctx: &Context,
-        _enc: &mut wgpu::CommandEncoder,
-        _src: &EncodeSource<'_>,
-        _dst: &SegmentRef<'_>,
-        _blocks: usize,
+        ctx: &Context,
+        enc: &mut wgpu::CommandEncoder,
+        src: &EncodeSource<'_>,
+        dst: &SegmentRef<'_>,
+        blocks: usize,
         _status: &wgpu::Buffer,
     ) -> Result<()> {
-        Err(Error::PathUnavailable {
-            kernel: "vecinfer_quant",
-            requested: "gpu".into(),
-            reason: "VecInfer's GPU quantize kernel is not written yet".into(),
-        })
+        let plan = plans::plan_quant(
+            &self.quant,
+            blocks,
+            EncodeFrom {
+                start: src.start,
+                t_old: src.t_old,
+                inc_start: src.inc_start,
+                ring_tokens: src.ring_tokens,
+            },
+            dst.block,
+        );
+        gpu::encode_plan_bound(
+            ctx,
+            enc,
+            self.encode,
+            &plan,
+            &[
+                Bind::from(src.ring),
+                Bind::from(src.incoming),
+                dst.stream(0),
+                Bind::from(src.tables),
+            ],
+        )
     }
 
     fn prepare_query(&self, h: usize, q: &[f32], out: &mut Vec<f32>) {

@@ -5,13 +5,16 @@
 //!
 //! - [`config`]: one side's settings ([`VecSide`]: preset, the calibration file);
 //! - [`method`]: the `vecinfer` row of the method table (`bits`, `kbits`, `vbits`, `calib`);
-//! - [`codec`]: the [`crate::codec::Codec`] of one side (CPU path).
+//! - [`codec`]: the [`crate::codec::Codec`] of one side;
+//! - [`kernels`], [`plans`]: the fused quantize kernel and its dispatch plans.
 //!
 //! The CPU references are in [`crate::cpu::vecinfer`]; the calibration in [`crate::calib`].
 
 pub mod codec;
 pub mod config;
+pub mod kernels;
 pub mod method;
+pub mod plans;
 
 pub use codec::VecInferCodec;
 pub use config::VecSide;

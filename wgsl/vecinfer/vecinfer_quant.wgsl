@@ -1,0 +1,54 @@
+// vecinfer_quant (workgroup-memory variant, no subgroup operations): read
+// wgsl/vecinfer/vecinfer_quant_io.wgsl for the dispatch and the steps. A group's 8 candidates
+// are reduced by a tree over workgroup memory (offsets 4, 2, 1 inside the group).
+
+var<workgroup> vrd: array<f32, WORKGROUP_SIZE>;
+var<workgroup> vri: array<u32, WORKGROUP_SIZE>;
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let item = linear_workgroup(wg, nwg);
+    if (item >= P.items) {
+        return; // uniform: depends on the workgroup only
+    }
+    let h = item % P.heads;
+    let t0 = (item / P.heads) * VI_TPW;
+    let grp = lid / VI_GL;
+    let gl = lid % VI_GL;
+    vi_load_codebook(h, lid);
+    for (var k = 0u; k < VI_TPW; k++) {
+        let tok = t0 + k;
+        if (tok >= P.count) {
+            break; // uniform
+        }
+        workgroupBarrier(); // the previous token's vx and vidx are read
+        vi_transform(P.src_start + tok, h, lid);
+        for (var r = 0u; r < VI_ROUNDS; r++) {
+            let sv = r * VI_GROUPS + grp;
+            let m = vi_lane_min(min(sv, VNS - 1u), gl);
+            vrd[lid] = bitcast<f32>(m.x);
+            vri[lid] = m.y;
+            workgroupBarrier();
+            for (var o = VI_GL / 2u; o > 0u; o >>= 1u) {
+                if (gl < o) {
+                    let od = vrd[lid + o];
+                    let oi = vri[lid + o];
+                    if (vi_better(od, oi, vrd[lid], vri[lid])) {
+                        vrd[lid] = od;
+                        vri[lid] = oi;
+                    }
+                }
+                workgroupBarrier();
+            }
+            if (gl == 0u && sv < VNS) {
+                vidx[sv] = vri[lid];
+            }
+            workgroupBarrier(); // vrd, vri reused by the next round
+        }
+        vi_store(P.seg_token + tok, h, lid);
+    }
+}
