@@ -27,8 +27,11 @@ use kvpack::{AttendOptions, Context, Error, Input, Method, PathChoice};
 const H: usize = 3;
 const D: usize = 64;
 
-/// Keys, values `[T][3][64]` of one SmolLM2 layer and its queries `[T][9][64]`, f32.
-fn smollm2(layer: usize, test: &str) -> Option<(usize, Vec<f32>, Vec<f32>, Vec<f32>)> {
+/// T, then keys, values `[T][3][64]` and queries `[T][9][64]` of one layer, f32.
+type Layer = (usize, Vec<f32>, Vec<f32>, Vec<f32>);
+
+/// One SmolLM2 layer of story-512 ([`Layer`]), or `None` after a visible skip.
+fn smollm2(layer: usize, test: &str) -> Option<Layer> {
     let path = common::shared_fixture("story-512.safetensors", test)?;
     let (shape, k) = common::load_f16(&path, "k");
     let (_, v) = common::load_f16(&path, "v");
