@@ -106,6 +106,11 @@ impl SideConfig for ProdSide {
         1
     }
 
+    /// Its reconstruction is the MSE stage; its scores add the sketch correction.
+    fn attends_on_reconstruction(&self) -> bool {
+        false
+    }
+
     /// ((b − 1)·P + m + 32) / D: stage-1 codes, sign bits, the f16 norm and ρ.
     fn bits_per_value(&self, g: Geometry) -> f64 {
         let p = g.dim.next_power_of_two();
