@@ -163,7 +163,7 @@ macro_rules! codec_tests {
             // QJL keys have no reconstruction: bodies that compare with one ask
             // `SideConfig::attends_on_reconstruction` and say what they check instead.
             $crate::codec_tests!(@codec $body, qjl_keys_kivi_values, "qjl:m=96/kivi:bits=4,group=32,residual=32");
-            $crate::codec_tests!(@codec $body, qjl_keys_turboquant_values, "qjl:m=160/turboquant-mse:bits=3");
+            $crate::codec_tests!(@codec $body, qjl_keys_turboquant_values, "qjl/turboquant-mse:bits=3");
             // TurboQuant-Prod: the CPU path only (its WGSL/MSL kernels are not written yet;
             // tests/turboquant_prod.rs checks that GPU paths are refused with a typed error).
             $crate::codec_tests!(@codec_cpu $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3");
