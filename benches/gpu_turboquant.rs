@@ -24,6 +24,11 @@
 //! - `quantize <spec> [path]`: `turboquant_quant` of T tokens × 8 heads × D = 128 read from an
 //!   incoming buffer (the prefill case), both WGSL variants; bytes moved = the f16 input + the
 //!   codes and norms written. A-vs-A: the first arm timed twice (` (A')`).
+//! - `encode qjl:m=M [path]`: `qjl_encode` of the same T tokens × 8 heads × D = 128 (QJL keys,
+//!   m = 128 and 256), both WGSL variants; bytes moved = the f16 input + the sign words and
+//!   norms written; compared with the copy of matched size like the quantize arms (issue 14's
+//!   "encode at ≥ 50 % of the same-size copy"). TurboQuant-Prod has no GPU encode kernel yet,
+//!   so no Prod arm.
 //! - `<method> T`: one decode `KvLayer::encode_attend` call (Hq = 32, Hkv = 8, D = 128, every
 //!   pass and the merge) on a cache built by one prefill of T random tokens, for KIVI and
 //!   TurboQuant at about equal bits (kivi-4 ≈ 5 bits held vs turboquant-mse:bits=4 4.125 and
@@ -40,6 +45,8 @@ use std::path::PathBuf;
 
 use half::f16;
 use kvpack::codec::Codec;
+use kvpack::codecs::qjl::plans::{EncodeFrom, plan_encode};
+use kvpack::codecs::qjl::{QjlCodec, QjlSide};
 use kvpack::codecs::turboquant::plans::{QuantSource, plan_quant};
 use kvpack::codecs::turboquant::{TqSide, TurboQuantCodec, Variant};
 use kvpack::context::{Context, KernelPath, PathChoice};
@@ -283,6 +290,96 @@ fn quant_arm(
     })
 }
 
+/// A QJL encode arm (`qjl_encode`, keys: norm + m sign bits per token and head) over `t`
+/// tokens on `choice`, checked once: at most 0.1 % of sign bits may differ from the CPU
+/// reference (qjl.md lets a sign flip only where the projection is ~0; tests/qjl.rs checks
+/// that rule exactly). Bytes moved = the f16 input + the sign words and norms written.
+fn qjl_arm(
+    ctx: &Context,
+    m: usize,
+    choice: PathChoice,
+    t: usize,
+    x: &[f16],
+    l2: u64,
+) -> kvpack::Result<Arm> {
+    let cfg = QjlSide {
+        m: Some(m),
+        seed: DEFAULT_SEED,
+    };
+    let g = Geometry::new(HKV, DIM)?;
+    let codec = QjlCodec::new(ctx, cfg, g, 0, choice)?;
+    let path = codec.path();
+    let l = *codec.layout();
+    let rows = kvpack::store::input::f16_rows_to_words(HKV * DIM, &x[..t * HKV * DIM]);
+    let from = EncodeFrom {
+        start: 0,
+        t_old: 0,
+        inc_start: 0,
+        ring_tokens: 1,
+    };
+    let plan = plan_encode(&l, t, from, 0);
+    let (sign_bytes, norm_bytes) = (
+        (t * HKV * l.sign_words() * 4) as u64,
+        (t * HKV.div_ceil(2) * 4) as u64,
+    );
+    let in_bytes = (rows.len() * 4) as u64;
+    let out_bytes = sign_bytes + norm_bytes;
+    let seed = gpu::upload(ctx, "bench qjl rows", bytemuck::cast_slice(&rows))?;
+    let mut bufs = Vec::new();
+    for _ in 0..rotation(l2, in_bytes + out_bytes) {
+        let i = gpu::storage_buffer(ctx, "bench qjl incoming", in_bytes)?;
+        fill_from(ctx, &seed, &i)?;
+        bufs.push((
+            i,
+            gpu::storage_buffer(ctx, "bench qjl signs", sign_bytes)?,
+            gpu::storage_buffer(ctx, "bench qjl norms", norm_bytes)?,
+        ));
+    }
+    let ring = gpu::storage_buffer(ctx, "bench qjl ring", 4)?;
+    let tables = gpu::upload(
+        ctx,
+        "bench qjl sketch",
+        bytemuck::cast_slice(codec.tables()),
+    )?;
+    gpu::submit_blocking(ctx, "bench qjl check", |enc| {
+        gpu::encode_plan(
+            ctx,
+            enc,
+            path,
+            &plan,
+            &[&ring, &bufs[0].0, &bufs[0].1, &bufs[0].2, &tables],
+        )
+    })?;
+    let got: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &bufs[0].1, sign_bytes)?);
+    let cpu = QjlCodec::new(&Context::cpu(), cfg, g, 0, PathChoice::Cpu)?;
+    let f = |tok: usize, h: usize, d: usize| x[(tok * HKV + h) * DIM + d].to_f32();
+    let mut want = vec![Vec::new(), Vec::new()];
+    cpu.encode(0, t, &f, &mut want)?;
+    let differ: u32 = want[0]
+        .iter()
+        .zip(&got)
+        .map(|(a, b)| (a ^ b).count_ones())
+        .sum();
+    let total = t * HKV * m;
+    if differ as usize * 1000 > total {
+        return Err(kvpack::Error::Config(format!(
+            "qjl encode check: {differ} of {total} sign bits differ from the CPU reference"
+        )));
+    }
+    Ok(Arm {
+        name: format!("encode qjl:m={m} T={t} [{path}]"),
+        bytes: in_bytes + out_bytes,
+        work: Work::Quant {
+            path,
+            plan,
+            bufs,
+            ring,
+            tables,
+        },
+        ns: Vec::new(),
+    })
+}
+
 fn attend_arm(
     ctx: &Context,
     method: &str,
@@ -372,6 +469,14 @@ fn run() -> Result<(), String> {
                     quant_arm(&ctx, variant, bits, choice, t, k, o.l2_bytes).map_err(|err| {
                         format!("quantize {}:bits={bits} [{choice}]: {err}", variant.name())
                     })?,
+                );
+            }
+        }
+        for m in [128, 256] {
+            for choice in [PathChoice::WgslSubgroup, PathChoice::WgslWorkgroup] {
+                arms.push(
+                    qjl_arm(&ctx, m, choice, t, k, o.l2_bytes)
+                        .map_err(|err| format!("encode qjl:m={m} [{choice}]: {err}"))?,
                 );
             }
         }

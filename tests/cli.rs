@@ -374,3 +374,50 @@ fn roundtrip_wgsl_matches_cpu_closely() {
     assert_eq!(hats(&gpu_out)[0].0, shape);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// QJL keys have no reconstruction: `roundtrip` says so on stderr, writes no `k_hat` and no
+/// key error (null), and still reconstructs and measures the values (issue 14).
+#[test]
+fn roundtrip_qjl_keys_refuses_key_reconstruction() {
+    let dir = scratch("cli", "roundtrip_qjl");
+    let [_, (input, shape)] = inputs(&dir);
+    let out_path = dir.join("qjl_out.safetensors");
+    let (i, o) = (input.to_str().unwrap(), out_path.to_str().unwrap());
+    let args = [
+        "roundtrip",
+        "--method",
+        "qjl:m=64/kivi:bits=4,residual=32",
+        "--path",
+        "cpu",
+        "--input",
+        i,
+        "--output",
+        o,
+    ];
+    let out = kvpack(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kvpack {args:?} failed: {stderr}");
+    assert!(
+        stderr.contains("qjl keys have no reconstruction")
+            && stderr.contains("values are reconstructed"),
+        "no clear message on stderr: {stderr}"
+    );
+    let s: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stderr}"));
+    assert_eq!(s["keys_reconstructed"], false, "{s}");
+    assert!(
+        s["rel_l2_error"]["k"].is_null(),
+        "key error must be null: {s}"
+    );
+    let ev = num(&s["rel_l2_error"], "v");
+    assert!(ev.is_finite() && ev > 0.0 && ev < 0.2, "value error {ev}");
+    let bytes = std::fs::read(&out_path).expect("read output");
+    let st = SafeTensors::deserialize(&bytes).expect("parse output");
+    assert!(st.tensor("k_hat").is_err(), "k_hat written for QJL keys");
+    let v = st.tensor("v_hat").expect("v_hat");
+    assert_eq!(v.shape(), shape.as_slice());
+    eprintln!(
+        "qjl roundtrip: value rel L2 {ev:.4}; stderr: {}",
+        stderr.trim()
+    );
+}

@@ -5,7 +5,7 @@
 #define KQ_M ATT_KQJL_M
 #define KQ_SW (ATT_KQJL_M / 32u)
 #define KQ_CPL (ATT_KQJL_M / 8u)
-#define KQ_LW (KQ_CPL / 32u > 1u ? KQ_CPL / 32u : 1u)
+#define KQ_LW ((KQ_CPL + 31u) / 32u)
 #define KQ_PW (KQ_CPL < 32u ? KQ_CPL : 32u)
 
 // Keep in sync with the default `Codec::attend_uniform` (the streams' first words).
@@ -49,10 +49,17 @@ static inline void k_score(constant AttendParams& A, constant KParams& KP, devic
         const uint wb = KP.signs + (r * A.hkv + h) * KQ_SW;
         float4 pos = float4(0.0f);
         for (uint k = 0u; k < KQ_LW; ++k) {
+            // Pieces may straddle two words and the last may be short (see the WGSL twin).
             const uint e = e0 + 32u * k;
-            const uint bits = kseg[wb + (e >> 5u)] >> (e & 31u);
+            const uint off = e & 31u;
+            const uint w = wb + (e >> 5u);
+            uint bits = kseg[w] >> off;
+            if (off != 0u && off + min(KQ_CPL - 32u * k, 32u) > 32u) {
+                bits |= kseg[w + 1u] << (32u - off);
+            }
             for (uint i = 0u; i < KQ_PW; ++i) {
-                pos += ((bits >> i) & 1u) != 0u ? S.qp[e + i] : float4(0.0f);
+                const bool on = ((bits >> i) & 1u) != 0u && 32u * k + i < KQ_CPL;
+                pos += on ? S.qp[e + i] : float4(0.0f);
             }
         }
         acc[j] = n * (2.0f * pos - all);

@@ -13,6 +13,7 @@ pub static METHODS: &[&MethodRow] = &[
     &crate::codecs::kivi::ROW,
     &crate::codecs::turboquant::ROW_MSE,
     &crate::codecs::turboquant::ROW_RVQ,
+    &crate::codecs::turboquant::ROW_PROD,
     &crate::codecs::qjl::ROW,
     &crate::codecs::vecinfer::ROW,
 ];

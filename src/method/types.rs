@@ -73,6 +73,13 @@ pub trait SideConfig: Send + Sync + fmt::Debug + fmt::Display {
     fn reconstructs(&self) -> bool {
         true
     }
+    /// Whether attention on this side equals attention on its reconstruction (its scores or
+    /// values are dot products with / copies of [`crate::KvLayer::reconstruct`]'s rows, up to
+    /// rounding). False for QJL keys (no reconstruction) and TurboQuant-Prod keys (the score
+    /// adds the sketch correction to the MSE stage, which is what they reconstruct).
+    fn attends_on_reconstruction(&self) -> bool {
+        self.reconstructs()
+    }
     /// Builds the codec for layer `layer` of a model (its index: codecs that draw random
     /// tables per layer, TurboQuant's signs, seed them with it; 0 for a lone layer), with
     /// residual window `residual`, on `choice`.

@@ -160,6 +160,18 @@ macro_rules! codec_tests {
             $crate::codec_tests!(@codec $body, f16_keys_kivi_values, "f16/kivi:bits=3,group=8,vgroup=16,residual=16");
             $crate::codec_tests!(@codec $body, turboquant_mse_3, "turboquant-mse:bits=3,residual=24");
             $crate::codec_tests!(@codec $body, kivi_keys_turboquant_rvq_values, "kivi:bits=2,group=32/turboquant-rvq:bits=2,residual=32");
+            // QJL keys have no reconstruction: bodies that compare with one ask
+            // `SideConfig::attends_on_reconstruction` and say what they check instead.
+            $crate::codec_tests!(@codec $body, qjl_keys_kivi_values, "qjl:m=96/kivi:bits=4,group=32,residual=32");
+            $crate::codec_tests!(@codec $body, qjl_keys_turboquant_values, "qjl/turboquant-mse:bits=3");
+            // TurboQuant-Prod: the CPU path only (its WGSL/MSL kernels are not written yet;
+            // tests/turboquant_prod.rs checks that GPU paths are refused with a typed error).
+            $crate::codec_tests!(@codec_cpu $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3");
+        }
+    };
+    (@codec_cpu $body:ident, $name:ident, $spec:expr) => {
+        mod $name {
+            $crate::codec_tests!(@target $body, $spec, cpu);
         }
     };
     (@codec $body:ident, $name:ident, $spec:expr) => {

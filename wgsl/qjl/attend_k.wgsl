@@ -6,7 +6,7 @@
 // k_prepare (once per workgroup): the 4 scaled query vectors sketched, qp[i] = c·(S q)_i with
 // c = √(π/2)/m folded in (invocation i sums row i in index order). k_score: lane cg owns
 // sketch coordinates cg·CPL .. cg·CPL + CPL − 1 (CPL = m/8, a multiple of 4); per token its
-// CPL sign bits are one word (or part of one), and ⟨c·S q, 2σ − 1⟩ = 2·Σ_{σ_i=1} qp_i − Σ qp_i
+// CPL sign bits are read in pieces of ≤ 32 bits (a piece may straddle two words), and ⟨c·S q, 2σ − 1⟩ = 2·Σ_{σ_i=1} qp_i − Σ qp_i
 // is a masked sum over the word's bits (select, no per-bit branch) minus the lane's constant
 // Σ qp_i; × n_j once per token. Specialized on ATT_KQJL_M and ATT_KQJL_C (the bits of c).
 
@@ -22,8 +22,8 @@ struct KQjlParams {
 const KQ_M: u32 = ATT_KQJL_M;
 const KQ_SW: u32 = ATT_KQJL_M / 32u;          // words per sign row
 const KQ_CPL: u32 = ATT_KQJL_M / 8u;          // coordinates per lane
-const KQ_LW: u32 = max(KQ_CPL / 32u, 1u);     // a lane's words per row
-const KQ_PW: u32 = min(KQ_CPL, 32u);          // a lane's bits per word
+const KQ_LW: u32 = (KQ_CPL + 31u) / 32u;      // a lane's 32-bit pieces per row
+const KQ_PW: u32 = min(KQ_CPL, 32u);          // bits of a full piece
 
 const K_PREP: bool = true;
 const K_PREP_W: u32 = ATT_KQJL_M;
@@ -57,11 +57,20 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
         var pos = vec4<f32>(0.0);
         // @unroll 2
         for (var k = 0u; k < KQ_LW; k++) {
+            // A lane's piece may straddle two words (CPL not a divisor of 32, e.g. m = 96:
+            // CPL = 12, lane 2 owns bits 24..35) and the last piece may be short (m = 384:
+            // CPL = 48 = 32 + 16): the high word fills the piece, bits past CPL are masked.
             let e = e0 + 32u * k;
-            let bits = kseg[wb + (e >> 5u)] >> (e & 31u);
+            let off = e & 31u;
+            let w = wb + (e >> 5u);
+            var bits = kseg[w] >> off;
+            if (off != 0u && off + min(KQ_CPL - 32u * k, 32u) > 32u) {
+                bits |= kseg[w + 1u] << (32u - off);
+            }
             // @unroll 32
             for (var i = 0u; i < KQ_PW; i++) {
-                pos += select(vec4<f32>(0.0), qp[e + i], ((bits >> i) & 1u) != 0u);
+                let on = ((bits >> i) & 1u) != 0u && 32u * k + i < KQ_CPL;
+                pos += select(vec4<f32>(0.0), qp[e + i], on);
             }
         }
         acc[j] = n * (2.0 * pos - all);

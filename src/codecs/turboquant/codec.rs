@@ -73,16 +73,7 @@ impl TurboQuantCodec {
         }
         let (seed, stream) = (cfg.seed, cfg.sign_stream());
         let signs = sign_table(seed, layer as u64, l.heads, stream, l.padded);
-        let mut tables = Vec::with_capacity(l.table_words());
-        for h in 0..l.heads {
-            tables.extend(signs_packed(seed, layer as u64, h as u64, stream, l.padded));
-        }
-        for b in &books {
-            tables.extend(b.centroids.iter().map(|c| c.to_bits()));
-            tables.extend(b.boundaries.iter().map(|c| c.to_bits()));
-            tables.push(f32::MAX.to_bits());
-        }
-        debug_assert_eq!(tables.len(), l.table_words());
+        let tables = tables_of(seed, layer as u64, stream, &l, &books);
         Ok(Self {
             cfg,
             l,
@@ -127,6 +118,29 @@ impl TurboQuantCodec {
     pub fn codebooks(&self) -> &[Arc<Codebook>] {
         &self.books
     }
+}
+
+/// The tables of a layout ([`super::layout`]): the packed signs of stream `stream` per head,
+/// then each stage's centroids, boundaries and one f32::MAX pad (TurboQuant-Prod appends its
+/// sketch after these).
+pub(crate) fn tables_of(
+    seed: u64,
+    layer: u64,
+    stream: u64,
+    l: &Layout,
+    books: &[Arc<Codebook>],
+) -> Vec<u32> {
+    let mut tables = Vec::with_capacity(l.table_words());
+    for h in 0..l.heads {
+        tables.extend(signs_packed(seed, layer, h as u64, stream, l.padded));
+    }
+    for b in books {
+        tables.extend(b.centroids.iter().map(|c| c.to_bits()));
+        tables.extend(b.boundaries.iter().map(|c| c.to_bits()));
+        tables.push(f32::MAX.to_bits());
+    }
+    debug_assert_eq!(tables.len(), l.table_words());
+    tables
 }
 
 /// What a GPU path can hold: P up to [`GPU_MAX_P`], the quantize kernel's workgroup memory,

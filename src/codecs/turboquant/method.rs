@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use super::codec::TurboQuantCodec;
 use super::config::{TqSide, Variant};
+use super::prod::{ProdCodec, ProdSide};
 use crate::codec::Codec;
 use crate::context::{Context, PathChoice};
+use crate::cpu::common::sketch::check_sketch_rows;
 use crate::cpu::common::splitmix::DEFAULT_SEED;
 use crate::error::{Error, Result};
 use crate::method::types::{MethodRow, OptionDef, Options, SideConfig, Sides};
@@ -67,6 +69,87 @@ pub static ROW_RVQ: MethodRow = MethodRow {
     parse: |side, both, o| parse(Variant::Rvq, side, both, o),
     short: |_| None,
 };
+
+/// The `turboquant-prod` row (keys only: `turboquant-prod:bits=3/turboquant-mse:bits=3`).
+pub static ROW_PROD: MethodRow = MethodRow {
+    name: "turboquant-prod",
+    summary: "TurboQuant-Prod keys: TurboQuant-MSE at bits − 1, then m sign bits of a Gaussian sketch of its residual and the residual's f16 norm; unbiased scores (CPU path only so far)",
+    sides: Sides::KeysOnly,
+    options: &[
+        OptionDef {
+            key: "bits",
+            default: "3",
+            help: "bits in total (2..=8): bits − 1 for the MSE stage, 1 for the sketch",
+        },
+        OptionDef {
+            key: "m",
+            default: "P",
+            help: "sketch rows (a positive multiple of 32; default P rounded up to one)",
+        },
+        OPTIONS[3],
+    ],
+    default_residual: 0,
+    parse: parse_prod,
+    short: |_| None,
+};
+
+impl SideConfig for ProdSide {
+    fn method(&self) -> &'static str {
+        "turboquant-prod"
+    }
+
+    fn side(&self) -> Side {
+        Side::Keys
+    }
+
+    fn block_tokens(&self) -> usize {
+        1
+    }
+
+    /// Its reconstruction is the MSE stage; its scores add the sketch correction.
+    fn attends_on_reconstruction(&self) -> bool {
+        false
+    }
+
+    /// ((b − 1)·P + m + 32) / D: stage-1 codes, sign bits, the f16 norm and ρ.
+    fn bits_per_value(&self, g: Geometry) -> f64 {
+        let p = g.dim.next_power_of_two();
+        let m = self.m.unwrap_or(p.next_multiple_of(32));
+        (f64::from(self.bits - 1) * p as f64 + m as f64 + 32.0) / g.dim as f64
+    }
+
+    fn build(
+        &self,
+        ctx: &Context,
+        g: Geometry,
+        _residual: usize,
+        layer: usize,
+        choice: PathChoice,
+    ) -> Result<Arc<dyn Codec>> {
+        Ok(Arc::new(ProdCodec::new(ctx, *self, g, layer, choice)?))
+    }
+}
+
+fn parse_prod(side: Side, _both: bool, o: &Options) -> Result<Arc<dyn SideConfig>> {
+    if side == Side::Values {
+        return Err(Error::Config(
+            "turboquant-prod stores keys only: it cannot be the value method".into(),
+        ));
+    }
+    let bits = o.number::<u32>("turboquant-prod", "bits")?.unwrap_or(3);
+    crate::cpu::bitpack::check_bits(bits)?;
+    if bits < 2 {
+        return Err(Error::Config(
+            "turboquant-prod needs bits >= 2 (1 for the MSE stage, 1 for the sketch)".into(),
+        ));
+    }
+    let m = o.number::<usize>("turboquant-prod", "m")?;
+    if let Some(m) = m {
+        check_sketch_rows(m)?;
+    }
+    let seed = o.get("seed").map_or(Ok(DEFAULT_SEED), parse_seed)?;
+    Ok(Arc::new(ProdSide { bits, m, seed }))
+}
 
 impl SideConfig for TqSide {
     fn method(&self) -> &'static str {

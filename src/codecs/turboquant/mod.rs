@@ -10,7 +10,9 @@
 //! - [`kernels`], [`plans`]: the kernels (`turboquant_quant`, `turboquant_dequant`, the
 //!   attention hooks) and their dispatch plans;
 //! - [`codec`]: the [`crate::codec::Codec`] of one side;
-//! - [`method`]: its rows of the method table (`turboquant-mse`, `turboquant-rvq`).
+//! - [`prod`]: TurboQuant-Prod keys ([`ProdCodec`], CPU path only so far);
+//! - [`method`]: its rows of the method table (`turboquant-mse`, `turboquant-rvq`,
+//!   `turboquant-prod`).
 //!
 //! The CPU references are in [`crate::cpu::turboquant`].
 
@@ -20,8 +22,10 @@ pub mod kernels;
 pub mod layout;
 pub mod method;
 pub mod plans;
+pub mod prod;
 
 pub use codec::TurboQuantCodec;
 pub use config::{TqSide, Variant};
 pub use layout::Layout;
-pub use method::{ROW_MSE, ROW_RVQ};
+pub use method::{ROW_MSE, ROW_PROD, ROW_RVQ};
+pub use prod::{ProdCodec, ProdSide};

@@ -215,18 +215,40 @@ pub fn quantize_prod(
         signs: Vec::with_capacity(n * s1.heads * l.sign_words()),
     };
     for_each_vector(s1, &x, signs, |t, h, row, s| {
-        let r = normalize_rotate(row, s, t, h)?;
-        let codes = codes_of(&r.y, &cb);
-        let mut u1: Vec<f32> = codes.iter().map(|&c| cb.centroid(u32::from(c))).collect();
-        inverse_rotate_in_place(&mut u1, s);
-        let res: Vec<f32> = r.unit.iter().zip(&u1).map(|(&u, &v)| u - v).collect();
-        let rho = store_norm(norm(&res), "TurboQuant-Prod residual of", t, h)?;
-        out.codes.extend(pack_row(&codes, s1.bits)?);
-        out.norms.push(r.norm_st);
+        let (n, rho) =
+            quantize_prod_vector(l, row, s, sketch, &cb, t, h, &mut out.codes, &mut out.signs)?;
+        out.norms.push(n);
         out.residual_norms.push(rho);
-        out.signs
-            .extend(sign_row(&mat_vec(sketch, l.m, s1.padded, &res)?));
         Ok(())
     })?;
     Ok(out)
+}
+
+/// One key's Prod work, as the codec does it per vector: `x` (D ≤ P f16-valued
+/// coordinates) normalized and rotated with its head's P ±1 `signs`, stage-1 codes under
+/// `cb` (b − 1 bits) appended to `rows` (one packed row), û₁ = inverse-rotate(ŷ₁),
+/// r = u − û₁ (P values), ρ = ‖r‖₂, and the m/32 sign words of `S r` (`sketch` `[m][P]`)
+/// appended to `sign_rows`. Returns (n, ρ) as stored; a norm beyond f16 is
+/// [`crate::Error::Config`] naming `token` and `head`.
+#[allow(clippy::too_many_arguments)]
+pub fn quantize_prod_vector(
+    l: &ProdLayout,
+    x: &[f32],
+    signs: &[f32],
+    sketch: &[f32],
+    cb: &Codebook,
+    token: usize,
+    head: usize,
+    rows: &mut Vec<u32>,
+    sign_rows: &mut Vec<u32>,
+) -> Result<(f16, f16)> {
+    let r = normalize_rotate(x, signs, token, head)?;
+    let codes = codes_of(&r.y, cb);
+    let mut u1: Vec<f32> = codes.iter().map(|&c| cb.centroid(u32::from(c))).collect();
+    inverse_rotate_in_place(&mut u1, signs);
+    let res: Vec<f32> = r.unit.iter().zip(&u1).map(|(&u, &v)| u - v).collect();
+    let rho = store_norm(norm(&res), "TurboQuant-Prod residual of", token, head)?;
+    rows.extend(pack_row(&codes, cb.bits)?);
+    sign_rows.extend(sign_row(&mat_vec(sketch, l.m, l.stage1.padded, &res)?));
+    Ok((r.norm_st, rho))
 }

@@ -1,0 +1,364 @@
+//! The [`Codec`] of TurboQuant-Prod keys (../shared/spec/turboquant.md, "TurboQuant-Prod"):
+//! b bits in total, stage 1 is TurboQuant-MSE at b − 1 bits, then the m sign bits of the
+//! Gaussian sketch of its residual in the rotated-back P-space, with the residual's norm ρ.
+//! Attention adds the sketch correction `n·ρ·√(π/2)/m·⟨S q, 2σ − 1⟩` to the MSE score, with
+//! `S q` computed once per query row.
+//!
+//! **Streams** (per token, blocks one after another):
+//! ```text
+//! codes:          u32 [H][row_words]   row_words = ceil(P·(b − 1) / 32): stage-1 codes
+//! signs:          u32 [H][m / 32]      bit i of a row = σ_i = [(S r)_i ≥ 0], LSB-first
+//! norms:          u32 [ceil(H / 2)]    f16 n of head h in half h % 2 of word h / 2
+//! residual_norms: u32 [ceil(H / 2)]    f16 ρ, packed as the norms
+//! ```
+//! **Tables** (one per layer, uploaded once, counted as tables): the key signs `[H][P/32]` and
+//! the stage-1 codebook exactly as TurboQuant-MSE's ([`super::layout`]), then the sketch S
+//! `[m][P]` f32 (SplitMix64 stream 2, head 0) from word [`Layout::table_words`].
+//!
+//! Paths: the CPU reference only. The fused WGSL/MSL encode kernel and the GPU attention
+//! hooks are not written yet: a GPU path (and `auto` on a device with a GPU) is
+//! [`Error::PathUnavailable`], never a silent CPU fallback.
+
+use std::fmt;
+use std::sync::Arc;
+
+use half::f16;
+
+use super::codec::tables_of;
+use super::layout::{Layout, norm_at};
+use crate::attention::kernel::AttendHooks;
+use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
+use crate::context::{Context, KernelPath, PathChoice};
+use crate::cpu::common::splitmix::{
+    DEFAULT_SEED, STREAM_KEY_SIGNS, STREAM_PROD_SKETCH, gaussian_table, sign_table,
+};
+use crate::cpu::common::vector::{norm, store_norm};
+use crate::cpu::turboquant::attend_k;
+use crate::cpu::turboquant::codebook::{Codebook, codebook};
+use crate::cpu::turboquant::layout::ProdLayout;
+use crate::cpu::turboquant::turboquant_dequant::reconstruct;
+use crate::cpu::turboquant::turboquant_quant::quantize_prod_vector;
+use crate::error::{Error, Result};
+use crate::store::memory::StreamKind;
+use crate::store::{Geometry, Side};
+
+/// The key side's TurboQuant-Prod settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProdSide {
+    /// Bits in total b (2..=8): b − 1 for the MSE stage, one sign bit per sketch row.
+    pub bits: u32,
+    /// Sketch rows m (a positive multiple of 32); `None`: P rounded up to one.
+    pub m: Option<usize>,
+    /// The seed of the key signs and the sketch (default [`DEFAULT_SEED`]).
+    pub seed: u64,
+}
+
+impl fmt::Display for ProdSide {
+    /// `bits=B`, then `m=M` when given and `seed=0x…` when not the default.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bits={}", self.bits)?;
+        if let Some(m) = self.m {
+            write!(f, ",m={m}")?;
+        }
+        if self.seed != DEFAULT_SEED {
+            write!(f, ",seed={:#x}", self.seed)?;
+        }
+        Ok(())
+    }
+}
+
+/// TurboQuant-Prod keys of one layer (see the module docs).
+#[derive(Debug)]
+pub struct ProdCodec {
+    cfg: ProdSide,
+    prod: ProdLayout,
+    /// The stage-1 layout (b − 1 bits, one stage), shared with TurboQuant-MSE's helpers.
+    l: Layout,
+    streams: [Stream; 4],
+    book: Arc<Codebook>,
+    /// Its f32 centroids (what the score reads).
+    centroids: Vec<Vec<f32>>,
+    /// ±1 key signs `[H][P]`.
+    signs: Vec<f32>,
+    /// S `[m][P]`.
+    sketch: Vec<f32>,
+    tables: Vec<u32>,
+}
+
+impl ProdCodec {
+    /// The codec of `cfg` for layer `layer` of geometry `g` on `choice`. Errors: bits out of
+    /// 2..=8, a bad m or D, or any GPU path (see the module docs).
+    pub fn new(
+        ctx: &Context,
+        cfg: ProdSide,
+        g: Geometry,
+        layer: usize,
+        choice: PathChoice,
+    ) -> Result<Self> {
+        let gpu_ctx = ctx.device().is_some();
+        if choice != PathChoice::Cpu && (gpu_ctx || choice != PathChoice::Auto) {
+            return Err(Error::PathUnavailable {
+                kernel: "turboquant_prod_quant",
+                requested: choice.to_string(),
+                reason: "TurboQuant-Prod's WGSL/MSL encode kernel and attention hooks are not \
+                         written yet: only the CPU reference runs (path cpu)"
+                    .into(),
+            });
+        }
+        let prod = ProdLayout::new(g.heads, g.dim, cfg.bits, cfg.m)?;
+        let l = Layout::new(g.heads, g.dim, cfg.bits - 1, 1)?;
+        let book = codebook(l.padded, l.bits)?;
+        let (seed, layer) = (cfg.seed, layer as u64);
+        let signs = sign_table(seed, layer, l.heads, STREAM_KEY_SIGNS, l.padded);
+        let sketch = gaussian_table(seed, layer, STREAM_PROD_SKETCH, prod.m, l.padded);
+        let mut tables = tables_of(
+            seed,
+            layer,
+            STREAM_KEY_SIGNS,
+            &l,
+            std::slice::from_ref(&book),
+        );
+        tables.extend(sketch.iter().map(|x| x.to_bits()));
+        let nw = l.norm_words();
+        Ok(Self {
+            cfg,
+            prod,
+            l,
+            streams: [
+                Stream {
+                    name: "codes",
+                    kind: StreamKind::Codes,
+                    words_per_block: l.code_words(),
+                },
+                Stream {
+                    name: "signs",
+                    kind: StreamKind::Codes,
+                    words_per_block: l.heads * prod.sign_words(),
+                },
+                Stream {
+                    name: "norms",
+                    kind: StreamKind::Params,
+                    words_per_block: nw,
+                },
+                Stream {
+                    name: "residual_norms",
+                    kind: StreamKind::Params,
+                    words_per_block: nw,
+                },
+            ],
+            centroids: vec![book.centroids.clone()],
+            book,
+            signs,
+            sketch,
+            tables,
+        })
+    }
+
+    /// The Prod layout (stage 1 and m).
+    pub fn layout(&self) -> &ProdLayout {
+        &self.prod
+    }
+
+    /// The ±1 key signs `[P]` of head `h`.
+    pub fn head_signs(&self, h: usize) -> &[f32] {
+        &self.signs[h * self.l.padded..(h + 1) * self.l.padded]
+    }
+
+    /// The sketch S `[m][P]`.
+    pub fn sketch(&self) -> &[f32] {
+        &self.sketch
+    }
+
+    /// The stage-1 codebook (b − 1 bits).
+    pub fn codebook(&self) -> &Codebook {
+        &self.book
+    }
+}
+
+impl Codec for ProdCodec {
+    fn method(&self) -> &'static str {
+        "turboquant-prod"
+    }
+
+    /// `bits=B,m=M,seed=0x…` (all three always: the spec wants the seed in the description).
+    fn settings(&self) -> String {
+        format!(
+            "bits={},m={},seed={:#x}",
+            self.cfg.bits, self.prod.m, self.cfg.seed
+        )
+    }
+
+    fn side(&self) -> Side {
+        Side::Keys
+    }
+
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            heads: self.l.heads,
+            dim: self.l.dim,
+        }
+    }
+
+    fn path(&self) -> KernelPath {
+        KernelPath::Cpu
+    }
+
+    fn block_tokens(&self) -> usize {
+        1
+    }
+
+    fn streams(&self) -> &[Stream] {
+        &self.streams
+    }
+
+    fn tables(&self) -> &[u32] {
+        &self.tables
+    }
+
+    fn check_rows(&self, first: usize, rows: &[f16]) -> Result<()> {
+        let (h, d) = (self.l.heads, self.l.dim);
+        let mut x = vec![0f32; d];
+        for (i, v) in rows.chunks_exact(d).enumerate() {
+            for (o, r) in x.iter_mut().zip(v) {
+                *o = r.to_f32();
+            }
+            store_norm(norm(&x), "TurboQuant-Prod keys", first + i / h, i % h)?;
+        }
+        Ok(())
+    }
+
+    fn encode(
+        &self,
+        first: usize,
+        blocks: usize,
+        x: &dyn Fn(usize, usize, usize) -> f32,
+        out: &mut [Vec<u32>],
+    ) -> Result<()> {
+        let [codes, signs, norms, rhos] = out else {
+            return Err(Error::LengthMismatch {
+                what: "turboquant-prod streams",
+                expected: 4,
+                actual: out.len(),
+            });
+        };
+        let l = &self.l;
+        let nw = l.norm_words();
+        *codes = Vec::with_capacity(blocks * l.code_words());
+        *signs = Vec::with_capacity(blocks * l.heads * self.prod.sign_words());
+        *norms = vec![0u32; blocks * nw];
+        *rhos = vec![0u32; blocks * nw];
+        let mut row = vec![0f32; l.dim];
+        for t in 0..blocks {
+            for h in 0..l.heads {
+                for (d, r) in row.iter_mut().enumerate() {
+                    *r = x(t, h, d);
+                }
+                let (n, rho) = quantize_prod_vector(
+                    &self.prod,
+                    &row,
+                    self.head_signs(h),
+                    &self.sketch,
+                    &self.book,
+                    first + t,
+                    h,
+                    codes,
+                    signs,
+                )?;
+                let (w, sh) = (t * nw + h / 2, 16 * (h % 2));
+                norms[w] |= u32::from(n.to_bits()) << sh;
+                rhos[w] |= u32::from(rho.to_bits()) << sh;
+            }
+        }
+        Ok(())
+    }
+
+    /// The MSE stage's reconstruction `n·û₁` (the lowest squared error; the sketch only
+    /// corrects inner products, see [`crate::cpu::turboquant::turboquant_dequant::ProdReconstruction`]).
+    fn decode(&self, words: &Words<'_>, blocks: usize, out: &mut [f32]) -> Result<()> {
+        let (h_n, d) = (self.l.heads, self.l.dim);
+        for t in 0..blocks {
+            for h in 0..h_n {
+                self.row(words, t, h, &mut out[(t * h_n + h) * d..][..d]);
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_gpu(
+        &self,
+        _ctx: &Context,
+        _enc: &mut wgpu::CommandEncoder,
+        _src: &EncodeSource<'_>,
+        _dst: &SegmentRef<'_>,
+        _blocks: usize,
+        _status: &wgpu::Buffer,
+    ) -> Result<()> {
+        Err(Error::PathUnavailable {
+            kernel: "turboquant_prod_quant",
+            requested: "gpu".into(),
+            reason: "TurboQuant-Prod's GPU encode kernel is not written yet".into(),
+        })
+    }
+
+    /// `[q′ (P) | S q (m)]`: the rotated query, then the sketch of the zero-padded query.
+    fn prepare_query(&self, h: usize, q: &[f32], out: &mut Vec<f32>) {
+        attend_k::prepare_prod_query(q, self.head_signs(h), &self.sketch, self.prod.m, out);
+    }
+
+    fn score(
+        &self,
+        words: &Words<'_>,
+        preps: &[Vec<f32>],
+        j: usize,
+        h: usize,
+        scratch: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
+        let sw = self.prod.sign_words();
+        attend_k::score_prod(
+            &self.l,
+            attend_k::ProdWords {
+                codes: words[0],
+                signs: &words[1][(j * self.l.heads + h) * sw..][..sw],
+                norms: words[2],
+                residual_norms: words[3],
+            },
+            &self.centroids,
+            preps,
+            j,
+            h,
+            scratch,
+            out,
+        );
+    }
+
+    fn row(&self, words: &Words<'_>, j: usize, h: usize, out: &mut [f32]) {
+        let l = &self.l;
+        let mut yhat = vec![0f32; l.padded];
+        attend_k::decode(l, words[0], &self.centroids, j, h, &mut yhat);
+        let n = f16::from_f32(norm_at(words[2], l.norm_words(), j, h));
+        // Lengths are the layout's: the reconstruction cannot fail.
+        if let Ok(x) = reconstruct(&yhat, self.head_signs(h), n, l.dim) {
+            out.copy_from_slice(&x);
+        }
+    }
+
+    fn attend_hooks(&self) -> &'static AttendHooks {
+        &NO_GPU_HOOKS
+    }
+}
+
+/// TurboQuant-Prod has no GPU attention hooks yet; the codec exists only on the CPU path,
+/// whose attention never composes hooks. Were these ever composed, the WGSL front end would
+/// reject them (a typed shader error, not a wrong kernel).
+static NO_GPU_HOOKS: AttendHooks = AttendHooks {
+    name: "turboquant-prod",
+    wgsl_common: &[],
+    wgsl_k: "turboquant-prod has no GPU attention hooks yet",
+    wgsl_v: "",
+    msl_common: &[],
+    msl_k: None,
+    msl_v: None,
+    k_prep: true,
+    keys_only: true,
+};
