@@ -11,6 +11,7 @@ pub mod attend_plans;
 pub mod kivi_plans;
 pub mod kivi_spec;
 pub mod mutate;
+pub mod quality;
 pub mod recon;
 pub mod st;
 
@@ -147,11 +148,24 @@ macro_rules! parity_tests {
 
 /// Instantiates `body(&Target, spec)` for every codec under test × every target: one
 /// `#[test]` per (codec, target), named `body::codec::target`. **Adding a codec to every
-/// generic body is one line here.**
+/// generic body is one line here.** `codec_tests!(body, with_qjl)` adds QJL keys (no
+/// reconstruction) for bodies that never reconstruct.
 #[macro_export]
 macro_rules! codec_tests {
     ($body:ident) => {
         mod $body {
+            $crate::codec_tests!(@specs $body);
+        }
+    };
+    // Also the codecs without a reconstruction (QJL keys): bodies that never reconstruct.
+    ($body:ident, with_qjl) => {
+        mod $body {
+            $crate::codec_tests!(@specs $body);
+            $crate::codec_tests!(@codec $body, qjl_keys_kivi_values, "qjl:m=64/kivi:bits=4,group=32,residual=32");
+            $crate::codec_tests!(@codec $body, qjl_keys_f16_values, "qjl:m=96/f16:residual=8");
+        }
+    };
+    (@specs $body:ident) => {
             $crate::codec_tests!(@codec $body, f16, "f16");
             $crate::codec_tests!(@codec $body, kivi_2, "kivi:bits=2,group=32,residual=64");
             $crate::codec_tests!(@codec $body, kivi_4_3_f32, "kivi:kbits=4,vbits=3,group=16,vgroup=24,residual=32,params=f32");
@@ -160,7 +174,6 @@ macro_rules! codec_tests {
             $crate::codec_tests!(@codec $body, f16_keys_kivi_values, "f16/kivi:bits=3,group=8,vgroup=16,residual=16");
             $crate::codec_tests!(@codec $body, turboquant_mse_3, "turboquant-mse:bits=3,residual=24");
             $crate::codec_tests!(@codec $body, kivi_keys_turboquant_rvq_values, "kivi:bits=2,group=32/turboquant-rvq:bits=2,residual=32");
-        }
     };
     (@codec $body:ident, $name:ident, $spec:expr) => {
         mod $name {
