@@ -99,6 +99,9 @@ pub(crate) struct Gpu {
     pub pipelines: Arc<Mutex<PipelineCache>>,
 }
 
+/// The dispatches of [`Context::with_dispatch_log`]: (kernel, x, y).
+type DispatchLog = Arc<std::sync::Mutex<Vec<(&'static str, u32, u32)>>>;
+
 struct Inner {
     origin: Origin,
     gpu: Option<Gpu>,
@@ -111,7 +114,7 @@ struct Inner {
     /// Test hook: the n-th next buffer allocation on this context fails (0: none).
     fail_allocation: Arc<std::sync::atomic::AtomicUsize>,
     /// Test hook: when set, every dispatch recorded on this context (kernel, x, y).
-    dispatch_log: Option<Arc<std::sync::Mutex<Vec<(&'static str, u32, u32)>>>>,
+    dispatch_log: Option<DispatchLog>,
 }
 
 /// The handle every kvpack operation takes. Cheap to clone (shared state).

@@ -158,7 +158,13 @@ fn grid_split_every_kernel(t: &Target) {
                         );
                         split.extend(split_since(&ctx, before));
                     }
-                    (Err(Error::Limit { what: lw, .. }), _) if lw == "workgroups per dispatch" => {}
+                    (
+                        Err(Error::Limit {
+                            what: "workgroups per dispatch",
+                            ..
+                        }),
+                        _,
+                    ) => {}
                     (Err(e), _) => panic!("{spec} {what} L={lim}: attend: {e}"),
                 }
             }
@@ -206,7 +212,10 @@ fn append_halving(
             split.extend(split_since(ctx, before));
             true
         }
-        Err(Error::Limit { what, .. }) if what == "workgroups per dispatch" => {
+        Err(Error::Limit {
+            what: "workgroups per dispatch",
+            ..
+        }) => {
             assert_eq!(
                 (l.len(), l.memory()),
                 (len, mem),
