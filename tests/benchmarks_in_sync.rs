@@ -254,3 +254,55 @@ fn an_edited_median_is_caught() {
     let e = check_arms(&roof).expect_err("an edited roofline median");
     assert!(e.contains("pct_roofline"), "{e}");
 }
+
+/// The decode numbers the README's speed paragraph quotes are the generated decode table's
+/// (BENCHMARKS.md, `generated:decode`): the medians of KIVI-4 and f16 (wgsl-subgroup) at 32k
+/// and 128k rounded to whole µs, PyTorch SDPA's, and the range of "× slower than SDPA" over
+/// those four. The other numbers of that paragraph (quantization's % of roofline and its
+/// speedups, prefill's) are not checked here.
+#[test]
+fn readme_decode_numbers_match_the_generated_table() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bench = std::fs::read_to_string(root.join("BENCHMARKS.md")).expect("BENCHMARKS.md");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let block = bench
+        .split("<!-- generated:decode -->")
+        .nth(1)
+        .and_then(|b| b.split("<!-- /generated:decode -->").next())
+        .expect("the generated decode table");
+    // (median µs, PyTorch µs) of a row `| T | method | median (min–max) | ... | SDPA µs | ... |`.
+    let row = |t: &str, method: &str| -> (f64, f64) {
+        let cells: Vec<&str> = block
+            .lines()
+            .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
+            .find(|c| c.len() > 8 && c[1] == t && c[2] == method)
+            .unwrap_or_else(|| panic!("no decode row for {t} {method}"));
+        let num = |s: &str| -> f64 {
+            s.split_whitespace()
+                .next()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or_else(|| panic!("`{s}` is not a number"))
+        };
+        (num(cells[3]), num(cells[7]))
+    };
+    let (k32, p32) = row("32k", "kivi-4 [wgsl-subgroup]");
+    let (k128, p128) = row("128k", "kivi-4 [wgsl-subgroup]");
+    let (f32k, _) = row("32k", "f16 [wgsl-subgroup]");
+    let (f128k, _) = row("128k", "f16 [wgsl-subgroup]");
+    let ratios = [k32 / p32, k128 / p128, f32k / p32, f128k / p128];
+    let lo = ratios.iter().copied().fold(f64::MAX, f64::min);
+    let hi = ratios.iter().copied().fold(0f64, f64::max);
+    let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    for phrase in [
+        format!(
+            "{:.0} µs on KIVI-4 at 32k tokens and {:.0} µs at 128k (f16: {:.0} / {:.0} µs)",
+            k32, k128, f32k, f128k
+        ),
+        format!("{lo:.1}–{hi:.1}× slower than PyTorch's fp16 SDPA ({p32:.0} / {p128:.0} µs)"),
+    ] {
+        assert!(
+            readme.contains(&phrase),
+            "README.md does not say \"{phrase}\" (what BENCHMARKS.md's decode table gives)"
+        );
+    }
+}
