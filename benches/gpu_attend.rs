@@ -952,6 +952,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 min_us: mn / 1e3,
                 max_us: mx / 1e3,
                 samples: a.ns(kind).len(),
+                samples_ns: a.ns(kind),
                 ..Default::default()
             });
         }
@@ -1058,6 +1059,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             min_us: r.1 / 1e3,
             max_us: r.2 / 1e3,
             samples: arm.times_ns.len(),
+            samples_ns: arm.times_ns.clone(),
             roofline: big_name.clone(),
             pct_roofline: big_gbs.map(|c| 100.0 * gbs / c),
         });

@@ -1076,6 +1076,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             min_us: r.1 / 1e3,
             max_us: r.2 / 1e3,
             samples: arm.times_ns.len(),
+            samples_ns: arm.times_ns.clone(),
             roofline: roof.map(|(c, _)| arms[c].name.clone()),
             pct_roofline: pct,
         });

@@ -569,7 +569,7 @@ fn run() -> Result<(), String> {
         );
         rows.push(serde_json::json!({
             "arm": a.name, "bytes": a.bytes, "median_us": med / 1e3, "min_us": lo / 1e3,
-            "max_us": hi / 1e3, "gbs": gbs,
+            "max_us": hi / 1e3, "gbs": gbs, "samples_ns": a.ns,
         }));
     }
     let names: Vec<(&str, &[f64], f64)> = arms

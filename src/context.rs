@@ -103,6 +103,9 @@ pub(crate) struct Gpu {
     pub lost: Arc<std::sync::OnceLock<String>>,
 }
 
+/// The dispatches of [`Context::with_dispatch_log`]: (kernel, x, y).
+type DispatchLog = Arc<std::sync::Mutex<Vec<(&'static str, u32, u32)>>>;
+
 struct Inner {
     origin: Origin,
     gpu: Option<Gpu>,
@@ -116,6 +119,8 @@ struct Inner {
     fail_allocation: Arc<std::sync::atomic::AtomicUsize>,
     /// Bytes of every buffer allocated on this device handle and its clones.
     allocated: Arc<std::sync::atomic::AtomicU64>,
+    /// Test hook: when set, every dispatch recorded on this context (kernel, x, y).
+    dispatch_log: Option<DispatchLog>,
 }
 
 /// The handle every kvpack operation takes. Cheap to clone (shared state).
@@ -278,6 +283,7 @@ impl Context {
                 max_workgroup_storage,
                 fail_allocation: Arc::default(),
                 allocated: Arc::default(),
+                dispatch_log: None,
             }),
         }
     }
@@ -364,6 +370,39 @@ impl Context {
             max_workgroup_storage: self.inner.max_workgroup_storage,
             fail_allocation: self.inner.fail_allocation.clone(),
             allocated: self.inner.allocated.clone(),
+            dispatch_log: self.inner.dispatch_log.clone(),
+        }
+    }
+
+    /// A handle to the same device that records every dispatch made through it or its
+    /// clones (the kernel, and the x and y workgroup counts after the split over
+    /// [`Self::with_max_workgroups_per_dimension`]): [`Self::dispatches`]. For tests that a
+    /// kernel really ran split over x and y.
+    #[doc(hidden)]
+    pub fn with_dispatch_log(&self) -> Self {
+        let mut inner = self.clone_inner();
+        inner.dispatch_log = Some(Arc::default());
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The dispatches recorded since [`Self::with_dispatch_log`] (empty without it).
+    #[doc(hidden)]
+    pub fn dispatches(&self) -> Vec<(&'static str, u32, u32)> {
+        self.inner
+            .dispatch_log
+            .as_ref()
+            .map(|l| l.lock().map(|v| v.clone()).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Records one dispatch in the log of [`Self::with_dispatch_log`], if any.
+    pub(crate) fn log_dispatch(&self, kernel: &'static str, x: u32, y: u32) {
+        if let Some(l) = &self.inner.dispatch_log {
+            if let Ok(mut v) = l.lock() {
+                v.push((kernel, x, y));
+            }
         }
     }
 

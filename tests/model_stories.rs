@@ -1,7 +1,7 @@
 //! stories260K (llama2.c's tiny TinyStories model, ../shared/models/stories260K/) end to end:
 //! greedy generation reproduces llama2.c's published sample, perplexity on a held-out story
-//! matches the float32 reference (3.388), compressed caches' perplexities are reported, and
-//! the GPU path agrees with the CPU.
+//! matches the float32 reference (3.388), compressed caches' perplexities are within stated
+//! bands of f16's (`HELDOUT_BANDS`), and the GPU path agrees with the CPU.
 
 mod common;
 
@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use kvpack::model::{self, Sampler, Session, Tokenizer, Weights};
 use kvpack::{Context, Method, PathChoice};
+
+use common::quality;
 
 /// The first 200 steps of llama2.c's greedy sample from stories260K (`test_all.py`'s
 /// `expected_stdout`, also the beginning of the llama2.c README's sample).
@@ -162,11 +164,49 @@ fn stories_perplexity_f16_and_kivi_cpu() {
         "chunked {} vs token by token {f16}",
         nll.exp()
     );
-    for method in ["kivi-4-32-0", "kivi-4-32-32", "kivi-2-32-0", "kivi-2-32-32"] {
-        let p = ppl(&w, &ctx, method, PathChoice::Cpu, &ids);
-        assert!(p.is_finite() && p >= f16 * 0.9, "{method}: {p}");
+    for band in &HELDOUT_BANDS {
+        let p = ppl(&w, &ctx, band.method, PathChoice::Cpu, &ids);
+        band.check("stories260K heldout", p, f16);
     }
 }
+
+/// KIVI's bands on the held-out story (`common::quality`), measured with this test on the CPU
+/// reference (f16 3.3875; kivi-4 G = 32 R = 0: 3.3717, R = 32: 3.3841; kivi-2 R = 0: 3.6008,
+/// R = 32: 3.4361). On 152 predictions KIVI-4 lands within half a percent of f16 on either
+/// side, so its slack is absolute, as on story-512: half a point below, 0.8 point above.
+/// KIVI-2's slack is half its measured excess either way (3.1 points without a window, 0.72
+/// with R = 32): less excess means the codes are not at 2 bits or the tokens stayed in the
+/// window, more means a reconstruction bug.
+const HELDOUT_BANDS: [quality::Band; 4] = [
+    quality::Band {
+        method: "kivi-4-32-0",
+        measured_pct: -0.466,
+        below: 0.5,
+        above: 0.8,
+        source: "stories_perplexity_f16_and_kivi_cpu",
+    },
+    quality::Band {
+        method: "kivi-4-32-32",
+        measured_pct: -0.100,
+        below: 0.5,
+        above: 0.8,
+        source: "stories_perplexity_f16_and_kivi_cpu",
+    },
+    quality::Band {
+        method: "kivi-2-32-0",
+        measured_pct: 6.297,
+        below: 3.1,
+        above: 3.1,
+        source: "stories_perplexity_f16_and_kivi_cpu",
+    },
+    quality::Band {
+        method: "kivi-2-32-32",
+        measured_pct: 1.435,
+        below: 0.72,
+        above: 0.72,
+        source: "stories_perplexity_f16_and_kivi_cpu",
+    },
+];
 
 #[test]
 fn stories_perplexity_gpu() {

@@ -143,6 +143,9 @@ pub struct ArmRow {
     pub min_us: f64,
     pub max_us: f64,
     pub samples: usize,
+    /// Every timed round (ns, in the order timed): `bench_report`'s sync test recomputes
+    /// the median, min, max, GB/s and % of roofline from them.
+    pub samples_ns: Vec<f64>,
     /// The copy arm the roofline % refers to, and the %.
     pub roofline: Option<String>,
     pub pct_roofline: Option<f64>,
@@ -168,6 +171,7 @@ impl ArmRow {
             "max_us": self.max_us,
             "spread_pct": 100.0 * (self.max_us - self.min_us) / self.median_us,
             "samples": self.samples,
+            "samples_ns": self.samples_ns,
             "GB_per_s": self.gbs(),
             "roofline_arm": self.roofline,
             "pct_roofline": self.pct_roofline,

@@ -373,6 +373,7 @@ pub(crate) fn encode_dispatch_with(
     if x == 0 {
         return Ok(());
     }
+    ctx.log_dispatch(label, x, y);
     let gpu = gpu_of(ctx, label)?;
     let entries: Vec<wgpu::BindGroupEntry> = buffers
         .iter()
@@ -439,6 +440,7 @@ pub fn encode_plans_in_one_pass(
         let pipeline = pipeline::pipeline(ctx, def, *path, &plan.spec)?;
         let uniform = uniform_buffer(ctx, def.name, &plan.uniform)?;
         let (x, y) = split_workgroups(ctx, plan.workgroups)?;
+        ctx.log_dispatch(def.name, x, y);
         prepared.push((pipeline, uniform, storage, x, y, def.name));
     }
     let gpu = gpu_of(ctx, "dispatch")?;

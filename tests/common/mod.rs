@@ -11,6 +11,7 @@ pub mod attend_plans;
 pub mod kivi_plans;
 pub mod kivi_spec;
 pub mod mutate;
+pub mod quality;
 pub mod recon;
 pub mod st;
 
@@ -147,11 +148,26 @@ macro_rules! parity_tests {
 
 /// Instantiates `body(&Target, spec)` for every codec under test × every target: one
 /// `#[test]` per (codec, target), named `body::codec::target`. **Adding a codec to every
-/// generic body is one line here.**
+/// generic body is one line here.** `codec_tests!(body, with_qjl)` adds one more QJL pairing
+/// and leaves out TurboQuant-Prod (CPU only; no layout formula in tests/memory_formula.rs yet).
 #[macro_export]
 macro_rules! codec_tests {
     ($body:ident) => {
         mod $body {
+            $crate::codec_tests!(@specs $body);
+            // TurboQuant-Prod: the CPU path only (its WGSL/MSL kernels are not written yet;
+            // tests/turboquant_prod.rs checks that GPU paths are refused with a typed error).
+            $crate::codec_tests!(@codec_cpu $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3");
+        }
+    };
+    // One more QJL pairing (f16 values, m not a power of two) for bodies that never reconstruct.
+    ($body:ident, with_qjl) => {
+        mod $body {
+            $crate::codec_tests!(@specs $body);
+            $crate::codec_tests!(@codec $body, qjl_keys_f16_values, "qjl:m=96/f16:residual=8");
+        }
+    };
+    (@specs $body:ident) => {
             $crate::codec_tests!(@codec $body, f16, "f16");
             $crate::codec_tests!(@codec $body, kivi_2, "kivi:bits=2,group=32,residual=64");
             $crate::codec_tests!(@codec $body, kivi_4_3_f32, "kivi:kbits=4,vbits=3,group=16,vgroup=24,residual=32,params=f32");
@@ -164,10 +180,6 @@ macro_rules! codec_tests {
             // `SideConfig::attends_on_reconstruction` and say what they check instead.
             $crate::codec_tests!(@codec $body, qjl_keys_kivi_values, "qjl:m=96/kivi:bits=4,group=32,residual=32");
             $crate::codec_tests!(@codec $body, qjl_keys_turboquant_values, "qjl/turboquant-mse:bits=3");
-            // TurboQuant-Prod: the CPU path only (its WGSL/MSL kernels are not written yet;
-            // tests/turboquant_prod.rs checks that GPU paths are refused with a typed error).
-            $crate::codec_tests!(@codec_cpu $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3");
-        }
     };
     (@codec_cpu $body:ident, $name:ident, $spec:expr) => {
         mod $name {

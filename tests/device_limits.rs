@@ -1,0 +1,395 @@
+//! Device limits that small or unusual devices have and lavapipe does not (issue 19 point 4):
+//!
+//! - the x/y workgroup grid split, for every kernel a layer dispatches (the quantize kernels
+//!   of each codec, the attention kernels, the partials' merge): layers on a context whose
+//!   `max_workgroups_per_dimension` is lowered store bit-identical words and return
+//!   bit-identical attention to a layer on the device's own limit, and the context's dispatch
+//!   log shows each kernel really ran with y > 1;
+//! - small storage bindings: a residual window or a block of f16 rows beyond the binding limit
+//!   and attention partials beyond it are the typed `Error::Limit`, and the cache is intact
+//!   afterwards (same words, length, memory; attention still answers as before).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::Target;
+use kvpack::{AttendKernel, AttendOptions, Context, Error, Input, KvLayer, Method};
+use rand::Rng;
+
+const H: usize = 2;
+const D: usize = 40;
+const ROW: usize = H * D;
+
+/// One quantize path per codec (both KIVI sides and parameter storages, TurboQuant MSE and
+/// RVQ, QJL keys, the f16 baseline).
+const SPLIT_SPECS: &[&str] = &[
+    "f16:residual=0",
+    "kivi:bits=4,group=32,residual=32",
+    "kivi:kbits=2,vbits=3,group=16,vgroup=24,residual=16,params=f32",
+    "turboquant-mse:bits=3,residual=8",
+    "f16/turboquant-rvq:bits=2,residual=8",
+    "qjl:m=64/f16:residual=8",
+];
+
+/// Append chunks (tokens): a prefill, single tokens that flush blocks, a ragged chunk.
+const CHUNKS: &[usize] = &[100, 1, 1, 29, 120];
+
+fn queries(rng: &mut impl Rng) -> Vec<(String, Vec<f32>, usize, AttendOptions)> {
+    let q = |rng: &mut dyn rand::RngCore, tq: usize, hq: usize| -> Vec<f32> {
+        (0..tq * hq * D)
+            .map(|_| rng.random_range(-1.5f32..1.5))
+            .collect()
+    };
+    let mut v = Vec::new();
+    for (tq, hq, kernel, chunk) in [
+        (1, 16, AttendKernel::Decode, Some(32)),
+        (8, 8, AttendKernel::Prefill, Some(32)),
+        (16, 8, AttendKernel::Prefill, None),
+        (16, 8, AttendKernel::Decode, None),
+    ] {
+        let opts = AttendOptions {
+            kernel,
+            chunk_tokens: chunk,
+            ..Default::default()
+        };
+        v.push((
+            format!("Tq={tq} Hq={hq} {kernel:?} chunk {chunk:?}"),
+            q(rng, tq, hq),
+            hq,
+            opts,
+        ));
+    }
+    v
+}
+
+fn grid_split_every_kernel(t: &Target) {
+    let Target::Wgsl(base, path) = t else {
+        unreachable!("WGSL targets only");
+    };
+    let mut rng = common::rng("grid_split_every_kernel");
+    let total: usize = CHUNKS.iter().sum();
+    let k: Vec<f32> = (0..total * ROW)
+        .map(|i| (i % 7) as f32 * 0.3 + rng.random_range(-1.0f32..1.0))
+        .collect();
+    let v: Vec<f32> = (0..total * ROW)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let qs = queries(&mut rng);
+    for spec in SPLIT_SPECS {
+        let started = std::time::Instant::now();
+        let method = Method::parse(spec).expect("method");
+        // The reference: the device's own limit, logged for each kernel's largest grid.
+        let logged = base.with_dispatch_log();
+        let mut want = method.layer(&logged, H, D, *path).expect("layer");
+        let mut at = 0;
+        for &n in CHUNKS {
+            want.append(
+                Input::F32(&k[at * ROW..(at + n) * ROW]),
+                Input::F32(&v[at * ROW..(at + n) * ROW]),
+            )
+            .expect("append");
+            at += n;
+        }
+        let want_snap = want.snapshot().expect("snapshot");
+        // (A kernel a codec does not serve, e.g. prefill for TurboQuant keys, is the same
+        // typed error on every limit.)
+        let want_out: Vec<kvpack::Result<Vec<f32>>> = qs
+            .iter()
+            .map(|(_, q, hq, o)| want.attend(q, *hq, o))
+            .collect();
+        let mut largest: BTreeMap<&str, u32> = BTreeMap::new();
+        // (The device's subgroup probes run once per device, not per layer.)
+        for (kernel, x, y) in logged
+            .dispatches()
+            .into_iter()
+            .filter(|d| !d.0.starts_with("subgroup_probe"))
+        {
+            assert_eq!(y, 1, "{kernel}: split on the device's own limit");
+            let e = largest.entry(kernel).or_default();
+            *e = (*e).max(x);
+        }
+        // Each lowered limit L splits the kernels whose grids exceed L; a grid beyond L² is a
+        // typed Limit that must leave the layer as it was.
+        let mut split: BTreeSet<&str> = BTreeSet::new();
+        // For each kernel, the smallest limit at which its largest grid splits (√ of it):
+        // the others' grids then split too, or are beyond L² (a typed Limit; an append that
+        // hits it is retried in halves, as an application with a small device would).
+        let mut limits: Vec<u32> = largest
+            .values()
+            .filter(|&&n| n > 2)
+            .map(|&n| (f64::from(n).sqrt().ceil() as u32).max(2))
+            .collect();
+        limits.sort_unstable();
+        limits.dedup();
+        for lim in limits {
+            let ctx = base
+                .with_max_workgroups_per_dimension(lim)
+                .expect("lower")
+                .with_dispatch_log();
+            let mut l = method.layer(&ctx, H, D, *path).expect("layer");
+            let mut at = 0;
+            let mut complete = true;
+            for &n in CHUNKS {
+                complete &= append_halving(&mut *l, &ctx, &k, &v, at, n, &mut split, spec, lim);
+                at += n;
+            }
+            if !complete {
+                continue;
+            }
+            assert!(
+                l.snapshot().expect("snapshot") == want_snap,
+                "{} {spec}: max {lim} workgroups per dimension stored other words",
+                t.name()
+            );
+            for ((what, q, hq, o), w) in qs.iter().zip(&want_out) {
+                let before = ctx.dispatches().len();
+                match (l.attend(q, *hq, o), w) {
+                    (Err(Error::Config(a)), Err(Error::Config(b))) => assert_eq!(&a, b),
+                    (_, Err(e)) => panic!("{spec} {what}: attend on the device's limit: {e}"),
+                    (Ok(got), Ok(w)) => {
+                        let same = got.len() == w.len()
+                            && got.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{} {spec} {what}: max {lim} workgroups per dimension changed the output (worst rel L2 {:e})",
+                            t.name(),
+                            common::rel_l2_rows(&got, w, D)
+                        );
+                        split.extend(split_since(&ctx, before));
+                    }
+                    (
+                        Err(Error::Limit {
+                            what: "workgroups per dispatch",
+                            ..
+                        }),
+                        _,
+                    ) => {}
+                    (Err(e), _) => panic!("{spec} {what} L={lim}: attend: {e}"),
+                }
+            }
+        }
+        // Every kernel whose grid can split (more than 2 workgroups) ran split and agreed.
+        let missing: Vec<_> = largest
+            .iter()
+            .filter(|(name, n)| **n > 2 && !split.contains(*name))
+            .collect();
+        eprintln!(
+            "grid_split_every_kernel[{}] {spec}: kernels (largest grid) {largest:?}; ran split: {split:?} ({:.1} s)",
+            t.name(),
+            started.elapsed().as_secs_f64()
+        );
+        assert!(
+            missing.is_empty(),
+            "{} {spec}: never ran split over x and y: {missing:?}",
+            t.name()
+        );
+    }
+}
+parity_tests!(@module grid_split_every_kernel, wgsl_subgroup);
+
+/// Appends tokens `[at, at + n)`; an append refused for its grid (beyond L²) must change
+/// nothing and is retried in two halves. False when a single token is refused.
+#[allow(clippy::too_many_arguments)]
+fn append_halving(
+    l: &mut dyn KvLayer,
+    ctx: &Context,
+    k: &[f32],
+    v: &[f32],
+    at: usize,
+    n: usize,
+    split: &mut BTreeSet<&'static str>,
+    spec: &str,
+    lim: u32,
+) -> bool {
+    let before = ctx.dispatches().len();
+    let (len, mem) = (l.len(), l.memory());
+    match l.append(
+        Input::F32(&k[at * ROW..(at + n) * ROW]),
+        Input::F32(&v[at * ROW..(at + n) * ROW]),
+    ) {
+        Ok(()) => {
+            split.extend(split_since(ctx, before));
+            true
+        }
+        Err(Error::Limit {
+            what: "workgroups per dispatch",
+            ..
+        }) => {
+            assert_eq!(
+                (l.len(), l.memory()),
+                (len, mem),
+                "{spec} L={lim}: refused append"
+            );
+            n > 1 && {
+                let h = n / 2;
+                append_halving(l, ctx, k, v, at, h, split, spec, lim)
+                    && append_halving(l, ctx, k, v, at + h, n - h, split, spec, lim)
+            }
+        }
+        Err(e) => panic!("{spec} L={lim}: append: {e}"),
+    }
+}
+
+/// Kernels dispatched with y > 1 since the log held `from` entries.
+fn split_since(ctx: &Context, from: usize) -> Vec<&'static str> {
+    ctx.dispatches()[from..]
+        .iter()
+        .filter(|(_, _, y)| *y > 1)
+        .map(|(k, _, _)| *k)
+        .collect()
+}
+
+type State = (kvpack::Snapshot, kvpack::MemoryReport, usize);
+
+fn state(l: &dyn KvLayer) -> State {
+    (l.snapshot().expect("snapshot"), l.memory(), l.len())
+}
+
+/// Attention of one decode query against the layer's own CPU reference (the cache answers).
+fn answers(l: &dyn KvLayer, q: &[f32], what: &str) -> Vec<f32> {
+    let opts = AttendOptions::default();
+    let got = l
+        .attend(q, H, &opts)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let want = l.attend_reference(q, H, &opts).expect("reference");
+    let err = common::rel_l2_rows(&got, &want, D);
+    assert!(err < 1e-3, "{what}: attention off its reference by {err:e}");
+    got
+}
+
+fn small_bindings_are_a_typed_limit(t: &Target) {
+    let Target::Wgsl(base, path) = t else {
+        unreachable!("WGSL targets only");
+    };
+    let mut rng = common::rng("small_bindings_are_a_typed_limit");
+    let rows = |rng: &mut rand::rngs::StdRng, n: usize| -> Vec<f32> {
+        (0..n * ROW)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect()
+    };
+    // f16 rows are 160 bytes. 5000 bytes hold 31 of them but not a block of 32.
+    let small = base.with_max_storage_binding_size(5000).expect("lower");
+    let limit = |r: kvpack::Result<()>, what: &str, want: &str| match r {
+        Err(Error::Limit {
+            what: w,
+            needed,
+            limit,
+        }) => {
+            assert!(
+                w.contains(want),
+                "{what}: Limit for `{w}`, expected `{want}`"
+            );
+            assert!(
+                needed > limit && limit <= 5000,
+                "{what}: needed {needed} limit {limit}"
+            );
+        }
+        other => panic!("{what}: expected Error::Limit ({want}), got {other:?}"),
+    };
+    // A window of R + G − 1 = 95 rows cannot be one binding: refused when the layer is made.
+    let made = Method::parse("kivi:bits=4,group=32,residual=64")
+        .expect("method")
+        .layer(&small, H, D, *path)
+        .map(|_| ());
+    limit(made, "R = 64 window", "residual window");
+    // R = 0: the 31-row ring fits; the first whole block of f16 rows to quantize does not.
+    let method = Method::parse("kivi:bits=4,group=32,residual=0").expect("method");
+    let mut l = method.layer(&small, H, D, *path).expect("layer");
+    l.append(
+        Input::F32(&rows(&mut rng, 20)),
+        Input::F32(&rows(&mut rng, 20)),
+    )
+    .expect("20 tokens stay in the window");
+    let q: Vec<f32> = (0..H * D).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let before = state(&*l);
+    let out = answers(&*l, &q, "before the refused append");
+    let (k, v) = (rows(&mut rng, 20), rows(&mut rng, 20));
+    limit(
+        l.append(Input::F32(&k), Input::F32(&v)),
+        "a block of 32 f16 rows",
+        "block of f16 rows",
+    );
+    let after = state(&*l);
+    assert!(
+        after.0 == before.0,
+        "{}: the refused append changed the words",
+        t.name()
+    );
+    assert_eq!(
+        (after.1, after.2),
+        (before.1, before.2),
+        "{}: memory/len",
+        t.name()
+    );
+    let again = answers(&*l, &q, "after the refused append");
+    assert!(
+        again
+            .iter()
+            .zip(&out)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "{}: attention changed after the refused append",
+        t.name()
+    );
+    // Attention whose query or partials exceed the binding: a typed Limit, nothing changed.
+    let ctx = base
+        .with_max_storage_binding_size(16 * 1024)
+        .expect("lower");
+    let mut l = Method::parse("kivi:bits=4,group=32,residual=32")
+        .expect("method")
+        .layer(&ctx, H, D, *path)
+        .expect("layer");
+    l.append(
+        Input::F32(&rows(&mut rng, 600)),
+        Input::F32(&rows(&mut rng, 600)),
+    )
+    .expect("600 tokens in segments");
+    let before = state(&*l);
+    let out = answers(&*l, &q, "600 tokens");
+    // 64 query rows of 8 heads: the queries alone exceed a binding; 12 rows: the queries
+    // fit, their partials over the segments do not.
+    for (tq, kernel) in [
+        (64, AttendKernel::Prefill),
+        (64, AttendKernel::Decode),
+        (12, AttendKernel::Prefill),
+        (12, AttendKernel::Decode),
+    ] {
+        let big_q: Vec<f32> = (0..tq * 8 * D)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let opts = AttendOptions {
+            kernel,
+            ..Default::default()
+        };
+        match l.attend(&big_q, 8, &opts) {
+            Err(Error::Limit {
+                what,
+                needed,
+                limit,
+            }) => {
+                assert!(
+                    needed > limit && limit <= 16 * 1024,
+                    "{what}: {needed} vs {limit}"
+                );
+                eprintln!(
+                    "{} Tq={tq} {kernel:?}: Limit `{what}` ({needed} > {limit})",
+                    t.name()
+                );
+            }
+            other => panic!(
+                "{} {kernel:?}: Tq = {tq} over 16 KiB bindings: {other:?}",
+                t.name()
+            ),
+        }
+    }
+    let after = state(&*l);
+    assert!(after.0 == before.0 && (after.1, after.2) == (before.1, before.2));
+    let again = answers(&*l, &q, "after the refused attention");
+    assert!(
+        again
+            .iter()
+            .zip(&out)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    );
+}
+parity_tests!(@module small_bindings_are_a_typed_limit, wgsl_subgroup, wgsl_workgroup);
