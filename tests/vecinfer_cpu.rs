@@ -52,6 +52,7 @@ fn transform_keeps_inner_products_and_inverts() {
     let mut rng = common::rng("transform_keeps_inner_products_and_inverts");
     for d in [64usize, 80, 128, 256] {
         let p = padded_dim(d).unwrap();
+        let mut wrong_side = Vec::new();
         for _ in 0..20 {
             let q = randn(&mut rng, d, 3.0);
             let k = randn(&mut rng, d, 3.0);
@@ -66,15 +67,13 @@ fn transform_keeps_inner_products_and_inverts() {
                 "D {d}: ⟨q̃,k̃⟩ {got} vs ⟨q,k⟩ {want}"
             );
             // λ on the wrong side (the query divided by λ like the key) does not keep the
-            // product: the planted bug the attention tests look for is visible here.
+            // product: the planted bug the attention tests look for is visible here. One draw
+            // can land close by chance (seen: 7e-4 of |q||k| at D = 256, seed 15027955210882629714), so the median over
+            // the draws is what must be far off.
             let inv: Vec<f32> = lambda.iter().map(|l| 1.0 / l).collect();
             let mut qw = Vec::new();
             transform_query(&q, &inv, p, &mut qw);
-            let wrong = dot64(&qw, &kt);
-            assert!(
-                (wrong - want).abs() > 1e-3 * scale,
-                "D {d}: {wrong} vs {want}"
-            );
+            wrong_side.push((dot64(&qw, &kt) - want).abs() / scale);
             transform_value(&k, p, &mut vt);
             assert!(
                 (dot64(&vt, &vt) - dot64(&k, &k)).abs() < 1e-5 * dot64(&k, &k),
@@ -89,6 +88,17 @@ fn transform_keeps_inner_products_and_inverts() {
                 "padding comes back as ~0"
             );
         }
+        wrong_side.sort_by(f64::total_cmp);
+        let median = wrong_side[wrong_side.len() / 2];
+        eprintln!(
+            "D {d}: λ on the wrong side moves ⟨q,k⟩ by {:.1e} .. {:.1e} of |q||k| (median {median:.1e})",
+            wrong_side[0],
+            wrong_side[wrong_side.len() - 1]
+        );
+        assert!(
+            median > 1e-3,
+            "D {d}: λ on the wrong side is not visible (median {median:e})"
+        );
     }
 }
 

@@ -46,8 +46,14 @@ fn bytes_f32(v: &[f32]) -> Vec<u8> {
 fn kvpack_kernel(file: &str, name: &str) -> MslKernel {
     let path = format!("{}/../msl/{file}", env!("CARGO_MANIFEST_DIR"));
     let body = std::fs::read_to_string(&path).unwrap();
-    // what kvpack's registry::compose_msl prepends
-    let src = format!("#define WORKGROUP_SIZE 64\n{body}");
+    // what kvpack's registry::compose_msl prepends: the definitions and the shared bit helpers
+    // (msl/common/bits.metal, a common of every kernel that extracts codes)
+    let bits = std::fs::read_to_string(format!(
+        "{}/../msl/common/bits.metal",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let src = format!("#define WORKGROUP_SIZE 64\n{bits}\n{body}");
     MslKernel::compile(&src, name).unwrap_or_else(|e| panic!("{e}"))
 }
 
