@@ -55,6 +55,9 @@ pub use layer::{KvLayer, Layer};
 pub use method::Method;
 pub use path::{KernelPath, PathChoice};
 pub use persist::SavedCache;
+/// The wgpu kvpack is built on: an app on another wgpu release passes its device through
+/// `kvpack::wgpu` types instead of meeting two incompatible `wgpu::Device`s.
+pub use wgpu;
 pub use store::{Input, Memory, MemoryReport, Snapshot};
 
 /// A layer of any method (KIVI: [`Layer::kivi`]).
