@@ -1,10 +1,10 @@
 // qjl_encode: QJL keys, the norm and the sign bits of S·k (../shared/spec/qjl.md). Twin of
-// wgsl/qjl/qjl_encode_io.wgsl (read it: the dispatch, one threadgroup of 64 threads per
-// (token, head pair) item, and the steps) with the subgroup variant's ballot: a pass's sign
-// bits by simd_ballot, the SIMD group's first lane writing its 32 rows' word (Apple SIMD
-// groups are 32 wide: one word each, no atomics). The norm is thread 0's sum of squares in
-// index order (the reference's order: the emulated MSL must be bit-identical to the CPU).
-// CPU twin: src/cpu/qjl/qjl_encode.rs.
+// wgsl/qjl/qjl_encode_io.wgsl (read it: the tiling, one threadgroup of 128 threads per
+// (32-token tile, head pair) item, and the steps) with the subgroup variant's ballot: the sign
+// bits of (row i, token j) by simd_ballot; Apple SIMD groups are 32 wide, so SIMD group tg
+// holds rows rg = 0..31 of token group tg: its first lane writes the whole word, no atomics.
+// Every product and norm is summed in index order (the reference's order: the emulated MSL
+// must be bit-identical to the CPU). CPU twin: src/cpu/qjl/qjl_encode.rs.
 //
 // [[buffer(0)]] P:        QjlParams (constant)
 // [[buffer(1)]] ring:     uint [ring_tokens][in_row_words]
@@ -38,22 +38,21 @@ struct QjlParams {
 #define QD QJL_DIM
 #define QM QJL_M
 #define QSW (QJL_M / 32u)
-#define QIT ((QJL_M + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE)
+#define QT 32u
+#define QTL 8u
+#define QRI (QSW < 4u ? QSW : 4u)
+#define QRB (32u * QRI)
+#define QNB ((QM + QRB - 1u) / QRB)
+#define QDC 16u
+#define QNC ((QD + QDC - 1u) / QDC)
+#define QSP (QRB + 1u)
+#define QACC (QRI * QTL)
 
 static inline float qjl_input(constant QjlParams& P, device const uint* ring, device const uint* incoming,
                               uint s, uint e) {
     const uint w = s < P.t_old ? ring[(s % P.ring_tokens) * P.in_row_words + (e >> 1u)]
                                : incoming[(s - P.inc_start) * P.in_row_words + (e >> 1u)];
     return float(as_type<half>(ushort((e & 1u) != 0u ? (w >> 16u) : (w & 0xffffu))));
-}
-
-static inline float qjl_row_dot(device const uint* tables, threadgroup const float* qx, uint r) {
-    const uint base = min(r, QM - 1u) * QD; // @qjl-row
-    float a = 0.0f;
-    for (uint d = 0u; d < QD; ++d) {
-        a += as_type<float>(tables[base + d]) * qx[d];
-    }
-    return a;
 }
 
 [[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]
@@ -67,52 +66,81 @@ kernel void qjl_encode(constant QjlParams& P [[buffer(0)]],
                        uint3 nwg [[threadgroups_per_grid]],
                        uint lid [[thread_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
-    threadgroup float qx[QD];
-    threadgroup uint qw[QSW];
-    threadgroup float nsh[1];
+    threadgroup float qs[QDC * QSP];
+    threadgroup float qx[QDC * QT];
+    threadgroup uint qw[QT * QRI];
     const uint item = wg.y * nwg.x + wg.x;
     if (item >= P.items) {
         return; // uniform: depends on the threadgroup only
     }
-    const uint tok = item / P.norm_words;
+    const uint t0 = (item / P.norm_words) * QT;
     const uint pair = item % P.norm_words;
+    const uint rg = lid % 32u;
+    const uint tg = lid / 32u;
     uint nb[2] = {0u, 0u};
     for (uint v = 0u; v < 2u; ++v) {
         const uint h = 2u * pair + v;
         const bool live = h < P.heads;
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (uint d = lid; d < QD; d += WORKGROUP_SIZE) {
-            qx[d] = live ? qjl_input(P, ring, incoming, P.src_start + tok, h * QD + d) : 0.0f;
-        }
-        for (uint w = lid; w < QSW; w += WORKGROUP_SIZE) {
-            qw[w] = 0u;
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        if (lid == 0u) {
-            float ss = 0.0f;
-            for (uint d = 0u; d < QD; ++d) {
-                ss += qx[d] * qx[d];
+        float ss = 0.0f;
+        for (uint rb = 0u; rb < QNB; ++rb) {
+            float acc[QACC];
+            for (uint a = 0u; a < QACC; ++a) {
+                acc[a] = 0.0f;
             }
-            nsh[0] = sqrt(ss);
-        }
-        for (uint it = 0u; it < QIT; ++it) {
-            const uint r = it * WORKGROUP_SIZE + lid;
-            const float dot = qjl_row_dot(tables, qx, r);
-            const bool bit = r < QM && dot >= 0.0f; // @qjl-tail
-            const uint bits = uint(ulong(simd_ballot(bit)) & 0xffffffffu); // @qjl-ballot
-            if (lane == 0u && bits != 0u) {
-                qw[min(r >> 5u, QSW - 1u)] |= bits;
+            for (uint c = 0u; c < QNC; ++c) {
+                threadgroup_barrier(mem_flags::mem_threadgroup);
+                for (uint e = lid; e < QRB * QDC; e += WORKGROUP_SIZE) {
+                    const uint d = c * QDC + e % QDC;
+                    const uint row = min(rb * QRB + e / QDC, QM - 1u); // @qjl-row
+                    qs[(e % QDC) * QSP + e / QDC] = d < QD ? as_type<float>(tables[row * QD + d]) : 0.0f;
+                }
+                for (uint e = lid; e < QT * QDC; e += WORKGROUP_SIZE) {
+                    const uint t = e / QDC;
+                    const uint d = c * QDC + e % QDC;
+                    const bool in = live && d < QD && t0 + t < P.count;
+                    qx[(e % QDC) * QT + t] = in ? qjl_input(P, ring, incoming, P.src_start + t0 + t, h * QD + d) : 0.0f;
+                }
+                threadgroup_barrier(mem_flags::mem_threadgroup);
+                for (uint dc = 0u; dc < QDC; ++dc) {
+                    float xs[QTL];
+                    for (uint j = 0u; j < QTL; ++j) {
+                        xs[j] = qx[dc * QT + tg * QTL + j];
+                    }
+                    for (uint i = 0u; i < QRI; ++i) {
+                        const float s = qs[dc * QSP + rg + 32u * i];
+                        for (uint j = 0u; j < QTL; ++j) {
+                            acc[i * QTL + j] += s * xs[j];
+                        }
+                    }
+                }
+                if (rb == 0u && lid < QT) {
+                    for (uint dc = 0u; dc < QDC; ++dc) {
+                        const float x = qx[dc * QT + lid];
+                        ss += x * x;
+                    }
+                }
+            }
+            for (uint i = 0u; i < QRI; ++i) {
+                for (uint j = 0u; j < QTL; ++j) {
+                    const bool bit = acc[i * QTL + j] >= 0.0f;
+                    const uint bits = uint(ulong(simd_ballot(bit)) & 0xffffffffu); // @qjl-ballot
+                    if (lane == 0u) {
+                        qw[(tg * QTL + j) * QRI + i] = bits;
+                    }
+                }
+            }
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            for (uint e = lid; e < QT * QRI; e += WORKGROUP_SIZE) {
+                const uint t = e / QRI;
+                const uint w = rb * QRI + e % QRI;
+                if (live && w < QSW && t0 + t < P.count) { // @qjl-tail
+                    signs[((P.seg_token + t0 + t) * P.heads + h) * QSW + w] = qw[e];
+                }
             }
         }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (uint w = lid; w < QSW; w += WORKGROUP_SIZE) {
-            if (live) {
-                signs[((P.seg_token + tok) * P.heads + h) * QSW + w] = qw[w];
-            }
-        }
-        nb[v] = uint(as_type<ushort>(half(nsh[0])));
+        nb[v] = uint(as_type<ushort>(half(sqrt(ss))));
     }
-    if (lid == 0u) {
-        norms[(P.seg_token + tok) * P.norm_words + pair] = nb[0] | (nb[1] << 16u);
+    if (lid < QT && t0 + lid < P.count) {
+        norms[(P.seg_token + t0 + lid) * P.norm_words + pair] = nb[0] | (nb[1] << 16u);
     }
 }

@@ -1,8 +1,6 @@
 // qjl_encode (workgroup-memory variant, no subgroup operations): read
-// wgsl/qjl/qjl_encode_io.wgsl for the dispatch and the steps. The norm by a tree over
-// workgroup memory; each set sign bit ORed into its word by one atomicOr.
-
-var<workgroup> qred: array<f32, WORKGROUP_SIZE>;
+// wgsl/qjl/qjl_encode_io.wgsl for the dispatch and the steps. Each set sign bit is ORed into
+// its word by one atomicOr.
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
@@ -14,40 +12,32 @@ fn main(
     if (item >= P.items) {
         return; // uniform: depends on the workgroup only
     }
-    let tok = item / P.norm_words;
+    let t0 = (item / P.norm_words) * QT;
     let pair = item % P.norm_words;
+    let rg = lid % 32u;
+    let tg = lid / 32u;
     var nn = vec2<f32>(0.0);
     for (var v = 0u; v < 2u; v++) {
         let h = 2u * pair + v;
         let live = h < P.heads;
-        workgroupBarrier(); // the previous head's qx, qw and qred are read
-        qjl_load(P.src_start + tok, h, live, lid);
-        workgroupBarrier();
         var ss = 0.0;
-        for (var d = lid; d < QD; d += WORKGROUP_SIZE) {
-            ss += qx[d] * qx[d];
-        }
-        qred[lid] = ss;
-        workgroupBarrier();
-        for (var st = WORKGROUP_SIZE / 2u; st > 0u; st >>= 1u) {
-            if (lid < st) {
-                qred[lid] += qred[lid + st];
+        for (var rb = 0u; rb < QNB; rb++) {
+            workgroupBarrier(); // the previous block's words are stored
+            qjl_clear(lid);
+            let acc = qjl_block(t0, h, live, rb, lid, &ss);
+            // @unroll 4
+            for (var i = 0u; i < QRI; i++) {
+                // @unroll 8
+                for (var j = 0u; j < QTL; j++) {
+                    if (acc[i * QTL + j] >= 0.0) {
+                        atomicOr(&qw[(tg * QTL + j) * QRI + i], 1u << rg);
+                    }
+                }
             }
             workgroupBarrier();
+            qjl_store(t0, h, live, rb, lid);
         }
-        nn[v] = sqrt(qred[0]);
-        for (var it = 0u; it < QIT; it++) {
-            let r = it * WORKGROUP_SIZE + lid;
-            let dot = qjl_row_dot(r);
-            let bit = r < QM && dot >= 0.0; // @qjl-tail
-            if (bit) {
-                qjl_or(r, 1u);
-            }
-        }
-        workgroupBarrier();
-        qjl_store(P.seg_token + tok, h, live, lid);
+        nn[v] = sqrt(ss);
     }
-    if (lid == 0u) {
-        norms[(P.seg_token + tok) * P.norm_words + pair] = pack2x16float(nn);
-    }
+    qjl_store_norms(t0, pair, nn, lid);
 }

@@ -1,20 +1,27 @@
 // qjl_encode's declarations shared by its two WGSL variants (../shared/spec/qjl.md, "Stored
-// per key" and "Kernels"): the uniform, the bindings, the key and its sign words in workgroup
-// memory, the input reader, the sketch rows' dot products and the stores. CPU twin:
-// src/cpu/qjl/qjl_encode.rs; MSL twin: msl/qjl/qjl_encode.metal.
+// per key" and "Kernels"): the uniform, the bindings, the staged tiles in workgroup memory and
+// the register-tiled dot products. CPU twin: src/cpu/qjl/qjl_encode.rs; MSL twin:
+// msl/qjl/qjl_encode.metal.
 //
-// Dispatch: one workgroup of WORKGROUP_SIZE (64) per item = token · ceil(H / 2) + pair: head
-// 2·pair, then head 2·pair + 1 (absent for an odd H: zeros, nothing stored). Per head:
-//   1. the key (f16 → f32) into qx, the sign words qw cleared;
-//   2. n = √(Σ x²) by a reduction (the variants' qjl_sum);
-//   3. pass it of ceil(m / 64): invocation lid owns sketch row r = 64·it + lid and sums
-//      S[r][d]·x[d] in index order (the reference's order; a row past m reads row m − 1 and
-//      sets no bit); the bits σ_r = [(S x)_r ≥ 0] of the pass are ORed into qw (subgroup
-//      variant: one subgroupBallot per subgroup, its lanes' bits in lane order; workgroup
-//      variant: one atomicOr per set bit);
-//   4. the m / 32 words stored: whole words, every bit a row's (no bit past m is set).
-// Lane 0 writes the pair's f16 norms as one word (pack2x16float: the spec allows 1 ulp).
+// The sketch products of many keys are a matrix product S·X ([m][D]·[D][tokens]), so the
+// kernel is tiled like one: a workgroup of WORKGROUP_SIZE (128) invocations owns a tile of QT
+// (32) tokens of one head pair: item = tile · ceil(H / 2) + pair; head 2·pair, then head
+// 2·pair + 1 (absent for an odd H: zeros, nothing stored). Per head and per block of QRB =
+// 32·QRI rows (QRI = min(4, m / 32)): the chunks of QDC (16) channels of S (transposed,
+// padded against bank conflicts) and of the tile's keys (f16 → f32, zeros past D and past the
+// dispatch's tokens) are staged in workgroup memory; invocation lid = 32·tg + rg holds the
+// products of rows rg + 32·i (i < QRI) with tokens QTL·tg + j (j < QTL = 8) in registers, each
+// summed over d in index order (the reference's order). Row rg + 32·i of the block is bit rg of
+// the block's sign word i: the variants OR the bits into the tile's words in workgroup memory
+// (subgroup variant: one subgroupBallot per (i, j), any width 8..128; workgroup variant: one
+// atomicOr per set bit), then the words of rows < m are stored (rows of the last block past m
+// read row m − 1 and are never stored). The tile's first QT invocations sum their token's
+// squares while the first block is staged (index order) and store the pair's f16 norms as one
+// word (pack2x16float: the spec allows 1 ulp).
 // Specialized on QJL_DIM (D) and QJL_M (m, a multiple of 32).
+//
+// S is read once per tile and head instead of once per key: 32× fewer sketch reads, and the
+// products run at 32 FMAs per 6 workgroup loads.
 //
 // Bindings: 0 P; 1 ring [ring_tokens][in_row_words]; 2 incoming [n][in_row_words];
 // 3 signs [tokens][H][m/32] (segment); 4 norms [tokens][ceil(H/2)] (segment);
@@ -50,10 +57,19 @@ struct QjlParams {
 const QD: u32 = QJL_DIM;
 const QM: u32 = QJL_M;
 const QSW: u32 = QJL_M / 32u;
-const QIT: u32 = (QJL_M + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE; // passes over the rows
+const QT: u32 = 32u; // tokens per tile
+const QTL: u32 = 8u; // tokens per invocation: QT / (WORKGROUP_SIZE / 32)
+const QRI: u32 = min(4u, QSW); // rows per invocation per block = sign words per block
+const QRB: u32 = 32u * QRI; // rows per block
+const QNB: u32 = (QM + QRB - 1u) / QRB; // row blocks
+const QDC: u32 = 16u; // channels per staged chunk
+const QNC: u32 = (QD + QDC - 1u) / QDC; // chunks
+const QSP: u32 = QRB + 1u; // padded row stride of the staged sketch chunk
+const QACC: u32 = QRI * QTL; // products per invocation
 
-var<workgroup> qx: array<f32, QJL_DIM>;
-var<workgroup> qw: array<atomic<u32>, QSW>;
+var<workgroup> qs: array<f32, QDC * QSP>; // sketch chunk, [dc][row of the block]
+var<workgroup> qx: array<f32, QDC * QT>; // key chunk, [dc][token of the tile]
+var<workgroup> qw: array<atomic<u32>, QT * QRI>; // the block's sign words, [token][i]
 
 // Element e of absolute token s's f16 row (the ring or the incoming rows).
 fn qjl_input(s: u32, e: u32) -> f32 {
@@ -66,45 +82,90 @@ fn qjl_input(s: u32, e: u32) -> f32 {
     return unpack2x16float(w)[e & 1u];
 }
 
-// Head h's key of token s into qx (zeros for an absent head); the sign words cleared.
-fn qjl_load(s: u32, h: u32, live: bool, lid: u32) {
-    for (var d = lid; d < QD; d += WORKGROUP_SIZE) {
-        var x = 0.0;
-        if (live) {
-            x = qjl_input(s, h * QD + d);
+// Channels [c·QDC, c·QDC + QDC) of block rb's sketch rows into qs (zeros past D; rows past m
+// read row m − 1), and of head h's keys of the tile's tokens from t0 into qx.
+fn qjl_stage(t0: u32, h: u32, live: bool, rb: u32, c: u32, lid: u32) {
+    for (var e = lid; e < QRB * QDC; e += WORKGROUP_SIZE) {
+        let r = e / QDC;
+        let d = c * QDC + e % QDC;
+        let row = min(rb * QRB + r, QM - 1u); // @qjl-row
+        var v = 0.0;
+        if (d < QD) {
+            v = bitcast<f32>(tables[row * QD + d]);
         }
-        qx[d] = x;
+        qs[(e % QDC) * QSP + r] = v;
     }
-    for (var w = lid; w < QSW; w += WORKGROUP_SIZE) {
-        atomicStore(&qw[w], 0u);
-    }
-}
-
-// (S x)_r: sketch row r with the key in qx, summed in index order.
-fn qjl_row_dot(r: u32) -> f32 {
-    let base = min(r, QM - 1u) * QD; // @qjl-row
-    var a = 0.0;
-    for (var d = 0u; d < QD; d++) {
-        a += bitcast<f32>(tables[base + d]) * qx[d];
-    }
-    return a;
-}
-
-// ORs `bits` (rows r0 .. r0 + 31 at most, inside one word) into the sign words. The word
-// index is clamped to the row explicitly (WGSL leaves out-of-range workgroup indices to the
-// implementation): a bit past m would show in the last word, never vanish.
-fn qjl_or(r0: u32, bits: u32) {
-    if (bits != 0u) {
-        atomicOr(&qw[min(r0 >> 5u, QSW - 1u)], bits << (r0 & 31u));
-    }
-}
-
-// The sign words of (segment) token row `row` of head h (after a barrier).
-fn qjl_store(row: u32, h: u32, live: bool, lid: u32) {
-    for (var w = lid; w < QSW; w += WORKGROUP_SIZE) {
-        let x = atomicLoad(&qw[w]);
-        if (live) {
-            signs[(row * P.heads + h) * QSW + w] = x;
+    for (var e = lid; e < QT * QDC; e += WORKGROUP_SIZE) {
+        let t = e / QDC;
+        let d = c * QDC + e % QDC;
+        var v = 0.0;
+        if (live && d < QD && t0 + t < P.count) {
+            v = qjl_input(P.src_start + t0 + t, h * QD + d);
         }
+        qx[(e % QDC) * QT + t] = v;
+    }
+}
+
+// Block rb of head h: acc[i·QTL + j] = (S x)_r for row r = rb·QRB + rg + 32·i and tile token
+// QTL·tg + j, summed over d in index order. In the first block the tile's first QT
+// invocations add their token's squares to *ss (index order). Starts with a barrier.
+fn qjl_block(t0: u32, h: u32, live: bool, rb: u32, lid: u32, ss: ptr<function, f32>) -> array<f32, QACC> {
+    let rg = lid % 32u;
+    let tg = lid / 32u;
+    var acc: array<f32, QACC>;
+    for (var c = 0u; c < QNC; c++) {
+        workgroupBarrier(); // the previous chunk (or block's words) is read
+        qjl_stage(t0, h, live, rb, c, lid);
+        workgroupBarrier();
+        // @unroll 16
+        for (var dc = 0u; dc < QDC; dc++) {
+            var xs: array<f32, QTL>;
+            // @unroll 8
+            for (var j = 0u; j < QTL; j++) {
+                xs[j] = qx[dc * QT + tg * QTL + j];
+            }
+            // @unroll 4
+            for (var i = 0u; i < QRI; i++) {
+                let s = qs[dc * QSP + rg + 32u * i];
+                // @unroll 8
+                for (var j = 0u; j < QTL; j++) {
+                    acc[i * QTL + j] += s * xs[j];
+                }
+            }
+        }
+        if (rb == 0u && lid < QT) {
+            for (var dc = 0u; dc < QDC; dc++) {
+                let v = qx[dc * QT + lid];
+                *ss += v * v;
+            }
+        }
+    }
+    return acc;
+}
+
+// Clears the block's sign words (between barriers: before qjl_block, after the last store).
+fn qjl_clear(lid: u32) {
+    for (var e = lid; e < QT * QRI; e += WORKGROUP_SIZE) {
+        atomicStore(&qw[e], 0u);
+    }
+}
+
+// Stores block rb's sign words of head h (after a barrier): only rows < m, tokens of the
+// dispatch and a present head.
+fn qjl_store(t0: u32, h: u32, live: bool, rb: u32, lid: u32) {
+    for (var e = lid; e < QT * QRI; e += WORKGROUP_SIZE) {
+        let t = e / QRI;
+        let w = rb * QRI + e % QRI;
+        let x = atomicLoad(&qw[e]);
+        if (live && w < QSW && t0 + t < P.count) { // @qjl-tail
+            signs[((P.seg_token + t0 + t) * P.heads + h) * QSW + w] = x;
+        }
+    }
+}
+
+// The pair's norms of tile token lid (< QT) as one word.
+fn qjl_store_norms(t0: u32, pair: u32, nn: vec2<f32>, lid: u32) {
+    if (lid < QT && t0 + lid < P.count) {
+        norms[(P.seg_token + t0 + lid) * P.norm_words + pair] = pack2x16float(nn);
     }
 }

@@ -1,12 +1,9 @@
 // qjl_encode (subgroup variant): read wgsl/qjl/qjl_encode_io.wgsl for the dispatch and the
-// steps. The norm by subgroupAdd and one workgroup word per subgroup; a pass's sign bits by
-// one subgroupBallot per subgroup: its vec4<u32> holds lane i's predicate at bit i % 32 of
-// word i / 32, the lanes' rows are consecutive (a subgroup is consecutive invocations in
-// order: src/gpu/probe.rs checks it per device), so the subgroup's first lane ORs each
-// 32-row word of the ballot into its place. Any subgroup width 8..128 (one pass's 64 rows may
-// be one subgroup's part, or several subgroups' whole).
-
-var<workgroup> qred: array<f32, WORKGROUP_SIZE>;
+// steps. The sign bits by one subgroupBallot per (row i, token j): its vec4<u32> holds lane
+// k's predicate at bit k % 32 of word k / 32; a subgroup is consecutive invocations in order
+// (src/gpu/probe.rs checks it per device), so ballot word k covers invocations l0 .. l0 + 31
+// (l0 = the subgroup's first + 32·k), rows rg = l0 % 32 .. of token group l0 / 32: the
+// subgroup's first lane ORs it, shifted to rg, into that word. Any subgroup width 8..128.
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
@@ -20,50 +17,44 @@ fn main(
     if (item >= P.items) {
         return; // uniform: depends on the workgroup only
     }
-    let tok = item / P.norm_words;
+    let t0 = (item / P.norm_words) * QT;
     let pair = item % P.norm_words;
     var nn = vec2<f32>(0.0);
     for (var v = 0u; v < 2u; v++) {
         let h = 2u * pair + v;
         let live = h < P.heads;
-        workgroupBarrier(); // the previous head's qx, qw and qred are read
-        qjl_load(P.src_start + tok, h, live, lid);
-        workgroupBarrier();
         var ss = 0.0;
-        for (var d = lid; d < QD; d += WORKGROUP_SIZE) {
-            ss += qx[d] * qx[d];
-        }
-        let sub = subgroupAdd(ss);
-        qred[lid] = select(0.0, sub, sgi == 0u);
-        workgroupBarrier();
-        var tot = 0.0;
-        for (var i = 0u; i < WORKGROUP_SIZE; i += min(sgs, WORKGROUP_SIZE)) {
-            tot += qred[i];
-        }
-        nn[v] = sqrt(tot);
-        for (var it = 0u; it < QIT; it++) {
-            let r = it * WORKGROUP_SIZE + lid;
-            let dot = qjl_row_dot(r);
-            let bit = r < QM && dot >= 0.0; // @qjl-tail
-            let b = subgroupBallot(bit);
-            if (sgi == 0u) {
-                // @unroll 4
-                for (var k = 0u; k < 4u; k++) {
-                    let width = min(sgs - min(sgs, 32u * k), 32u); // lanes in word k
-                    if (width > 0u) {
-                        var bits = b[k]; // @qjl-ballot
-                        if (width < 32u) {
-                            bits &= (1u << width) - 1u;
+        for (var rb = 0u; rb < QNB; rb++) {
+            workgroupBarrier(); // the previous block's words are stored
+            qjl_clear(lid);
+            let acc = qjl_block(t0, h, live, rb, lid, &ss);
+            // @unroll 4
+            for (var i = 0u; i < QRI; i++) {
+                // @unroll 8
+                for (var j = 0u; j < QTL; j++) {
+                    let b = subgroupBallot(acc[i * QTL + j] >= 0.0);
+                    if (sgi == 0u) {
+                        // @unroll 4
+                        for (var k = 0u; k < 4u; k++) {
+                            let width = min(sgs - min(sgs, 32u * k), 32u); // lanes in word k
+                            if (width > 0u) {
+                                var bits = b[k]; // @qjl-ballot
+                                if (width < 32u) {
+                                    bits &= (1u << width) - 1u;
+                                }
+                                let l0 = lid + 32u * k;
+                                if (bits != 0u) {
+                                    atomicOr(&qw[((l0 / 32u) * QTL + j) * QRI + i], bits << (l0 % 32u));
+                                }
+                            }
                         }
-                        qjl_or(r + 32u * k, bits);
                     }
                 }
             }
+            workgroupBarrier();
+            qjl_store(t0, h, live, rb, lid);
         }
-        workgroupBarrier();
-        qjl_store(P.seg_token + tok, h, live, lid);
+        nn[v] = sqrt(ss);
     }
-    if (lid == 0u) {
-        norms[(P.seg_token + tok) * P.norm_words + pair] = pack2x16float(nn);
-    }
+    qjl_store_norms(t0, pair, nn, lid);
 }

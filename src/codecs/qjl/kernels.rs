@@ -8,8 +8,9 @@ use crate::gpu::registry::{Binding, DISPATCH, KernelDef};
 const IO: &str = include_str!("../../../wgsl/qjl/qjl_encode_io.wgsl");
 
 /// QJL encode: per (token, head) the f16 norm and the m sign bits of `S k`, packed into whole
-/// words by `subgroupBallot` (subgroup variant), workgroup memory (workgroup variant) or
-/// `simd_ballot` (MSL). Specialized on `QJL_DIM`, `QJL_M`.
+/// words by `subgroupBallot` (subgroup variant), workgroup atomics (workgroup variant) or
+/// `simd_ballot` (MSL); tiled as the product S·X of 32-token tiles. Specialized on `QJL_DIM`,
+/// `QJL_M`.
 pub static QJL_ENCODE: KernelDef = KernelDef {
     name: "qjl_encode",
     folder: "qjl",
@@ -26,7 +27,7 @@ pub static QJL_ENCODE: KernelDef = KernelDef {
         Binding::StorageReadWrite,
         Binding::StorageRead,
     ],
-    workgroup_size: 64,
+    workgroup_size: 128,
 };
 
 /// QJL's attention hooks, keys only (wgsl/qjl/attend_k.wgsl, msl/qjl/attend_k.metal): `S q`

@@ -32,7 +32,7 @@ pub struct QjlParams {
     pub sign_words: u32,
     /// u32 words of the norms of one token (ceil(H / 2)).
     pub norm_words: u32,
-    /// Work items: (token, head pair)s.
+    /// Work items: (32-token tile, head pair)s.
     pub items: u32,
     /// Padding.
     pub pad: [u32; 4],
@@ -57,8 +57,11 @@ pub fn specialization(l: &QjlLayout) -> registry::Specialization {
     registry::Specialization(vec![("QJL_DIM", l.dim as u32), ("QJL_M", l.m as u32)])
 }
 
+/// Tokens per workgroup of `qjl_encode` (wgsl/qjl/qjl_encode_io.wgsl: `QT`).
+pub const TILE_TOKENS: usize = 32;
+
 /// Encoding of `tokens` tokens from `src` into a segment from token `seg_token`: one
-/// workgroup per (token, head pair). Storage bindings: ring, incoming, signs, norms, tables
+/// workgroup per ([`TILE_TOKENS`]-token tile, head pair). Storage bindings: ring, incoming, signs, norms, tables
 /// (the sketch `[m][D]` f32).
 pub fn plan_encode(
     l: &QjlLayout,
@@ -67,7 +70,7 @@ pub fn plan_encode(
     seg_token: usize,
 ) -> DispatchPlan {
     let norm_words = l.heads.div_ceil(2);
-    let items = (tokens * norm_words) as u32;
+    let items = (tokens.div_ceil(TILE_TOKENS) * norm_words) as u32;
     let p = QjlParams {
         heads: l.heads as u32,
         dim: l.dim as u32,
@@ -91,7 +94,12 @@ pub fn plan_encode(
     }
 }
 
-/// Workgroup memory (bytes) of `qjl_encode`: the key (D f32), the sign words, the reduction.
+/// Workgroup memory (bytes) of `qjl_encode`: a 16-channel chunk of a block of
+/// 32·min(4, m/32) sketch rows (padded by one row), the same chunk of the tile's keys, and the
+/// block's sign words (wgsl/qjl/qjl_encode_io.wgsl). At most 10,816 bytes, under WebGPU's
+/// default 16 KiB.
 pub fn encode_workgroup_bytes(l: &QjlLayout) -> usize {
-    4 * (l.dim + l.sign_words() + kernels::QJL_ENCODE.workgroup_size as usize)
+    let ri = l.sign_words().min(4);
+    let (dc, t) = (16, TILE_TOKENS);
+    4 * (dc * (32 * ri + 1) + dc * t + t * ri)
 }
