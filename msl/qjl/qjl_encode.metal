@@ -67,7 +67,7 @@ kernel void qjl_encode(constant QjlParams& P [[buffer(0)]],
                        uint lid [[thread_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]]) {
     threadgroup float qs[QDC * QSP];
-    threadgroup float qx[QDC * QT];
+    threadgroup float4 qx4[QDC * QT / 4u]; // [dc][token of the tile], 4 tokens a vector
     threadgroup uint qw[QT * QRI];
     const uint item = wg.y * nwg.x + wg.x;
     if (item >= P.items) {
@@ -98,14 +98,14 @@ kernel void qjl_encode(constant QjlParams& P [[buffer(0)]],
                     const uint t = e / QDC;
                     const uint d = c * QDC + e % QDC;
                     const bool in = live && d < QD && t0 + t < P.count;
-                    qx[(e % QDC) * QT + t] = in ? qjl_input(P, ring, incoming, P.src_start + t0 + t, h * QD + d) : 0.0f;
+                    const uint k = (e % QDC) * QT + t;
+                    qx4[k / 4u][k % 4u] = in ? qjl_input(P, ring, incoming, P.src_start + t0 + t, h * QD + d) : 0.0f;
                 }
                 threadgroup_barrier(mem_flags::mem_threadgroup);
                 for (uint dc = 0u; dc < QDC; ++dc) {
-                    float xs[QTL];
-                    for (uint j = 0u; j < QTL; ++j) {
-                        xs[j] = qx[dc * QT + tg * QTL + j];
-                    }
+                    const float4 xa = qx4[(dc * QT + tg * QTL) / 4u];
+                    const float4 xb = qx4[(dc * QT + tg * QTL) / 4u + 1u];
+                    const float xs[QTL] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
                     for (uint i = 0u; i < QRI; ++i) {
                         const float s = qs[dc * QSP + rg + 32u * i];
                         for (uint j = 0u; j < QTL; ++j) {
@@ -115,7 +115,7 @@ kernel void qjl_encode(constant QjlParams& P [[buffer(0)]],
                 }
                 if (rb == 0u && lid < QT) {
                     for (uint dc = 0u; dc < QDC; ++dc) {
-                        const float x = qx[dc * QT + lid];
+                        const float x = qx4[(dc * QT + lid) / 4u][lid % 4u];
                         ss += x * x;
                     }
                 }

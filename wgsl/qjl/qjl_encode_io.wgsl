@@ -21,7 +21,7 @@
 // Specialized on QJL_DIM (D) and QJL_M (m, a multiple of 32).
 //
 // S is read once per tile and head instead of once per key: 32× fewer sketch reads, and the
-// products run at 32 FMAs per 6 workgroup loads.
+// products run at 32 FMAs per 6 workgroup loads (4 of S, 2 vec4 of keys).
 //
 // Bindings: 0 P; 1 ring [ring_tokens][in_row_words]; 2 incoming [n][in_row_words];
 // 3 signs [tokens][H][m/32] (segment); 4 norms [tokens][ceil(H/2)] (segment);
@@ -68,7 +68,7 @@ const QSP: u32 = QRB + 1u; // padded row stride of the staged sketch chunk
 const QACC: u32 = QRI * QTL; // products per invocation
 
 var<workgroup> qs: array<f32, QDC * QSP>; // sketch chunk, [dc][row of the block]
-var<workgroup> qx: array<f32, QDC * QT>; // key chunk, [dc][token of the tile]
+var<workgroup> qx: array<vec4<f32>, QDC * QT / 4u>; // key chunk, [dc][token of the tile]
 var<workgroup> qw: array<atomic<u32>, QT * QRI>; // the block's sign words, [token][i]
 
 // Element e of absolute token s's f16 row (the ring or the incoming rows).
@@ -102,7 +102,8 @@ fn qjl_stage(t0: u32, h: u32, live: bool, rb: u32, c: u32, lid: u32) {
         if (live && d < QD && t0 + t < P.count) {
             v = qjl_input(P.src_start + t0 + t, h * QD + d);
         }
-        qx[(e % QDC) * QT + t] = v;
+        let k = (e % QDC) * QT + t;
+        qx[k >> 2u][k & 3u] = v;
     }
 }
 
@@ -119,11 +120,9 @@ fn qjl_block(t0: u32, h: u32, live: bool, rb: u32, lid: u32, ss: ptr<function, f
         workgroupBarrier();
         // @unroll 16
         for (var dc = 0u; dc < QDC; dc++) {
-            var xs: array<f32, QTL>;
-            // @unroll 8
-            for (var j = 0u; j < QTL; j++) {
-                xs[j] = qx[dc * QT + tg * QTL + j];
-            }
+            let xa = qx[(dc * QT + tg * QTL) >> 2u]; // tokens QTL·tg .. QTL·tg + 7
+            let xb = qx[((dc * QT + tg * QTL) >> 2u) + 1u];
+            let xs = array<f32, QTL>(xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w);
             // @unroll 4
             for (var i = 0u; i < QRI; i++) {
                 let s = qs[dc * QSP + rg + 32u * i];
@@ -135,7 +134,8 @@ fn qjl_block(t0: u32, h: u32, live: bool, rb: u32, lid: u32, ss: ptr<function, f
         }
         if (rb == 0u && lid < QT) {
             for (var dc = 0u; dc < QDC; dc++) {
-                let v = qx[dc * QT + lid];
+                let k = dc * QT + lid;
+                let v = qx[k >> 2u][k & 3u];
                 *ss += v * v;
             }
         }
