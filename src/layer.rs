@@ -318,7 +318,7 @@ impl Layer {
     /// Checks shapes, values and the token limit, and rounds to f16 (nothing is stored).
     fn validate(&self, k: Input<'_>, v: Input<'_>) -> Result<(Vec<f16>, Vec<f16>)> {
         let row = self.g.token_elems();
-        if k.len() % row != 0 {
+        if !k.len().is_multiple_of(row) {
             return Err(Error::Shape {
                 what: "k",
                 message: format!(
