@@ -167,7 +167,7 @@ fn us(x: f64) -> String {
 }
 
 fn tokens(t: u64) -> String {
-    if t >= 1024 && t % 1024 == 0 {
+    if t >= 1024 && t.is_multiple_of(1024) {
         format!("{}k", t / 1024)
     } else {
         t.to_string()

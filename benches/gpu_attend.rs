@@ -171,7 +171,7 @@ fn main() {
 }
 
 fn fmt_tokens(t: usize) -> String {
-    if t >= 1024 && t % 1024 == 0 {
+    if t >= 1024 && t.is_multiple_of(1024) {
         format!("{}k", t / 1024)
     } else {
         t.to_string()

@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }))?;
 
     // 2. It hands clones of its handles to kvpack. kvpack reads features and limits only.
-    let ctx = Context::from_device(device.clone(), queue.clone());
+    let ctx = Context::from_device(device.clone(), queue.clone())?;
     println!("{}", ctx.describe());
 
     // 3. kvpack's buffers live on the app's device.

@@ -3,12 +3,12 @@
 //!
 //! ```sh
 //! scripts/fetch-models.sh    # SmolLM2-135M-Instruct into ~/.cache/kvpack (once)
-//! cargo run --release --example generate -- --method kivi-4 "Once upon a time"
-//! scripts/fetch-models.sh qwen2.5-coder-0.5b && cargo run --release --example generate -- \
+//! cargo run --release --features cli --example generate -- --method kivi-4 "Once upon a time"
+//! scripts/fetch-models.sh qwen2.5-coder-0.5b && cargo run --release --features cli --example generate -- \
 //!     --model qwen2.5-coder-0.5b --method kivi-4 "def quicksort(xs):"
-//! cargo run --release --example generate -- --model ../shared/models/stories260K/stories260K.bin \
+//! cargo run --release --features cli --example generate -- --model ../shared/models/stories260K/stories260K.bin \
 //!     --method kivi-2 --path cpu --tokens 200 "Once upon a time"
-//! cargo run --release --example generate -- --method turboquant-mse:bits=4,residual=32 "Once upon a time"
+//! cargo run --release --features cli --example generate -- --method turboquant-mse:bits=4,residual=32 "Once upon a time"
 //! ```
 
 use std::io::Write;

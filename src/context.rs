@@ -76,6 +76,84 @@ impl Default for HeadlessOptions {
     }
 }
 
+/// The wgpu features an application's device must have for kvpack: none. Every kernel has a
+/// variant without subgroups (workgroup memory), f16 data travels as `u32` words, and timings
+/// are optional; [`optional_features`] lists what kvpack uses when the device has it.
+pub fn required_features() -> wgpu::Features {
+    wgpu::Features::empty()
+}
+
+/// The features kvpack uses when a device has them (an app enables those it wants on its own
+/// device before [`Context::from_device`]): `SUBGROUP` (the subgroup variants of the WGSL
+/// kernels; without it the workgroup-memory variants run), `SHADER_F16`, `TIMESTAMP_QUERY`
+/// (GPU timings of the benches) and, on Metal, `PASSTHROUGH_SHADERS` (the MSL kernels). The
+/// same as [`wanted_features`].
+pub fn optional_features(backend: wgpu::Backend) -> wgpu::Features {
+    wanted_features(backend)
+}
+
+/// The limits an application's device must have for kvpack's kernels: wgpu's
+/// `Limits::downlevel_defaults()` (what every native adapter offers), raised where a kernel
+/// needs more (bindings of one bind group, storage and uniform buffers per stage, workgroup
+/// size). Pass it, or larger limits, as `required_limits` when requesting the device;
+/// [`Context::from_device`] checks the limits kvpack's kernels depend on
+/// ([`Error::MissingCapabilities`] names each one that is too low). Storage binding sizes,
+/// workgroup storage beyond this and the dispatch grid adapt to the device's own limits
+/// (a cache too large for them is [`Error::Limit`]).
+pub fn required_limits() -> wgpu::Limits {
+    use crate::gpu::registry::Binding;
+    let mut l = wgpu::Limits::downlevel_defaults();
+    for def in crate::kernels::all() {
+        let count = |f: fn(&Binding) -> bool| def.bindings.iter().filter(|b| f(b)).count() as u32;
+        let storage = count(|b| matches!(b, Binding::StorageRead | Binding::StorageReadWrite));
+        let uniform = count(|b| matches!(b, Binding::Uniform));
+        l.max_storage_buffers_per_shader_stage =
+            l.max_storage_buffers_per_shader_stage.max(storage);
+        l.max_uniform_buffers_per_shader_stage =
+            l.max_uniform_buffers_per_shader_stage.max(uniform);
+        l.max_bindings_per_bind_group =
+            l.max_bindings_per_bind_group.max(def.bindings.len() as u32);
+        l.max_compute_workgroup_size_x = l.max_compute_workgroup_size_x.max(def.workgroup_size);
+        l.max_compute_invocations_per_workgroup = l
+            .max_compute_invocations_per_workgroup
+            .max(def.workgroup_size);
+    }
+    l
+}
+
+/// What `device` lacks of [`required_features`] and [`required_limits`] (the limits kvpack's
+/// kernels depend on), one line each; empty when it has everything.
+pub fn missing_capabilities(features: wgpu::Features, limits: &wgpu::Limits) -> Vec<String> {
+    let mut missing: Vec<String> = Vec::new();
+    let lacking = required_features() - features;
+    if !lacking.is_empty() {
+        missing.push(format!("features {lacking:?}"));
+    }
+    let need = required_limits();
+    macro_rules! at_least {
+        ($($field:ident),*) => {$(
+            if limits.$field < need.$field {
+                missing.push(format!(
+                    "limit {}: {} needed, the device has {}",
+                    stringify!($field),
+                    need.$field,
+                    limits.$field
+                ));
+            }
+        )*};
+    }
+    at_least!(
+        max_bind_groups,
+        max_bindings_per_bind_group,
+        max_storage_buffers_per_shader_stage,
+        max_uniform_buffers_per_shader_stage,
+        max_compute_workgroup_size_x,
+        max_compute_invocations_per_workgroup,
+        max_compute_workgroup_storage_size
+    );
+    missing
+}
+
 /// The features kvpack can use; it requests no others.
 pub fn wanted_features(backend: wgpu::Backend) -> wgpu::Features {
     let mut f =
@@ -147,10 +225,20 @@ impl Context {
 
     /// Wraps the application's own device and queue. kvpack reads their features and limits,
     /// never creates another device and never installs an uncaptured-error handler.
-    pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> Self {
+    ///
+    /// Fails with [`Error::MissingCapabilities`], naming each, when the device lacks a feature
+    /// of [`required_features`] or has a limit below [`required_limits`].
+    pub fn from_device(device: wgpu::Device, queue: wgpu::Queue) -> Result<Self> {
         let info = device.adapter_info();
         let features = device.features();
         let limits = device.limits();
+        let missing = missing_capabilities(features, &limits);
+        if !missing.is_empty() {
+            return Err(Error::MissingCapabilities {
+                adapter: info.name.clone(),
+                missing,
+            });
+        }
         let gpu = Gpu {
             device,
             queue,
@@ -161,7 +249,7 @@ impl Context {
             subgroup_order: Arc::default(),
             lost: Arc::default(),
         };
-        Self::build(Origin::AppDevice, Some(gpu), PathChoice::Auto)
+        Ok(Self::build(Origin::AppDevice, Some(gpu), PathChoice::Auto))
     }
 
     /// Headless context on the best adapter (see [`HeadlessOptions`] defaults: honours

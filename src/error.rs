@@ -127,6 +127,18 @@ pub enum Error {
         message: String,
     },
 
+    /// An application's device lacks a feature or limit kvpack needs
+    /// ([`crate::Context::from_device`]; [`crate::required_features`],
+    /// [`crate::required_limits`]).
+    #[error("device `{adapter}` lacks what kvpack needs: {}", missing.join("; "))]
+    MissingCapabilities {
+        /// The adapter's name.
+        adapter: String,
+        /// One entry per missing feature set or too-low limit (its name, what kvpack needs and
+        /// what the device has).
+        missing: Vec<String>,
+    },
+
     /// No adapter could be created when one was required.
     #[error("no GPU adapter: {0}")]
     NoAdapter(String),

@@ -2,8 +2,8 @@
 //! implementation: a key codec and a value codec over the shared store.
 //!
 //! The layer owns the token count and the residual window R; each side (keys, values) is
-//! stored by its codec in a [`crate::store::cpu::CpuSide`] or a
-//! [`crate::store::gpu::GpuSide`]. Appends validate first (shapes, NaN/Inf, f16 range, the
+//! stored by its codec in a `store::cpu::CpuSide` or a
+//! `store::gpu::GpuSide`. Appends validate first (shapes, NaN/Inf, f16 range, the
 //! token limit), then run both sides' phase 1 (encode and allocate), then commit both: an
 //! error anywhere before the commit leaves the layer as it was.
 
@@ -318,7 +318,7 @@ impl Layer {
     /// Checks shapes, values and the token limit, and rounds to f16 (nothing is stored).
     fn validate(&self, k: Input<'_>, v: Input<'_>) -> Result<(Vec<f16>, Vec<f16>)> {
         let row = self.g.token_elems();
-        if k.len() % row != 0 {
+        if !k.len().is_multiple_of(row) {
             return Err(Error::Shape {
                 what: "k",
                 message: format!(

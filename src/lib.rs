@@ -48,17 +48,19 @@ pub use attention::{AttendKernel, AttendOptions};
 pub use bitpack::{BitPacker, packed_words};
 pub use cache::Cache;
 pub use codecs::kivi::{KiviConfig, ParamStorage};
-pub use context::{Context, HeadlessOptions, Origin};
+pub use context::{
+    Context, HeadlessOptions, Origin, optional_features, required_features, required_limits,
+};
 pub use describe::Description;
 pub use error::{Error, Result};
 pub use layer::{KvLayer, Layer};
 pub use method::Method;
 pub use path::{KernelPath, PathChoice};
 pub use persist::SavedCache;
+pub use store::{Input, Memory, MemoryReport, Snapshot};
 /// The wgpu kvpack is built on: an app on another wgpu release passes its device through
 /// `kvpack::wgpu` types instead of meeting two incompatible `wgpu::Device`s.
 pub use wgpu;
-pub use store::{Input, Memory, MemoryReport, Snapshot};
 
 /// A layer of any method (KIVI: [`Layer::kivi`]).
 pub type KiviLayer = Layer;

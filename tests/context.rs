@@ -96,7 +96,7 @@ fn from_device_wraps_the_apps_device() {
     };
     let device = headless.device().expect("device").clone();
     let queue = headless.queue().expect("queue").clone();
-    let ctx = Context::from_device(device.clone(), queue);
+    let ctx = Context::from_device(device.clone(), queue).expect("from_device");
     assert_eq!(ctx.origin(), &Origin::AppDevice);
     assert_eq!(ctx.features(), device.features());
     assert!(
@@ -155,4 +155,85 @@ fn no_adapter_gives_a_cpu_context_that_says_so() {
         Context::headless_with(&strict),
         Err(kvpack::Error::NoAdapter(_))
     ));
+}
+
+/// `required_features()` is empty, `required_limits()` covers every kernel's bindings and
+/// workgroup size, and `from_device` refuses a device whose limits are below it with
+/// `Error::MissingCapabilities` naming each limit (an app that requested too little), while a
+/// device made with exactly `required_limits()` is accepted and runs a kernel.
+#[test]
+fn from_device_checks_the_required_limits() {
+    assert!(kvpack::required_features().is_empty());
+    let need = kvpack::required_limits();
+    for k in kvpack::kernels::all() {
+        assert!(
+            k.bindings.len() as u32 <= need.max_bindings_per_bind_group,
+            "{}",
+            k.name
+        );
+        let storage = k
+            .bindings
+            .iter()
+            .filter(|b| !matches!(b, kvpack::gpu::registry::Binding::Uniform))
+            .count() as u32;
+        assert!(
+            storage <= need.max_storage_buffers_per_shader_stage,
+            "{}",
+            k.name
+        );
+        assert!(
+            k.workgroup_size <= need.max_compute_invocations_per_workgroup,
+            "{}",
+            k.name
+        );
+    }
+    let headless = match common::gpu_context() {
+        Ok(c) => c,
+        Err(r) => return common::skip("from_device_checks_the_required_limits", &r),
+    };
+    let adapter_limits = headless.device().expect("device").limits();
+    assert!(
+        kvpack::context::missing_capabilities(headless.features(), &adapter_limits).is_empty(),
+        "the test adapter itself lacks kvpack's limits"
+    );
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle().with_env());
+    let adapter = pollster::block_on(instance.request_adapter(&Default::default()))
+        .expect("an adapter (the headless context found one)");
+    let device_with = |limits: wgpu::Limits| {
+        pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("app device"),
+            required_limits: limits,
+            ..Default::default()
+        }))
+        .expect("request_device")
+    };
+
+    let (device, queue) = device_with(need.clone());
+    let ctx = Context::from_device(device, queue).expect("a device with required_limits()");
+    let p = kvpack::BitPacker::new(&ctx).expect("packer");
+    assert_eq!(p.pack(&[1, 0, 1, 1], 1).expect("pack"), vec![0b1101]);
+
+    let low = wgpu::Limits {
+        max_storage_buffers_per_shader_stage: 1,
+        max_compute_invocations_per_workgroup: 32,
+        max_compute_workgroup_size_x: 32,
+        ..need.clone()
+    };
+    let (device, queue) = device_with(low);
+    match Context::from_device(device, queue) {
+        Err(kvpack::Error::MissingCapabilities { missing, .. }) => {
+            let text = missing.join("\n");
+            for name in [
+                "max_storage_buffers_per_shader_stage",
+                "max_compute_invocations_per_workgroup",
+                "max_compute_workgroup_size_x",
+            ] {
+                assert!(text.contains(name), "{name} not named in {text}");
+            }
+            assert_eq!(missing.len(), 3, "{text}");
+        }
+        Err(e) => panic!("expected MissingCapabilities, got {e}"),
+        Ok(_) => panic!("a device below required_limits() was accepted"),
+    }
 }

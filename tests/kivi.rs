@@ -274,7 +274,7 @@ fn kivi_grid(t: &Target) {
                 for tokens in [1usize, 31, 33, 200, 1000] {
                     let (k, v) = random_kv(&mut rng, tokens, h, d);
                     let mut cfg = KiviConfig::uniform(bits, group, residual);
-                    cfg.params = if (bits + tokens as u32) % 2 == 0 {
+                    cfg.params = if (bits + tokens as u32).is_multiple_of(2) {
                         ParamStorage::F16
                     } else {
                         ParamStorage::F32

@@ -9,7 +9,7 @@ use kvpack::{Context, gpu};
 pub const MIB: u64 = 1 << 20;
 
 pub fn fmt_bytes(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
         format!("{} GiB", b >> 30)
     } else if b >= MIB {
         let m = b as f64 / MIB as f64;

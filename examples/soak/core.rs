@@ -136,7 +136,7 @@ pub fn gpu_with_buffer_count() -> Result<(Context, BufferCount), String> {
         ..Default::default()
     }))
     .map_err(|e| format!("no device: {e}"))?;
-    let ctx = Context::from_device(device.clone(), queue);
+    let ctx = Context::from_device(device.clone(), queue).map_err(|e| e.to_string())?;
     let count = move || {
         let _ = device.poll(wgpu::PollType::Wait {
             submission_index: None,

@@ -63,13 +63,13 @@ pub fn check_query(
     t: usize,
     opts: &AttendOptions,
 ) -> Result<usize> {
-    if hq == 0 || hq % hkv != 0 {
+    if hq == 0 || !hq.is_multiple_of(hkv) {
         return Err(Error::Shape {
             what: "q",
             message: format!("{hq} query heads is not a positive multiple of {hkv} KV heads"),
         });
     }
-    if q_len % (hq * d) != 0 || q_len == 0 {
+    if !q_len.is_multiple_of(hq * d) || q_len == 0 {
         return Err(Error::Shape {
             what: "q",
             message: format!(

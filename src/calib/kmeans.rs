@@ -63,7 +63,7 @@ pub fn kmeans(
     max_iters: usize,
 ) -> Result<Kmeans> {
     let n = points.len() / d.max(1);
-    if d == 0 || points.len() % d != 0 || c == 0 {
+    if d == 0 || !points.len().is_multiple_of(d) || c == 0 {
         return Err(Error::Config(format!("k-means: bad shape (d {d}, c {c})")));
     }
     if n < c {

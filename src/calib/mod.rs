@@ -6,8 +6,8 @@
 //! - Q-Filters: the first right singular vector of each query head's queries, oriented by the
 //!   majority rule, averaged over a KV head's query heads ([`qfilters`], [`eigen`]).
 //!
-//! [`file`] (always built: codecs read it) is the versioned safetensors file; the training
-//! ([`train`], needs the `model` feature for the forward pass and rayon) writes it.
+//! [`file`](mod@file) (always built: codecs read it) is the versioned safetensors file; the training
+//! (`train`, needs the `model` feature for the forward pass and rayon) writes it.
 
 #[cfg(feature = "model")]
 pub mod eigen;

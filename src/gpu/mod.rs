@@ -543,7 +543,7 @@ pub fn readback_range(
     }
     let gpu = gpu_of(ctx, during)?;
     let size = binding_size(bytes);
-    if offset % 4 != 0 || offset + size > buf.size() {
+    if !offset.is_multiple_of(4) || offset + size > buf.size() {
         return Err(Error::LengthMismatch {
             what: "readback range",
             expected: (offset + size) as usize,

@@ -68,8 +68,8 @@ pub const DISPATCH: &str = include_str!("../../wgsl/common/dispatch.wgsl");
 pub const BITS: &str = include_str!("../../wgsl/common/bits.wgsl");
 /// Its MSL twin: msl/common/bits.metal.
 pub const MSL_BITS: &str = include_str!("../../msl/common/bits.metal");
-/// `copy`: a vec4<u32> device copy, the memory roofline of a device (`benches/`). A measuring
-/// tool, not a kvpack kernel: it is not in [`KERNELS`] and has no MSL.
+/// `copy`: a `vec4<u32>` device copy, the memory roofline of a device (`benches/`). A measuring
+/// tool, not a kvpack kernel: it is not in [`crate::kernels::all`] and has no MSL.
 pub static COPY: KernelDef = KernelDef {
     name: "copy",
     folder: "gpu",

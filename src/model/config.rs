@@ -109,13 +109,13 @@ impl Config {
                 return bad(format!("{name} = {v} is too large"));
             }
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return bad(format!(
                 "{} query heads is not a multiple of {} KV heads",
                 self.heads, self.kv_heads
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return bad(format!(
                 "head_dim {} is odd (RoPE rotates pairs)",
                 self.head_dim

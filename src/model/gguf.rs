@@ -899,7 +899,7 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
     let (block, block_bytes) = ty
         .block_layout()
         .ok_or_else(|| malformed(format!("type {ty} cannot be dequantized ({SUPPORTED} can)")))?;
-    if n % block != 0 {
+    if !n.is_multiple_of(block) {
         return Err(malformed(format!(
             "{n} elements are not a whole number of {ty} blocks of {block}"
         )));

@@ -1,7 +1,7 @@
 //! [`CacheFileError`]: what is wrong with a cache file, named precisely enough to act on
 //! (carried by [`crate::Error::CacheFile`] with the file's path).
 
-/// What is wrong with a cache file. Every check of the reader ([`super::decode`]) ends in
+/// What is wrong with a cache file. Every check of the reader (`persist::decode`) ends in
 /// one of these; none panics.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

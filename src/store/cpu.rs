@@ -1,9 +1,9 @@
 //! One side of a layer on the CPU path: the codec's streams in host memory (the same words a
 //! GPU segment holds) and the f16 residual rows of tokens `[Q, T)`.
 //!
-//! Appends follow the store's rule (see [`super`]): [`CpuSide::prepare`] encodes the blocks
+//! Appends follow the store's rule (see [`super`]): `CpuSide::prepare` encodes the blocks
 //! leaving the window and makes every allocation the commit will need (grown vectors are new
-//! vectors, filled by copy), [`CpuSide::commit`] cannot fail.
+//! vectors, filled by copy), `CpuSide::commit` cannot fail.
 
 use half::f16;
 

@@ -5,7 +5,7 @@
 //! that one segment buffer fits the device's storage-binding limit (a cache outgrows any single
 //! binding). A segment is **one buffer** holding every stream of the codec, stream `s` at a
 //! byte range aligned for binding: `[stream 0: cap · w0 words][pad][stream 1: cap · w1]...`,
-//! `cap` the segment's capacity in blocks. The last segment grows by [`super::grown_capacity`]
+//! `cap` the segment's capacity in blocks. The last segment grows by `store::grown_capacity`
 //! into a new buffer; its history moves by device copies, never a re-upload.
 //!
 //! **Ring.** The f16 rows `[H·D/2 words]` of tokens `[Q, T)`: token `s` sits in row
@@ -13,8 +13,8 @@
 //! cache of 51 tokens holds 51 rows plus the growth slack, not `R + G`); growing re-lays the
 //! live rows into the new buffer by device copies.
 //!
-//! **Appends** ([`GpuSide::prepare`] → [`GpuSide::record_encode`] →
-//! [`GpuSide::record_commit`] → [`GpuSide::apply`]): every buffer the append needs (grown
+//! **Appends** (`GpuSide::prepare` → `GpuSide::record_encode` →
+//! `GpuSide::record_commit` → `GpuSide::apply`): every buffer the append needs (grown
 //! segments, a grown ring, uploads) is allocated in `prepare`, inside out-of-memory error
 //! scopes, before anything is recorded; `apply` swaps the new buffers in. A failure before
 //! `apply` leaves the side exactly as it was.

@@ -405,7 +405,7 @@ pub fn rel_l2_rows(a: &[f32], b: &[f32], d: usize) -> f64 {
     // A short output must not pass by comparing only the rows both have.
     assert_eq!(a.len(), b.len(), "rel_l2_rows: lengths differ");
     assert!(
-        d > 0 && a.len() % d == 0,
+        d > 0 && a.len().is_multiple_of(d),
         "rel_l2_rows: {} values are not rows of {d}",
         a.len()
     );

@@ -122,7 +122,7 @@ pub fn check_shapes(q: &Tensor, k: &Tensor, n: usize) -> Result<(), String> {
             q.dim, k.dim
         ));
     }
-    if q.heads % k.heads != 0 {
+    if !q.heads.is_multiple_of(k.heads) {
         return Err(format!(
             "`q` has {} heads, not a multiple of the {} KV heads of `k` and `v`",
             q.heads, k.heads

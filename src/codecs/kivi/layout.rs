@@ -128,7 +128,7 @@ impl Layout {
                 l.key_group, l.value_group
             )));
         }
-        if l.residual % l.key_group != 0 {
+        if !l.residual.is_multiple_of(l.key_group) {
             return Err(Error::Config(format!(
                 "residual R = {} must be a multiple of the group G = {}",
                 l.residual, l.key_group

@@ -152,7 +152,7 @@ pub fn quant_workgroup_bytes(l: &Layout, path: KernelPath) -> usize {
     match path {
         KernelPath::WgslSubgroup => {
             let c = (l.padded / 8).max(1);
-            let direct = (c * l.bits as usize) % 32 == 0;
+            let direct = (c * l.bits as usize).is_multiple_of(32);
             cb + if direct {
                 4
             } else {

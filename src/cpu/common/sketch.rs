@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 
 /// m must be a positive multiple of 32 (rows of whole u32 words).
 pub fn check_sketch_rows(m: usize) -> Result<()> {
-    if m == 0 || m % 32 != 0 {
+    if m == 0 || !m.is_multiple_of(32) {
         return Err(Error::Config(format!(
             "the sketch size m must be a positive multiple of 32, got {m}"
         )));
@@ -47,7 +47,7 @@ pub fn signed_sum(sq: &[f32], row: &[u32]) -> Result<f32> {
 /// `Sᵀ·(2σ − 1)` for `S` `[m][cols]` row-major: entry j is `Σ_i ±S[i][j]` in index order i.
 /// `row` must be `ceil(m / 32)` words.
 pub fn transpose_signed(s: &[f32], cols: usize, row: &[u32]) -> Result<Vec<f32>> {
-    if cols == 0 || s.len() % cols != 0 {
+    if cols == 0 || !s.len().is_multiple_of(cols) {
         return Err(Error::Shape {
             what: "sketch",
             message: format!("{} entries are not rows of {cols}", s.len()),

@@ -54,7 +54,7 @@ pub fn f16_input(x: &[f32], what: &'static str) -> Result<Vec<f32>> {
 /// The number of vectors in a flat `[n, heads, dim]` input of length `len`.
 pub fn batch_len(len: usize, heads: usize, dim: usize, what: &'static str) -> Result<usize> {
     let row = heads * dim;
-    if row == 0 || len % row != 0 {
+    if row == 0 || !len.is_multiple_of(row) {
         return Err(Error::Shape {
             what,
             message: format!("length {len} is not a multiple of heads·dim = {heads}·{dim}"),

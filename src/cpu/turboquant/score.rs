@@ -51,7 +51,7 @@ pub fn prepare_query(q: &[f32], signs: &[f32]) -> Result<Vec<f32>> {
 /// `S·q` for Prod: q zero-padded to P and the layer's sketch S `[m][P]` (row sums in index
 /// order).
 pub fn prepare_sketch_query(q: &[f32], sketch: &[f32], m: usize) -> Result<Vec<f32>> {
-    if m == 0 || sketch.len() % m != 0 {
+    if m == 0 || !sketch.len().is_multiple_of(m) {
         return Err(Error::Shape {
             what: "TurboQuant-Prod sketch",
             message: format!("{} entries do not make {m} rows", sketch.len()),

@@ -24,7 +24,7 @@ pub fn decode_row(row: &[u32], cb: &Codebook) -> Result<Vec<f32>> {
 
 /// ŷ = ŷ₁ + ê₂ (f32) of an RVQ pair of rows (stage 1 then stage 2, each `row_words` long).
 pub fn decode_rvq_rows(rows: &[u32], cb1: &Codebook, cb2: &Codebook) -> Result<Vec<f32>> {
-    if rows.len() % 2 != 0 {
+    if !rows.len().is_multiple_of(2) {
         return Err(Error::Shape {
             what: "TurboQuant-RVQ code rows",
             message: format!("{} words do not split into two rows", rows.len()),
@@ -53,7 +53,7 @@ pub fn reconstruct(y_hat: &[f32], signs: &[f32], norm_st: f16, dim: usize) -> Re
 
 /// Checks stored norms `[n][H]` (finite) and returns n.
 fn count(l: &TqLayout, norms: &[f16], what: &'static str) -> Result<usize> {
-    if norms.len() % l.heads != 0 {
+    if !norms.len().is_multiple_of(l.heads) {
         return Err(Error::Shape {
             what,
             message: format!("{} norms for {} heads", norms.len(), l.heads),

@@ -47,7 +47,7 @@ impl Preset {
 
     /// n_sub = P/d_s sub-vectors per vector; an error when d_s does not divide P.
     pub fn n_sub(&self, padded: usize) -> Result<usize> {
-        if padded % self.sub_dim != 0 || self.sub_dim > padded {
+        if !padded.is_multiple_of(self.sub_dim) || self.sub_dim > padded {
             return Err(Error::Config(format!(
                 "vecinfer sub-vector width {} does not divide the padded head dimension {padded}",
                 self.sub_dim

@@ -54,7 +54,7 @@ fn finish(out: &mut [f32]) {
 /// `λ[h][c] = max(√(max_t |k[t][h][c]|), 1e-4)` (the square root correctly rounded in f32).
 pub fn lambda_from_keys(keys: &[f32], heads: usize, dim: usize) -> Result<Vec<f32>> {
     let row = heads * dim;
-    if row == 0 || keys.len() % row != 0 || keys.is_empty() {
+    if row == 0 || !keys.len().is_multiple_of(row) || keys.is_empty() {
         return Err(Error::Shape {
             what: "calibration keys",
             message: format!(
