@@ -5,62 +5,22 @@
 //! CPU reference's, attention through the LUT hooks equals f64 softmax attention over the
 //! reconstructed keys and values (GQA: 9 query heads on 3 KV heads), and the same check run
 //! with a planted bug (the LUT of the wrong head, λ on the key's side of the query) fails;
-//! GPU paths are refused, memory counts the codes and the tables.
+//! memory counts the codes and the tables. GPU paths: the fused quantize kernel through the
+//! store, LUT attention on GPU layers (WGSL) against the CPU reference over the GPU's own
+//! words, f32 and f16 LUT (the latter forced by a lowered workgroup-storage limit), and the
+//! attention kernels one by one on every path including the MSL emulator.
 
 mod common;
 
-use std::path::PathBuf;
-
 use half::f16;
-use kvpack::calib::train::calibrate_capture;
-use kvpack::calib::{Calibration, ModelIdentity};
+use kvpack::calib::Calibration;
 use kvpack::cpu::vecinfer::Preset;
 use kvpack::cpu::vecinfer::attend_k::{lut_score, prepare_query};
 use kvpack::cpu::vecinfer::vecinfer_dequant::vecinfer_dequant;
 use kvpack::cpu::vecinfer::vecinfer_quant::vecinfer_quant;
-use kvpack::model::QkvCapture;
 use kvpack::{AttendOptions, Context, Error, Input, Method, PathChoice};
 
-const LAYERS: [usize; 2] = [0, 10];
-
-fn layer_of(x: &[f16], shape: &[usize], l: usize) -> Vec<f32> {
-    let n = shape[1] * shape[2] * shape[3];
-    x[l * n..][..n].iter().map(|v| v.to_f32()).collect()
-}
-
-/// A calibration file of the paris fixture's layers 0 and 10 (as a 2-layer model), written to
-/// a temporary path.
-fn calib_file(test: &str) -> Option<PathBuf> {
-    let paris = common::shared_fixture("paris.safetensors", test)?;
-    let (sq, q) = common::load_f16(&paris, "q");
-    let (sk, k) = common::load_f16(&paris, "k");
-    let (_, v) = common::load_f16(&paris, "v");
-    let cap = QkvCapture {
-        tokens: sk[1],
-        q: LAYERS.iter().map(|&l| layer_of(&q, &sq, l)).collect(),
-        k: LAYERS.iter().map(|&l| layer_of(&k, &sk, l)).collect(),
-        v: LAYERS.iter().map(|&l| layer_of(&v, &sk, l)).collect(),
-    };
-    let id = ModelIdentity {
-        name: "smollm2-paris-layers-0-10".into(),
-        arch: "llama".into(),
-        layers: 2,
-        q_heads: sq[2],
-        kv_heads: sk[2],
-        head_dim: sk[3],
-    };
-    let opts = kvpack::calib::train::CalibOptions {
-        qfilters: false,
-        ..Default::default()
-    };
-    let cal = calibrate_capture(&cap, id, "paris", "paris.safetensors", &opts, &|_| {}).unwrap();
-    let p = std::env::temp_dir().join(format!(
-        "kvpack-vecinfer-{}-{test}.safetensors",
-        std::process::id()
-    ));
-    cal.write(&p).unwrap();
-    Some(p)
-}
+use common::vecinfer_calib::{LAYERS, calib_file, layer_of};
 
 #[test]
 fn grammar_and_bad_calibrations() {
@@ -268,8 +228,7 @@ fn story_attention_through_the_lut_hooks() {
 /// appends, a residual window): its reconstruction equals the CPU layer's up to near-tie
 /// indices (rows that differ counted; the reconstruction MSE within 1 % of the CPU's, the
 /// spec's rule); the bytes the GPU append allocates are O(N) (printed, and far below one
-/// `[N, C, d_s]` distance tensor); GPU attention is refused with PathUnavailable until the
-/// LUT hooks exist.
+/// `[N, C, d_s]` distance tensor). Its attention: [`gpu_lut_attention_matches_reference`].
 fn gpu_layer_quantizes_like_the_reference(t: &common::Target) {
     if !t.is_gpu() {
         eprintln!(
@@ -358,12 +317,115 @@ fn gpu_layer_quantizes_like_the_reference(t: &common::Target) {
             );
             assert!(rows * 100 <= n * h, "{spec} {side}: {rows} vectors differ");
         }
-        let q = vec![0.1f32; 3 * h * d];
-        let e = gpu
-            .attend(&q, 3 * h, &AttendOptions::default())
-            .unwrap_err();
-        assert!(matches!(e, Error::PathUnavailable { .. }), "{e}");
     }
     std::fs::remove_file(&p).ok();
 }
 parity_tests!(gpu_layer_quantizes_like_the_reference);
+
+/// LUT attention on GPU layers (the fused quantize kernel's words) against the CPU reference
+/// over the same words: VecInfer on both sides (bits 1 and 2), paired with KIVI either way,
+/// and bits=1 on the same device with its workgroup-storage limit lowered to 32 KiB (the f32
+/// LUT no longer fits: f16, said by `describe()`); decode and a windowed Tq = 5 chunk. Within
+/// 1e-4 per row, 1e-3 with an f16 LUT (vecinfer.md).
+fn gpu_lut_attention_matches_reference(t: &common::Target) {
+    use kvpack::KvLayer;
+    use kvpack::codecs::vecinfer::codec::lut_needs_f16;
+    if !t.is_gpu() {
+        eprintln!(
+            "gpu_lut_attention_matches_reference[{}]: GPU layers only (the CPU reference: story_attention_through_the_lut_hooks; kernels on every path: lut_attention_kernels_match_reference)",
+            t.name()
+        );
+        return;
+    }
+    let Some(p) = common::vecinfer_calib::shared_calib() else {
+        return;
+    };
+    let (tk, tq) = (300usize, 5usize);
+    let Some((q, k, v, (hq, h, d))) = common::vecinfer_calib::story("gpu_lut", 10, tk, tq) else {
+        return;
+    };
+    let ps = p.display();
+    let limit = t.ctx().max_workgroup_storage_size();
+    let forced = t.ctx().with_max_workgroup_storage_size(32 << 10).unwrap();
+    let specs = [
+        (format!("vecinfer:bits=1,residual=16,calib={ps}"), t.ctx().clone()),
+        (format!("vecinfer:bits=2,calib={ps}"), t.ctx().clone()),
+        (
+            format!("vecinfer:bits=2,calib={ps}/kivi:bits=4,group=32,residual=32"),
+            t.ctx().clone(),
+        ),
+        (
+            format!("kivi:bits=4,group=32/vecinfer:bits=1,residual=16,calib={ps}"),
+            t.ctx().clone(),
+        ),
+        (format!("vecinfer:bits=1,residual=16,calib={ps}"), forced),
+    ];
+    for (i, (spec, ctx)) in specs.iter().enumerate() {
+        let m = Method::parse(spec).unwrap();
+        let mut layer = m.layer_at(ctx, 1, h, d, t.path()).unwrap();
+        let cut = 113 * h * d;
+        layer
+            .append(Input::F32(&k[..cut]), Input::F32(&v[..cut]))
+            .unwrap();
+        layer
+            .append(Input::F32(&k[cut..]), Input::F32(&v[cut..]))
+            .unwrap();
+        let desc = layer.describe();
+        let keys_vi = spec.starts_with("vecinfer");
+        let lut16 = desc.contains("GPU LUT f16");
+        assert_eq!(
+            keys_vi,
+            lut16 || desc.contains("GPU LUT f32"),
+            "{spec}: describe() names the LUT of VecInfer keys: {desc}"
+        );
+        if keys_vi {
+            let n_sub = if spec.starts_with("vecinfer:bits=1") { 8 } else { 16 };
+            let lim = ctx.max_workgroup_storage_size() as usize;
+            assert_eq!(lut16, lut_needs_f16(d, 64, n_sub, 256, lim), "{spec}: {desc}");
+        }
+        if i == specs.len() - 1 {
+            assert!(lut16, "the lowered limit must force the f16 LUT: {desc}");
+        }
+        for (rows, opts) in [
+            (1, AttendOptions::default()),
+            (
+                tq,
+                AttendOptions {
+                    window: Some(90),
+                    sinks: 3,
+                    ..Default::default()
+                },
+            ),
+        ] {
+            let qq = &q[(tq - rows) * hq * d..];
+            let out = layer.attend(qq, hq, &opts).unwrap();
+            let reference = layer.attend_reference(qq, hq, &opts).unwrap();
+            let err = common::rel_l2_rows(&out, &reference, d);
+            let tol = if lut16 { 1e-3 } else { 1e-4 };
+            eprintln!(
+                "gpu_lut[{}] {spec} Tq={rows} (device limit {limit}, planned {}): {desc}: worst row rel L2 {err:.2e} (bound {tol:e})",
+                t.name(),
+                ctx.max_workgroup_storage_size()
+            );
+            assert!(err <= tol, "{} {spec} Tq={rows}: worst row rel L2 {err:e}", t.name());
+        }
+    }
+}
+parity_tests!(gpu_lut_attention_matches_reference);
+
+/// The LUT attention kernels one by one (tests/common/vecinfer_calib.rs `lut_cases`) on every
+/// path including the MSL emulator; both LUT precisions are run.
+fn lut_attention_kernels_match_reference(t: &common::Target) {
+    let Some(p) = common::vecinfer_calib::shared_calib() else {
+        return;
+    };
+    let mut seen = [false; 2];
+    for lc in common::vecinfer_calib::lut_cases(p, false) {
+        let lut16 = common::vecinfer_calib::check_lut_case(t, &lc);
+        if lc.case.method.starts_with("vecinfer") {
+            seen[usize::from(lut16)] = true;
+        }
+    }
+    assert_eq!(seen, [true, true], "{}: both LUT precisions ran", t.name());
+}
+parity_tests!(lut_attention_kernels_match_reference, msl);
