@@ -1,6 +1,8 @@
-//! A VecInfer calibration file for tests: the real SmolLM2 `paris` fixture's layers 0 and 10
-//! (as a 2-layer model, 3 KV heads, head_dim 64), written to a temporary path; the
-//! `story-512` fixture's tensors (another text) to quantize and attend with; and the LUT
+//! VecInfer calibration files for tests: the real SmolLM2 `paris` fixture's layers 0 and 10
+//! (as a 2-layer model, 3 KV heads, head_dim 64), with the `story-512` fixture's tensors
+//! (another text) to quantize and attend with; a synthetic one (1 layer, 2 KV heads, 6 query
+//! heads, head_dim 32: the only shape whose f32 LUT fits a 32 KiB workgroup storage, as on
+//! lavapipe and Metal) with its own synthetic data; and the LUT
 //! attention kernels' cases (tests/vecinfer.rs, tests/mutants.rs) run through
 //! [`super::attend_plans::check_case_within`].
 
@@ -73,28 +75,88 @@ pub fn story(test: &str, l: usize, t: usize, tq: usize) -> Option<Story> {
     ))
 }
 
-/// One calibration file per test process (made once: k-means over the fixture takes a while).
+
+/// One calibration file of the paris fixture per test process (k-means takes a while).
 pub fn shared_calib() -> Option<&'static PathBuf> {
     static P: OnceLock<Option<PathBuf>> = OnceLock::new();
     P.get_or_init(|| calib_file("shared")).as_ref()
 }
 
+/// Synthetic (q, k, v) of the synthetic calibration's shape: `t` tokens (keys with per-channel
+/// offsets fixed for the model, some channels 4× wider: outliers for λ), the last `tq` queries.
+pub fn synthetic(seed: u64, t: usize, tq: usize) -> Story {
+    use rand::{Rng, SeedableRng};
+    let (hq, h, d) = (6, 2, 32);
+    let mut model = rand::rngs::StdRng::seed_from_u64(15);
+    let offs: Vec<f32> = (0..h * d).map(|_| model.random_range(-2.0..2.0)).collect();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let k = (0..t * h * d)
+        .map(|i| {
+            let w = if i % 5 == 0 { 4.0 } else { 1.0 };
+            offs[i % (h * d)] + w * rng.random_range(-1.0f32..1.0)
+        })
+        .collect();
+    let v = (0..t * h * d).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let q = (0..tq * hq * d)
+        .map(|_| rng.random_range(-1.5f32..1.5))
+        .collect();
+    (q, k, v, (hq, h, d))
+}
+
+/// The synthetic calibration (1 layer, 2 KV heads, head_dim 32), made once per process from
+/// 600 tokens of [`synthetic`] (seed 1; tests draw their data with other seeds).
+pub fn synthetic_calib() -> &'static PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let (q, k, v, (hq, h, d)) = synthetic(1, 600, 600);
+        let cap = QkvCapture {
+            tokens: 600,
+            q: vec![q],
+            k: vec![k],
+            v: vec![v],
+        };
+        let id = ModelIdentity {
+            name: "synthetic-d32".into(),
+            arch: "llama".into(),
+            layers: 1,
+            q_heads: hq,
+            kv_heads: h,
+            head_dim: d,
+        };
+        let opts = kvpack::calib::train::CalibOptions {
+            qfilters: false,
+            ..Default::default()
+        };
+        let cal =
+            calibrate_capture(&cap, id, "synthetic", "synthetic", &opts, &|_| {}).unwrap();
+        let p = std::env::temp_dir().join(format!(
+            "kvpack-vecinfer-{}-synthetic-d32.safetensors",
+            std::process::id()
+        ));
+        cal.write(&p).unwrap();
+        p
+    })
+}
+
 /// A LUT attention kernel case: the attention case (its `method` names the calibration
-/// file) and the workgroup-storage size the CPU-built layer plans its kernels for (which
-/// picks the LUT's precision).
+/// file), the workgroup-storage size the CPU-built layer plans its kernels for (which picks
+/// the LUT's precision) and its data (the synthetic shape, or story layer 10 = calibration
+/// layer 1).
 pub struct LutCase {
     pub case: super::attend_plans::Case,
     pub limit: u32,
+    pub synthetic: bool,
 }
 
-/// The cases: VecInfer on both sides with an f32 LUT (two segments, wrapped ring) and an f16
-/// one (a window with sinks), VecInfer keys with KIVI values, KIVI and f16 keys with VecInfer
-/// values (the prefill kernel's element reader); GQA 3 (9 query heads on 3 KV heads), so a
-/// workgroup's 4 query vectors are of different query heads. `short`: the first two only.
-pub fn lut_cases(calib: &std::path::Path, short: bool) -> Vec<LutCase> {
+/// The cases: VecInfer on both sides at D = 32 with an f32 LUT (two segments, wrapped ring)
+/// and an f16 one (a lower limit; a window with sinks), then on the story fixture (D = 64):
+/// VecInfer keys (f16 LUT) with KIVI values, KIVI and f16 keys with VecInfer values (the
+/// prefill kernel's element reader); GQA 3, so a workgroup's 4 query vectors are of different
+/// query heads. `short`: the first two only.
+pub fn lut_cases(story_calib: &std::path::Path, short: bool) -> Vec<LutCase> {
     use super::attend_plans::Case;
     use kvpack::AttendOptions;
-    let c = calib.display();
+    let (c, sc) = (story_calib.display(), synthetic_calib().display());
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let base = Case {
         what: "",
@@ -109,6 +171,12 @@ pub fn lut_cases(calib: &std::path::Path, short: bool) -> Vec<LutCase> {
         ring_extra: 0,
         target: 64,
     };
+    let synth = Case {
+        hq: 6,
+        hkv: 2,
+        d: 32,
+        ..base
+    };
     let w = |window, sinks| AttendOptions {
         window: Some(window),
         sinks,
@@ -117,23 +185,25 @@ pub fn lut_cases(calib: &std::path::Path, short: bool) -> Vec<LutCase> {
     let mut out = vec![
         LutCase {
             case: Case {
-                what: "vecinfer-1 both sides, f32 LUT, two segments, wrapped ring",
-                method: leak(format!("vecinfer:bits=1,residual=24,calib={c}")),
+                what: "D=32 vecinfer-1 both sides, f32 LUT, two segments, wrapped ring",
+                method: leak(format!("vecinfer:bits=1,residual=24,calib={sc}")),
                 seg_tokens: 128,
                 ring_extra: 5,
-                ..base
+                ..synth
             },
-            limit: 1 << 16,
+            limit: 32 << 10,
+            synthetic: true,
         },
         LutCase {
             case: Case {
-                what: "vecinfer-1 both sides, f16 LUT, Tq=4 window 100 sinks 2",
-                method: leak(format!("vecinfer:bits=1,residual=16,calib={c}")),
+                what: "D=32 vecinfer-1 both sides, f16 LUT (24 KiB), Tq=4 window 100 sinks 2",
+                method: leak(format!("vecinfer:bits=1,residual=16,calib={sc}")),
                 tq: 4,
                 opts: w(100, 2),
-                ..base
+                ..synth
             },
-            limit: 16 << 10,
+            limit: 24 << 10,
+            synthetic: true,
         },
     ];
     if short {
@@ -142,39 +212,53 @@ pub fn lut_cases(calib: &std::path::Path, short: bool) -> Vec<LutCase> {
     out.extend([
         LutCase {
             case: Case {
-                what: "vecinfer-2 keys (f16 LUT) / kivi-4 values, one long split",
-                method: leak(format!(
-                    "vecinfer:bits=2,calib={c}/kivi:bits=4,group=32,residual=32"
-                )),
+                what: "D=32 vecinfer-2 keys (f16 LUT: its f32 one is 32 KiB) / vecinfer-1 values, one long split",
+                method: leak(format!("vecinfer:kbits=2,vbits=1,calib={sc}")),
                 t: 500,
                 target: 1,
-                ..base
+                ..synth
             },
-            limit: 1 << 16,
+            limit: 32 << 10,
+            synthetic: true,
         },
         LutCase {
             case: Case {
-                what: "kivi-4 keys / vecinfer-2 values, Tq=5 window 90",
+                what: "D=64 story: vecinfer-1 keys (f16 LUT) / kivi-4 values, splits merged",
                 method: leak(format!(
-                    "kivi:bits=4,group=32/vecinfer:bits=2,residual=16,calib={c}"
+                    "vecinfer:bits=1,calib={c}/kivi:bits=4,group=32,residual=32"
+                )),
+                t: 400,
+                target: 24,
+                ..base
+            },
+            limit: 32 << 10,
+            synthetic: false,
+        },
+        LutCase {
+            case: Case {
+                what: "D=64 story: kivi-4 keys / vecinfer-2 values, Tq=5 window 90",
+                method: leak(format!(
+                    "kivi:bits=4,group=32/vecinfer:bits=2,residual=32,calib={c}"
                 )),
                 tq: 5,
                 opts: w(90, 0),
                 target: 16,
                 ..base
             },
-            limit: 16 << 10,
+            limit: 32 << 10,
+            synthetic: false,
         },
         LutCase {
             case: Case {
-                what: "f16 keys / vecinfer-1 values, all values quantized, splits merged",
+                what: "D=64 story: f16 keys / vecinfer-1 values, all values quantized, splits merged",
                 method: leak(format!("f16/vecinfer:bits=1,calib={c}")),
                 t: 257,
                 tq: 3,
                 target: 40,
                 ..base
             },
-            limit: 16 << 10,
+            limit: 32 << 10,
+            synthetic: false,
         },
     ]);
     out
@@ -188,10 +272,12 @@ pub fn check_lut_case(t: &super::Target, lc: &LutCase) -> bool {
     use kvpack::cpu::attend::attend_exact;
     use kvpack::{Context, Input, KvLayer, Layer, Method, PathChoice};
     let c = &lc.case;
-    let Some((q, k, v, (hq, h, d))) = story("lut_cases", 10, c.t, c.tq) else {
-        panic!("the story fixture went missing");
+    let (q, k, v, (hq, h, d)) = if lc.synthetic {
+        synthetic(2, c.t, c.tq)
+    } else {
+        story("lut_cases", 10, c.t, c.tq).expect("the story fixture")
     };
-    assert_eq!((hq, h, d), (c.hq, c.hkv, c.d), "case shape vs fixture");
+    assert_eq!((hq, h, d), (c.hq, c.hkv, c.d), "case shape vs data");
     let limit = match t {
         super::Target::Wgsl(ctx, _) => lc.limit.min(ctx.max_workgroup_storage_size()),
         _ => lc.limit,
@@ -200,8 +286,8 @@ pub fn check_lut_case(t: &super::Target, lc: &LutCase) -> bool {
         .with_max_workgroup_storage_size(limit)
         .expect("limit");
     let method = Method::parse(c.method).expect("method");
-    // Calibration layer 1 is fixture layer 10.
-    let mut layer = Layer::new_at(&cpu, 1, h, d, &method, PathChoice::Cpu).expect("layer");
+    let index = usize::from(!lc.synthetic);
+    let mut layer = Layer::new_at(&cpu, index, h, d, &method, PathChoice::Cpu).expect("layer");
     let cut = (c.t / 3) * h * d;
     layer
         .append(Input::F32(&k[..cut]), Input::F32(&v[..cut]))
@@ -215,7 +301,10 @@ pub fn check_lut_case(t: &super::Target, lc: &LutCase) -> bool {
         let (kh, vh) = layer.reconstruct().expect("reconstruct");
         let exact = attend_exact(&kh, &vh, h, &q, hq, d, &c.opts);
         let err = super::rel_l2_rows(&reference, &exact, d);
-        eprintln!("lut_cases[cpu] {}: worst row rel L2 {err:e} against f64 on the reconstruction", c.what);
+        eprintln!(
+            "lut_cases[cpu] {}: worst row rel L2 {err:e} against f64 on the reconstruction",
+            c.what
+        );
         assert!(err <= 1e-4, "cpu {}: worst row rel L2 {err:e}", c.what);
         return lut16;
     }
