@@ -330,9 +330,9 @@ parity_tests!(gpu_layer_quantizes_like_the_reference);
 /// even the f16 LUT fits the device (bits=2 at D = 64 on a 32 KiB device), attention is a
 /// typed `Limit` error and the cache is untouched (it still reconstructs as before).
 fn gpu_lut_attention_matches_reference(t: &common::Target) {
+    use common::vecinfer_calib::{shared_calib, story, synthetic, synthetic_calib};
     use kvpack::attention::plan::workgroup_bytes;
     use kvpack::codecs::vecinfer::codec::{lut_bytes, lut_needs_f16};
-    use common::vecinfer_calib::{shared_calib, story, synthetic, synthetic_calib};
     if !t.is_gpu() {
         eprintln!(
             "gpu_lut_attention_matches_reference[{}]: GPU layers only (the CPU reference: story_attention_through_the_lut_hooks; kernels on every path: lut_attention_kernels_match_reference)",
@@ -349,7 +349,11 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
     let forced = t.ctx().with_max_workgroup_storage_size(24 << 10).unwrap();
     let dev = t.ctx().clone();
     let specs = [
-        (format!("vecinfer:bits=1,residual=16,calib={ps}"), &dev, false),
+        (
+            format!("vecinfer:bits=1,residual=16,calib={ps}"),
+            &dev,
+            false,
+        ),
         (format!("vecinfer:bits=2,calib={ps}"), &dev, false),
         (
             format!("vecinfer:bits=1,calib={ps}/kivi:bits=4,group=32,residual=32"),
@@ -361,8 +365,16 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
             &dev,
             false,
         ),
-        (format!("vecinfer:bits=1,residual=16,calib={ss}"), &dev, true),
-        (format!("vecinfer:bits=1,residual=16,calib={ss}"), &forced, true),
+        (
+            format!("vecinfer:bits=1,residual=16,calib={ss}"),
+            &dev,
+            true,
+        ),
+        (
+            format!("vecinfer:bits=1,residual=16,calib={ss}"),
+            &forced,
+            true,
+        ),
     ];
     let mut ran = [false; 2];
     for (spec, ctx, synth) in &specs {
@@ -372,7 +384,9 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
             story("gpu_lut", 10, tk, tq).expect("story fixture")
         };
         let m = Method::parse(spec).unwrap();
-        let mut layer = m.layer_at(ctx, usize::from(!synth), h, d, t.path()).unwrap();
+        let mut layer = m
+            .layer_at(ctx, usize::from(!synth), h, d, t.path())
+            .unwrap();
         let cut = 113 * h * d;
         layer
             .append(Input::F32(&k[..cut]), Input::F32(&v[..cut]))
@@ -389,10 +403,21 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
             "{spec}: describe() names the LUT of VecInfer keys: {desc}"
         );
         let lim = ctx.max_workgroup_storage_size() as usize;
-        let (p_, n_sub) = (d.next_power_of_two(), if spec.starts_with("vecinfer:bits=1") { d / 8 } else { d / 4 });
+        let (p_, n_sub) = (
+            d.next_power_of_two(),
+            if spec.starts_with("vecinfer:bits=1") {
+                d / 8
+            } else {
+                d / 4
+            },
+        );
         let mut fits = true;
         if keys_vi {
-            assert_eq!(lut16, lut_needs_f16(d, p_, n_sub, 256, lim), "{spec}: {desc}");
+            assert_eq!(
+                lut16,
+                lut_needs_f16(d, p_, n_sub, 256, lim),
+                "{spec}: {desc}"
+            );
             fits = workgroup_bytes(d, p_, p_) + lut_bytes(n_sub, 256, lut16) <= lim;
         }
         if std::ptr::eq(*ctx, &forced) {
@@ -414,7 +439,10 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
             if !fits {
                 let before = layer.reconstruct().unwrap();
                 let e = layer.attend(qq, hq, &opts).unwrap_err();
-                eprintln!("gpu_lut[{}] {spec} Tq={rows} (device limit {limit}): {desc}: refused: {e}", t.name());
+                eprintln!(
+                    "gpu_lut[{}] {spec} Tq={rows} (device limit {limit}): {desc}: refused: {e}",
+                    t.name()
+                );
                 assert!(matches!(e, Error::Limit { .. }), "{spec}: {e}");
                 assert_eq!(layer.reconstruct().unwrap(), before, "{spec}: nothing lost");
                 continue;
@@ -429,10 +457,19 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
                 "gpu_lut[{}] {spec} Tq={rows} (device limit {limit}, planned {lim}): {desc}: worst row rel L2 {err:.2e} (bound {tol:e})",
                 t.name(),
             );
-            assert!(err <= tol, "{} {spec} Tq={rows}: worst row rel L2 {err:e}", t.name());
+            assert!(
+                err <= tol,
+                "{} {spec} Tq={rows}: worst row rel L2 {err:e}",
+                t.name()
+            );
         }
     }
-    assert_eq!(ran, [true, true], "{}: both LUT precisions ran on the device", t.name());
+    assert_eq!(
+        ran,
+        [true, true],
+        "{}: both LUT precisions ran on the device",
+        t.name()
+    );
 }
 parity_tests!(gpu_lut_attention_matches_reference);
 
@@ -443,7 +480,7 @@ fn lut_attention_kernels_match_reference(t: &common::Target) {
         return;
     };
     let mut seen = [false; 2];
-    for lc in common::vecinfer_calib::lut_cases(p, false) {
+    for lc in common::vecinfer_calib::lut_cases(Some(p), true) {
         let lut16 = common::vecinfer_calib::check_lut_case(t, &lc);
         if lc.case.method.starts_with("vecinfer") {
             seen[usize::from(lut16)] = true;

@@ -75,7 +75,6 @@ pub fn story(test: &str, l: usize, t: usize, tq: usize) -> Option<Story> {
     ))
 }
 
-
 /// One calibration file of the paris fixture per test process (k-means takes a while).
 pub fn shared_calib() -> Option<&'static PathBuf> {
     static P: OnceLock<Option<PathBuf>> = OnceLock::new();
@@ -96,7 +95,9 @@ pub fn synthetic(seed: u64, t: usize, tq: usize) -> Story {
             offs[i % (h * d)] + w * rng.random_range(-1.0f32..1.0)
         })
         .collect();
-    let v = (0..t * h * d).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let v = (0..t * h * d)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
     let q = (0..tq * hq * d)
         .map(|_| rng.random_range(-1.5f32..1.5))
         .collect();
@@ -127,8 +128,7 @@ pub fn synthetic_calib() -> &'static PathBuf {
             qfilters: false,
             ..Default::default()
         };
-        let cal =
-            calibrate_capture(&cap, id, "synthetic", "synthetic", &opts, &|_| {}).unwrap();
+        let cal = calibrate_capture(&cap, id, "synthetic", "synthetic", &opts, &|_| {}).unwrap();
         let p = std::env::temp_dir().join(format!(
             "kvpack-vecinfer-{}-synthetic-d32.safetensors",
             std::process::id()
@@ -152,11 +152,12 @@ pub struct LutCase {
 /// and an f16 one (a lower limit; a window with sinks), then on the story fixture (D = 64):
 /// VecInfer keys (f16 LUT) with KIVI values, KIVI and f16 keys with VecInfer values (the
 /// prefill kernel's element reader); GQA 3, so a workgroup's 4 query vectors are of different
-/// query heads. `short`: the first two only.
-pub fn lut_cases(story_calib: &std::path::Path, short: bool) -> Vec<LutCase> {
+/// query heads. The story cases only with `story_calib` (the shared fixtures' calibration);
+/// `full: false`: the first two (synthetic) only.
+pub fn lut_cases(story_calib: Option<&std::path::Path>, full: bool) -> Vec<LutCase> {
     use super::attend_plans::Case;
     use kvpack::AttendOptions;
-    let (c, sc) = (story_calib.display(), synthetic_calib().display());
+    let sc = synthetic_calib().display();
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let base = Case {
         what: "",
@@ -206,13 +207,12 @@ pub fn lut_cases(story_calib: &std::path::Path, short: bool) -> Vec<LutCase> {
             synthetic: true,
         },
     ];
-    if short {
+    if !full {
         return out;
     }
-    out.extend([
-        LutCase {
-            case: Case {
-                what: "D=32 vecinfer-2 keys (f16 LUT: its f32 one is 32 KiB) / vecinfer-1 values, one long split",
+    out.push(LutCase {
+        case: Case {
+            what: "D=32 vecinfer-2 keys (f16 LUT: its f32 one is 32 KiB) / vecinfer-1 values, one long split",
                 method: leak(format!("vecinfer:kbits=2,vbits=1,calib={sc}")),
                 t: 500,
                 target: 1,
@@ -220,7 +220,12 @@ pub fn lut_cases(story_calib: &std::path::Path, short: bool) -> Vec<LutCase> {
             },
             limit: 32 << 10,
             synthetic: true,
-        },
+    });
+    let Some(story_calib) = story_calib else {
+        return out;
+    };
+    let c = story_calib.display();
+    out.extend([
         LutCase {
             case: Case {
                 what: "D=64 story: vecinfer-1 keys (f16 LUT) / kivi-4 values, splits merged",

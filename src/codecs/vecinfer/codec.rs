@@ -72,7 +72,13 @@ pub fn lut_bytes(n_sub: usize, centroids: usize, f16: bool) -> usize {
 /// Whether the LUT must be f16 on a device with `limit` bytes of workgroup storage: the
 /// attention kernel's own storage (D wide, prepared query P wide, values up to P wide), the
 /// reserve for a value hook and the f32 LUT exceed it.
-pub fn lut_needs_f16(dim: usize, padded: usize, n_sub: usize, centroids: usize, limit: usize) -> bool {
+pub fn lut_needs_f16(
+    dim: usize,
+    padded: usize,
+    n_sub: usize,
+    centroids: usize,
+    limit: usize,
+) -> bool {
     let core = crate::attention::plan::workgroup_bytes(dim, padded, padded.max(dim));
     core + VALUE_HOOK_RESERVE + lut_bytes(n_sub, centroids, false) > limit
 }
