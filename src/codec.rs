@@ -282,6 +282,12 @@ pub trait Codec: Send + Sync + fmt::Debug {
         0
     }
 
+    /// What its GPU attention hook of this side chose on this context, for the layer's
+    /// `describe()` (e.g. VecInfer's LUT precision). Default: nothing to say.
+    fn attend_note(&self) -> Option<String> {
+        None
+    }
+
     /// Workgroup memory (bytes) its hook of this side declares itself (e.g. a codebook), on
     /// top of the core's: counted when a call is checked against the device's limit.
     fn attend_workgroup_bytes(&self) -> usize {

@@ -426,8 +426,11 @@ impl Context {
     }
 
     /// Lowers the workgroup storage kvpack's kernels may use (it can only lower the device's
-    /// own limit): kernels that size their workgroups by it (attention's rows per workgroup)
-    /// then plan as on a smaller device (WebGPU's default is 16 KiB). For tests and apps.
+    /// own limit): kernels that size their workgroups by it (attention's rows per workgroup,
+    /// VecInfer's LUT precision) then plan as on a smaller device (WebGPU's default is 16 KiB).
+    /// On a context without a device (the CPU) there is no device limit: it sets the size
+    /// codecs built on it plan their GPU kernels for (the kernel tests that run those kernels
+    /// elsewhere, e.g. on the MSL emulator). For tests and apps.
     pub fn with_max_workgroup_storage_size(&self, bytes: u32) -> Result<Self> {
         if bytes < 4096 {
             return Err(Error::Config(
@@ -435,7 +438,11 @@ impl Context {
             ));
         }
         let mut inner = self.clone_inner();
-        inner.max_workgroup_storage = bytes.min(self.inner.max_workgroup_storage);
+        inner.max_workgroup_storage = if self.inner.gpu.is_some() {
+            bytes.min(self.inner.max_workgroup_storage)
+        } else {
+            bytes
+        };
         Ok(Self {
             inner: Arc::new(inner),
         })

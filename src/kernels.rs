@@ -8,12 +8,13 @@ use crate::codecs::{f16, kivi, qjl, turboquant, vecinfer};
 use crate::gpu::registry::KernelDef;
 
 /// The codecs' attention hooks.
-pub fn attend_hooks() -> [&'static AttendHooks; 4] {
+pub fn attend_hooks() -> [&'static AttendHooks; 5] {
     [
         &f16::kernels::ATTEND_HOOKS,
         &kivi::kernels::ATTEND_HOOKS,
         &turboquant::kernels::ATTEND_HOOKS,
         &qjl::kernels::ATTEND_HOOKS,
+        &vecinfer::kernels::ATTEND_HOOKS,
     ]
 }
 

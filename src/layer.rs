@@ -789,7 +789,7 @@ impl KvLayer for Layer {
         let side = |c: &Arc<dyn Codec>| {
             let s = c.settings();
             format!(
-                "{} {}{} on {}",
+                "{} {}{} on {}{}",
                 c.side().name(),
                 c.method(),
                 if s.is_empty() {
@@ -797,7 +797,8 @@ impl KvLayer for Layer {
                 } else {
                     format!(" {s}")
                 },
-                c.path()
+                c.path(),
+                c.attend_note().map_or(String::new(), |n| format!(" ({n})"))
             )
         };
         format!(

@@ -9,7 +9,8 @@
 //! ≤ 1e-4 per row (spec/attention.md; splits change the f32 summation order). The CPU target
 //! checks the reference against exact f64 attention on the layer's reconstruction. A key codec
 //! that transforms the query (TurboQuant) has no prefill kernel: asking for it must be a typed
-//! error, from the kernel choice and from the dispatch plans alike.
+//! error, from the kernel choice and from the dispatch plans alike. VecInfer runs the
+//! synthetic cases of tests/common/vecinfer_calib.rs (its method needs a calibration file).
 
 mod common;
 
@@ -247,6 +248,11 @@ fn attend_kernels_match_reference(t: &Target) {
             continue;
         }
         common::attend_plans::check_case(t, &c, &layer, &q, &reference);
+    }
+    // VecInfer (its method needs a calibration file: the synthetic D = 32 one, f32 and f16
+    // LUT; the story fixture's cases are in tests/vecinfer.rs).
+    for lc in common::vecinfer_calib::lut_cases(None, false) {
+        common::vecinfer_calib::check_lut_case(t, &lc);
     }
 }
 parity_tests!(attend_kernels_match_reference, msl);

@@ -31,6 +31,9 @@ enum Check {
     Kivi,
     /// Bit packing against the bit-by-bit oracle.
     Bitpack,
+    /// VecInfer's LUT attention (tests/common/vecinfer_calib.rs, the synthetic D = 32 cases:
+    /// f32 and f16 LUT, GQA 3) against the CPU reference.
+    VecInfer,
 }
 
 const fn m(
@@ -85,6 +88,16 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl merge: partial weight exponent sign flipped", Wgsl, "attend_merge", "exp2(q[b] - mm)", None, "exp2(mm - q[b])"), Attend, S),
         (m("wgsl prefill: accumulator rescale dropped", Wgsl, "attend_prefill", "o[i] *= corr;", None, "o[i] *= 1.0;"), Attend, S),
         (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
+        // ---- VecInfer LUT attention (issue 15's planted bugs) ----
+        (m("msl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f32 LUT)", Msl, "attend_vecinfer", "S.kvi_lut[e] = x;", None, "S.kvi_lut[e] = x.yzwx;"), VecInfer, MSL),
+        (m("msl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f16 LUT)", Msl, "attend_vecinfer", "S.kvi_lut[e] = half4(x);", None, "S.kvi_lut[e] = half4(x.yzwx);"), VecInfer, MSL),
+        (m("msl vecinfer: LUT from the wrong KV head's codebook", Msl, "attend_vecinfer", "const uint cb0 = A.hkv * ATTEND_DIM + h * KVI_C * KVI_DS;", None, "const uint cb0 = A.hkv * ATTEND_DIM + ((h + 1u) % A.hkv) * KVI_C * KVI_DS;"), VecInfer, MSL),
+        (m("msl vecinfer: lambda applied on the wrong side (q / lambda)", Msl, "attend_vecinfer", "x = S.qs[i] * as_type<float>(ktab[h * ATTEND_DIM + i]);", None, "x = S.qs[i] / as_type<float>(ktab[h * ATTEND_DIM + i]);"), VecInfer, MSL),
+        (m("msl vecinfer: values transformed back without 1/sqrt(P)", Msl, "attend_", "        S.fin[i] *= c;\n", None, ""), VecInfer, MSL),
+        (m("wgsl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f16 LUT)", Wgsl, "attend_vecinfer", "vec2<u32>(pack2x16float(x.xy), pack2x16float(x.zw))", None, "vec2<u32>(pack2x16float(x.zw), pack2x16float(x.xy))"), VecInfer, S),
+        (m("wgsl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f32 LUT)", Wgsl, "attend_vecinfer", "kvi_lut[e] = x;", None, "kvi_lut[e] = x.yzwx;"), VecInfer, S),
+        (m("wgsl vecinfer: lambda applied on the wrong side (q / lambda)", Wgsl, "attend_vecinfer", "x = qs[i] * bitcast<f32>(ktab[h * DIM + i]);", None, "x = qs[i] / bitcast<f32>(ktab[h * DIM + i]);"), VecInfer, SW),
+        (m("wgsl vecinfer: index of the next sub-vector (s + 1)", Wgsl, "attend_vecinfer", "a += kvi_entry(s * KVI_C + bits_code(kseg[w], hi, at & 31u, KVI_B));", None, "a += kvi_entry(min(s + 1u, KVI_NSUB - 1u) * KVI_C + bits_code(kseg[w], hi, at & 31u, KVI_B));"), VecInfer, S),
         // ---- KIVI ----
         (m("msl kivi values: min butterfly turned into max", Msl, "kivi_quant_values", "lo = min(lo, simd_shuffle_xor(lo, off));", None, "lo = max(lo, simd_shuffle_xor(lo, off));"), Kivi, MSL),
         (m("msl kivi values: barrier before assembling words removed", Msl, "kivi_quant_values", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Kivi, MSL),
@@ -206,11 +219,18 @@ fn run_bitpack(t: &Target, seed: u64) {
     }
 }
 
+fn run_vecinfer(t: &Target) {
+    for lc in common::vecinfer_calib::lut_cases(None, false) {
+        common::vecinfer_calib::check_lut_case(t, &lc);
+    }
+}
+
 fn run(check: Check, t: &Target, seed: u64) {
     match check {
         Check::Attend => run_attend(t, seed),
         Check::Kivi => run_kivi(t, seed),
         Check::Bitpack => run_bitpack(t, seed),
+        Check::VecInfer => run_vecinfer(t),
     }
 }
 
@@ -231,7 +251,7 @@ fn every_mutant_is_caught() {
     // The unmutated kernels pass the same checks (or the mutants prove nothing).
     let filter = std::env::var("KVPACK_MUTANT_FILTER").unwrap_or_default();
     for t in targets(&["msl_emulated", "wgsl_subgroup", "wgsl_workgroup"]) {
-        for check in [Check::Attend, Check::Kivi, Check::Bitpack] {
+        for check in [Check::Attend, Check::Kivi, Check::Bitpack, Check::VecInfer] {
             run(check, &t, seed);
         }
     }

@@ -57,6 +57,24 @@ fn attend_specs() -> Vec<Specialization> {
                 (name("C"), c.to_bits()),
             ]);
         }
+        // VecInfer (both sides): P, log2 P, d_s, log2 C, c; keys an f32 LUT with the 3-bit
+        // TurboQuant set (d_s 8, C 256), an f16 one with the 4-bit set (d_s 4, C 32: 5-bit
+        // indices straddle words).
+        let (ds, lb, lut16) = if kb == 3 { (8, 8, 0) } else { (4, 5, 1) };
+        let p = p.max(8);
+        for side in ["K", "V"] {
+            let name = |x: &str| -> &'static str {
+                Box::leak(format!("ATT_{side}VI_{x}").into_boxed_str())
+            };
+            s.extend([
+                (name("P"), p),
+                (name("LOG2P"), p.trailing_zeros()),
+                (name("DS"), ds),
+                (name("BITS"), lb),
+                (name("C"), c.to_bits()),
+            ]);
+        }
+        s.push(("ATT_KVI_LUT16", lut16));
         // QJL keys: m = 64 (a lane's 8 bits inside a word) or 256 (a whole word per lane).
         s.extend([
             ("ATT_KQJL_M", if kb == 3 { 64 } else { 256 }),

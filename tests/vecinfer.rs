@@ -5,62 +5,22 @@
 //! CPU reference's, attention through the LUT hooks equals f64 softmax attention over the
 //! reconstructed keys and values (GQA: 9 query heads on 3 KV heads), and the same check run
 //! with a planted bug (the LUT of the wrong head, λ on the key's side of the query) fails;
-//! GPU paths are refused, memory counts the codes and the tables.
+//! memory counts the codes and the tables. GPU paths: the fused quantize kernel through the
+//! store, LUT attention on GPU layers (WGSL) against the CPU reference over the GPU's own
+//! words, f32 and f16 LUT (the latter forced by a lowered workgroup-storage limit), and the
+//! attention kernels one by one on every path including the MSL emulator.
 
 mod common;
 
-use std::path::PathBuf;
-
 use half::f16;
-use kvpack::calib::train::calibrate_capture;
-use kvpack::calib::{Calibration, ModelIdentity};
+use kvpack::calib::Calibration;
 use kvpack::cpu::vecinfer::Preset;
 use kvpack::cpu::vecinfer::attend_k::{lut_score, prepare_query};
 use kvpack::cpu::vecinfer::vecinfer_dequant::vecinfer_dequant;
 use kvpack::cpu::vecinfer::vecinfer_quant::vecinfer_quant;
-use kvpack::model::QkvCapture;
 use kvpack::{AttendOptions, Context, Error, Input, Method, PathChoice};
 
-const LAYERS: [usize; 2] = [0, 10];
-
-fn layer_of(x: &[f16], shape: &[usize], l: usize) -> Vec<f32> {
-    let n = shape[1] * shape[2] * shape[3];
-    x[l * n..][..n].iter().map(|v| v.to_f32()).collect()
-}
-
-/// A calibration file of the paris fixture's layers 0 and 10 (as a 2-layer model), written to
-/// a temporary path.
-fn calib_file(test: &str) -> Option<PathBuf> {
-    let paris = common::shared_fixture("paris.safetensors", test)?;
-    let (sq, q) = common::load_f16(&paris, "q");
-    let (sk, k) = common::load_f16(&paris, "k");
-    let (_, v) = common::load_f16(&paris, "v");
-    let cap = QkvCapture {
-        tokens: sk[1],
-        q: LAYERS.iter().map(|&l| layer_of(&q, &sq, l)).collect(),
-        k: LAYERS.iter().map(|&l| layer_of(&k, &sk, l)).collect(),
-        v: LAYERS.iter().map(|&l| layer_of(&v, &sk, l)).collect(),
-    };
-    let id = ModelIdentity {
-        name: "smollm2-paris-layers-0-10".into(),
-        arch: "llama".into(),
-        layers: 2,
-        q_heads: sq[2],
-        kv_heads: sk[2],
-        head_dim: sk[3],
-    };
-    let opts = kvpack::calib::train::CalibOptions {
-        qfilters: false,
-        ..Default::default()
-    };
-    let cal = calibrate_capture(&cap, id, "paris", "paris.safetensors", &opts, &|_| {}).unwrap();
-    let p = std::env::temp_dir().join(format!(
-        "kvpack-vecinfer-{}-{test}.safetensors",
-        std::process::id()
-    ));
-    cal.write(&p).unwrap();
-    Some(p)
-}
+use common::vecinfer_calib::{LAYERS, calib_file, layer_of};
 
 #[test]
 fn grammar_and_bad_calibrations() {
@@ -268,8 +228,7 @@ fn story_attention_through_the_lut_hooks() {
 /// appends, a residual window): its reconstruction equals the CPU layer's up to near-tie
 /// indices (rows that differ counted; the reconstruction MSE within 1 % of the CPU's, the
 /// spec's rule); the bytes the GPU append allocates are O(N) (printed, and far below one
-/// `[N, C, d_s]` distance tensor); GPU attention is refused with PathUnavailable until the
-/// LUT hooks exist.
+/// `[N, C, d_s]` distance tensor). Its attention: [`gpu_lut_attention_matches_reference`].
 fn gpu_layer_quantizes_like_the_reference(t: &common::Target) {
     if !t.is_gpu() {
         eprintln!(
@@ -358,12 +317,175 @@ fn gpu_layer_quantizes_like_the_reference(t: &common::Target) {
             );
             assert!(rows * 100 <= n * h, "{spec} {side}: {rows} vectors differ");
         }
-        let q = vec![0.1f32; 3 * h * d];
-        let e = gpu
-            .attend(&q, 3 * h, &AttendOptions::default())
-            .unwrap_err();
-        assert!(matches!(e, Error::PathUnavailable { .. }), "{e}");
     }
     std::fs::remove_file(&p).ok();
 }
 parity_tests!(gpu_layer_quantizes_like_the_reference);
+
+/// LUT attention on GPU layers (the fused quantize kernel's words) against the CPU reference
+/// over the same words, decode and a windowed Tq = 5 chunk, within 1e-4 per row, 1e-3 with an
+/// f16 LUT (vecinfer.md): on the story fixture (D = 64) VecInfer on both sides and paired with
+/// KIVI either way; on the synthetic D = 32 model with the device's limit (an f32 LUT where it
+/// fits) and with the limit lowered to 24 KiB (f16 forced, said by `describe()`). Where not
+/// even the f16 LUT fits the device (bits=2 at D = 64 on a 32 KiB device), attention is a
+/// typed `Limit` error and the cache is untouched (it still reconstructs as before).
+fn gpu_lut_attention_matches_reference(t: &common::Target) {
+    use common::vecinfer_calib::{shared_calib, story, synthetic, synthetic_calib};
+    use kvpack::attention::plan::workgroup_bytes;
+    use kvpack::codecs::vecinfer::codec::{lut_bytes, lut_needs_f16};
+    if !t.is_gpu() {
+        eprintln!(
+            "gpu_lut_attention_matches_reference[{}]: GPU layers only (the CPU reference: story_attention_through_the_lut_hooks; kernels on every path: lut_attention_kernels_match_reference)",
+            t.name()
+        );
+        return;
+    }
+    let Some(p) = shared_calib() else {
+        return;
+    };
+    let (tk, tq) = (300usize, 5usize);
+    let (ps, ss) = (p.display(), synthetic_calib().display());
+    let limit = t.ctx().max_workgroup_storage_size();
+    let forced = t.ctx().with_max_workgroup_storage_size(24 << 10).unwrap();
+    let dev = t.ctx().clone();
+    let specs = [
+        (
+            format!("vecinfer:bits=1,residual=16,calib={ps}"),
+            &dev,
+            false,
+        ),
+        (format!("vecinfer:bits=2,calib={ps}"), &dev, false),
+        (
+            format!("vecinfer:bits=1,calib={ps}/kivi:bits=4,group=32,residual=32"),
+            &dev,
+            false,
+        ),
+        (
+            format!("kivi:bits=4,group=32/vecinfer:bits=2,residual=32,calib={ps}"),
+            &dev,
+            false,
+        ),
+        (
+            format!("vecinfer:bits=1,residual=16,calib={ss}"),
+            &dev,
+            true,
+        ),
+        (
+            format!("vecinfer:bits=1,residual=16,calib={ss}"),
+            &forced,
+            true,
+        ),
+    ];
+    let mut ran = [false; 2];
+    for (spec, ctx, synth) in &specs {
+        let (q, k, v, (hq, h, d)) = if *synth {
+            synthetic(3, tk, tq)
+        } else {
+            story("gpu_lut", 10, tk, tq).expect("story fixture")
+        };
+        let m = Method::parse(spec).unwrap();
+        let mut layer = m
+            .layer_at(ctx, usize::from(!synth), h, d, t.path())
+            .unwrap();
+        let cut = 113 * h * d;
+        layer
+            .append(Input::F32(&k[..cut]), Input::F32(&v[..cut]))
+            .unwrap();
+        layer
+            .append(Input::F32(&k[cut..]), Input::F32(&v[cut..]))
+            .unwrap();
+        let desc = layer.describe();
+        let keys_vi = spec.starts_with("vecinfer");
+        let lut16 = desc.contains("GPU LUT f16");
+        assert_eq!(
+            keys_vi,
+            lut16 || desc.contains("GPU LUT f32"),
+            "{spec}: describe() names the LUT of VecInfer keys: {desc}"
+        );
+        let lim = ctx.max_workgroup_storage_size() as usize;
+        let (p_, n_sub) = (
+            d.next_power_of_two(),
+            if spec.starts_with("vecinfer:bits=1") {
+                d / 8
+            } else {
+                d / 4
+            },
+        );
+        let mut fits = true;
+        if keys_vi {
+            assert_eq!(
+                lut16,
+                lut_needs_f16(d, p_, n_sub, 256, lim),
+                "{spec}: {desc}"
+            );
+            fits = workgroup_bytes(d, p_, p_) + lut_bytes(n_sub, 256, lut16) <= lim;
+        }
+        if std::ptr::eq(*ctx, &forced) {
+            assert!(lut16, "the lowered limit must force the f16 LUT: {desc}");
+        }
+        for (rows, opts) in [
+            (1, AttendOptions::default()),
+            (
+                tq,
+                AttendOptions {
+                    window: Some(90),
+                    sinks: 3,
+                    ..Default::default()
+                },
+            ),
+        ] {
+            let qq = &q[(tq - rows) * hq * d..];
+            let reference = layer.attend_reference(qq, hq, &opts).unwrap();
+            if !fits {
+                let before = layer.reconstruct().unwrap();
+                let e = layer.attend(qq, hq, &opts).unwrap_err();
+                eprintln!(
+                    "gpu_lut[{}] {spec} Tq={rows} (device limit {limit}): {desc}: refused: {e}",
+                    t.name()
+                );
+                assert!(matches!(e, Error::Limit { .. }), "{spec}: {e}");
+                assert_eq!(layer.reconstruct().unwrap(), before, "{spec}: nothing lost");
+                continue;
+            }
+            let out = layer.attend(qq, hq, &opts).unwrap();
+            let err = common::rel_l2_rows(&out, &reference, d);
+            let tol = if lut16 { 1e-3 } else { 1e-4 };
+            if keys_vi {
+                ran[usize::from(lut16)] = true;
+            }
+            eprintln!(
+                "gpu_lut[{}] {spec} Tq={rows} (device limit {limit}, planned {lim}): {desc}: worst row rel L2 {err:.2e} (bound {tol:e})",
+                t.name(),
+            );
+            assert!(
+                err <= tol,
+                "{} {spec} Tq={rows}: worst row rel L2 {err:e}",
+                t.name()
+            );
+        }
+    }
+    assert_eq!(
+        ran,
+        [true, true],
+        "{}: both LUT precisions ran on the device",
+        t.name()
+    );
+}
+parity_tests!(gpu_lut_attention_matches_reference);
+
+/// The LUT attention kernels one by one (tests/common/vecinfer_calib.rs `lut_cases`) on every
+/// path including the MSL emulator; both LUT precisions are run.
+fn lut_attention_kernels_match_reference(t: &common::Target) {
+    let Some(p) = common::vecinfer_calib::shared_calib() else {
+        return;
+    };
+    let mut seen = [false; 2];
+    for lc in common::vecinfer_calib::lut_cases(Some(p), true) {
+        let lut16 = common::vecinfer_calib::check_lut_case(t, &lc);
+        if lc.case.method.starts_with("vecinfer") {
+            seen[usize::from(lut16)] = true;
+        }
+    }
+    assert_eq!(seen, [true, true], "{}: both LUT precisions ran", t.name());
+}
+parity_tests!(lut_attention_kernels_match_reference, msl);

@@ -12,12 +12,17 @@
 //   template <typename Sh> void k_score(constant AttendParams&, constant KParams&,
 //       device const uint* kseg, threadgroup const Sh& S, uint row, uint last, uint cg, uint h,
 //       thread float4* acc /* [8] */);   (rows past `last` read row `last`)
+//   optionally K_SHARED (#define): member declarations of its own threadgroup memory, added to
+//   the partials kernel's (AttendKShared in attend_shared.metal; e.g. VecInfer's LUT)
 // a value hook file:  typedef ... VParams; V_W, V_CPL, V_SPACE_OUT (#define); struct VState
 //   with `float4 o[V_CPL]` (its accumulator; with V_SPACE_OUT the ring's rows join it);
 //   void v_reset(thread VState&); void v_scale(thread VState&, float4);
 //   float4 v_out(thread const VState&, uint i);
 //   void v_accum(constant AttendParams&, constant VParams&, device const uint* vseg,
-//       thread VState&, uint row, uint last, uint cg, uint h, thread const float4* p /* [8] */);
+//       device const uint* vtab, thread VState&, uint row, uint last, uint cg, uint h,
+//       thread const float4* p /* [8] */);
+//   float v_value(..., device const uint* vseg, device const uint* vtab, uint row, uint last,
+//       uint c, uint h)   (the prefill kernel's element reader)
 //   template <typename Sh> void v_finish(constant AttendParams&, constant VParams&,
 //       device const uint* vtab, threadgroup Sh& S, uint lid, uint h);
 #include <metal_stdlib>

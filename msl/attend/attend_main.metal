@@ -54,7 +54,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                         uint lid [[thread_index_in_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]],
                         uint slice [[simdgroup_index_in_threadgroup]]) {
-    threadgroup AttendShared S;
+    threadgroup AttendKShared S;
     const uint wid = wg.y * nwg.x + wg.x;
     const uint nsplit = A.n_split_c + A.n_split_r;
     const uint per_h = A.vblocks * nsplit;
@@ -169,7 +169,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             attend_ring_rows(A, lt0, A.qv, s1 - 1u, A.ring_cap_v, w0);
             f16_accum(ringv, w0, V_SPACE_OUT ? vs.o : rs.o, cg, h, pj);
         } else if (!V_SPACE_OUT || nv == 8) {
-            v_accum(A, VP, vseg, vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pj);
+            v_accum(A, VP, vseg, vtab, vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pj);
         } else {
             float4 pc[8];
             float4 pr[8];
@@ -178,7 +178,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                 pr[j] = j < nv ? float4(0.0f) : pj[j];
             }
             if (nv > 0) {
-                v_accum(A, VP, vseg, vs, lt0 - A.tok0, A.qv - 1u - A.tok0, cg, h, pc);
+                v_accum(A, VP, vseg, vtab, vs, lt0 - A.tok0, A.qv - 1u - A.tok0, cg, h, pc);
             }
             // Only rows of ring tokens [qv, s1) are read (another slot may hold anything).
             if (lt0 + uint(nv) < s1) {

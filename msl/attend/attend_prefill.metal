@@ -134,7 +134,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             float x = 0.0f;
             if (pos < s1) {
                 if (!vring && pos < A.qv) {
-                    x = v_value(A, VP, vseg, pos - A.tok0, vl, c, h);
+                    x = v_value(A, VP, vseg, vtab, pos - A.tok0, vl, c, h);
                 } else if (ATT_RING == 1u) {
                     x = pf_ring(A, ringv, pos, A.ring_cap_v, c, h);
                 }

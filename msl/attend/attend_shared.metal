@@ -9,3 +9,11 @@ struct AttendShared {
     float4 msm[ATTEND_SLICES];
     float4 lsm[ATTEND_SLICES];
 };
+
+// The partials kernel's: the core's and the key hook's own (K_SHARED, e.g. VecInfer's LUT; the
+// merge and prefill kernels never call k_prepare and do not hold it).
+struct AttendKShared : AttendShared {
+#ifdef K_SHARED
+    K_SHARED
+#endif
+};

@@ -36,7 +36,7 @@ static inline float4 v_out(thread const VState& s, uint i) {
 }
 
 static inline void v_accum(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
-                           thread VState& s, uint row, uint last, uint cg, uint h,
+                           device const uint* vtab, thread VState& s, uint row, uint last, uint cg, uint h,
                            thread const float4* p) {
     uint w0[8];
     for (uint j = 0u; j < 8u; ++j) {
@@ -47,7 +47,7 @@ static inline void v_accum(constant AttendParams& A, constant VParams& VP, devic
 
 // Channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
 static inline float v_value(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
-                            uint row, uint last, uint c, uint h) {
+                            device const uint* vtab, uint row, uint last, uint c, uint h) {
     const uint e = h * ATTEND_DIM + c;
     return attend_half(vseg[VP.rows + min(row, last) * A.row_words + (e >> 1u)], e);
 }

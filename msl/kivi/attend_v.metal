@@ -64,7 +64,7 @@ static inline float4 v_out(thread const VState& s, uint i) {
 }
 
 static inline void v_accum(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
-                           thread VState& s, uint row, uint last, uint cg, uint h,
+                           device const uint* vtab, thread VState& s, uint row, uint last, uint cg, uint h,
                            thread const float4* p) {
     const uint c0 = cg * V_CPL;
     if (KIVI_V_WHOLE || KIVI_V_PART) {
@@ -108,7 +108,7 @@ static inline void v_accum(constant AttendParams& A, constant VParams& VP, devic
 // v̂ of channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
 // Twin of wgsl/kivi/attend_v.wgsl's v_value.
 static inline float v_value(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
-                            uint row, uint last, uint c, uint h) {
+                            device const uint* vtab, uint row, uint last, uint c, uint h) {
     const uint rb = min(row, last) * A.hkv + h;
     const uint g = c / KIVI_VG;
     const float2 pr = kivi_v_pair(VP, vseg, rb * KIVI_VNG + g);

@@ -49,7 +49,7 @@ static inline float4 v_out(thread const VState& s, uint i) {
 }
 
 static inline void v_accum(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
-                           thread VState& s, uint row, uint last, uint cg, uint h,
+                           device const uint* vtab, thread VState& s, uint row, uint last, uint cg, uint h,
                            thread const float4* p) {
     float4 wt[8];
     uint win[VTQ_WIN];
@@ -117,7 +117,7 @@ static inline void v_finish(constant AttendParams& A, constant VParams& VP, devi
 
 // Twin of wgsl/turboquant/attend_v.wgsl's v_value (the prefill kernel's element reader).
 static inline float v_value(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
-                            uint row, uint last, uint c, uint h) {
+                            device const uint* vtab, uint row, uint last, uint c, uint h) {
     const uint r = min(row, last);
     const float n = tq_norm_of(vseg[VP.norms + r * ((A.hkv + 1u) / 2u) + (h >> 1u)], h);
     const uint at = c * VTQ_B;

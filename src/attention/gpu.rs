@@ -43,7 +43,7 @@ impl AttendPaths {
         choice: PathChoice,
     ) -> Result<Self> {
         let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
-        // A codec whose hooks have no WGSL yet (VecInfer's LUT attention) is refused here,
+        // A codec whose hooks have no WGSL (TurboQuant-Prod's placeholder) is refused here,
         // before any kernel is composed: no silent CPU fallback, no shader error.
         for (h, src, side) in [(kh, kh.wgsl_k, "keys"), (vh, vh.wgsl_v, "values")] {
             if !src.contains("fn ") {
@@ -51,7 +51,7 @@ impl AttendPaths {
                     kernel: h.name,
                     requested: choice.to_string(),
                     reason: format!(
-                        "{} has no GPU attention hooks for {side} yet (only its quantize kernel runs on the GPU); attend on the CPU path",
+                        "{} has no GPU attention hooks for {side} yet; attend on the CPU path",
                         h.name
                     ),
                 });

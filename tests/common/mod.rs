@@ -14,6 +14,7 @@ pub mod mutate;
 pub mod quality;
 pub mod recon;
 pub mod st;
+pub mod vecinfer_calib;
 
 use std::sync::OnceLock;
 

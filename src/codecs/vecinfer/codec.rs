@@ -7,9 +7,14 @@
 //! accumulate the codebook rows in the transformed space (P wide) and the normalized output
 //! is transformed back once.
 //!
-//! Paths: the CPU reference, and the fused quantize kernel `vecinfer_quant` (WGSL subgroup and
-//! workgroup variants, MSL) on GPU paths. The GPU LUT attention hooks are not written yet:
-//! attention on a GPU layer is [`Error::PathUnavailable`] (no silent CPU fallback).
+//! Paths: the CPU reference, and on GPU paths the fused quantize kernel `vecinfer_quant` and
+//! the LUT attention hooks ([`kernels::ATTEND_HOOKS`], WGSL subgroup and workgroup variants,
+//! MSL). The GPU LUT is held in workgroup memory, 4 query vectors × n_sub × C entries: f32
+//! where the attention kernel's storage with it fits the context's workgroup-storage limit,
+//! else f16 (error stated in wgsl/vecinfer/attend_k.wgsl; the layer's `describe()` names the
+//! variant). A CPU context reports WebGPU's default limit (16 KiB): the kernels of a CPU-built
+//! codec (the kernel tests) are specialized as on such a device. Where not even the f16 LUT
+//! fits, attention on that device is [`Error::Limit`] (checked when a call is planned).
 
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
@@ -17,7 +22,7 @@ use crate::context::{Context, KernelPath, PathChoice};
 use crate::cpu::vecinfer::attend_k::{lut_score, prepare_query};
 use crate::cpu::vecinfer::attend_v::{accumulate, finish};
 use crate::cpu::vecinfer::transform::{
-    inverse_key, inverse_value, padded_dim, transform_key, transform_value,
+    inv_sqrt, inverse_key, inverse_value, padded_dim, transform_key, transform_value,
 };
 use crate::cpu::vecinfer::vecinfer_dequant::reconstruct_transformed;
 use crate::cpu::vecinfer::vecinfer_quant::{pack_row, quantize_vector, row_words};
@@ -49,11 +54,39 @@ pub struct VecInferCodec {
     /// Codebooks `[H][C][d_s]`.
     codebooks: Vec<f32>,
     tables: Vec<u32>,
+    /// Whether the GPU attention's LUT is f16 (keys only; see the module docs).
+    lut16: bool,
+}
+
+/// The largest workgroup memory (bytes) a value hook of this library declares on top of the
+/// core's (TurboQuant's 8+8-bit RVQ centroids, 2 × 256 f32): reserved when the key side picks
+/// its LUT precision, before the value codec is known.
+const VALUE_HOOK_RESERVE: usize = 2 * 256 * 4;
+
+/// Workgroup memory (bytes) of the GPU LUT: n_sub·C entries of the 4 query vectors a
+/// workgroup serves, f32 (16 bytes an entry) or f16 (8).
+pub fn lut_bytes(n_sub: usize, centroids: usize, f16: bool) -> usize {
+    n_sub * centroids * if f16 { 8 } else { 16 }
+}
+
+/// Whether the LUT must be f16 on a device with `limit` bytes of workgroup storage: the
+/// attention kernel's own storage (D wide, prepared query P wide, values up to P wide), the
+/// reserve for a value hook and the f32 LUT exceed it.
+pub fn lut_needs_f16(
+    dim: usize,
+    padded: usize,
+    n_sub: usize,
+    centroids: usize,
+    limit: usize,
+) -> bool {
+    let core = crate::attention::plan::workgroup_bytes(dim, padded, padded.max(dim));
+    core + VALUE_HOOK_RESERVE + lut_bytes(n_sub, centroids, false) > limit
 }
 
 impl VecInferCodec {
     /// The codec of `cfg` for layer `layer` of geometry `g` on `choice`. Errors: a calibration
-    /// made for another shape or with fewer layers, d_s not dividing P, a GPU path.
+    /// made for another shape or with fewer layers, d_s not dividing P, a GPU path without a
+    /// device, the quantize kernel's codebook beyond the workgroup-storage limit.
     pub fn new(
         ctx: &Context,
         cfg: VecSide,
@@ -113,7 +146,16 @@ impl VecInferCodec {
                 });
             }
         }
+        let lut16 = cfg.side == Side::Keys
+            && lut_needs_f16(
+                g.dim,
+                padded,
+                n_sub,
+                cfg.preset.centroids,
+                ctx.max_workgroup_storage_size() as usize,
+            );
         Ok(Self {
+            lut16,
             quant,
             encode,
             streams: [Stream {
@@ -141,6 +183,11 @@ impl VecInferCodec {
     /// Sub-vectors per vector.
     pub fn n_sub(&self) -> usize {
         self.n_sub
+    }
+
+    /// Whether its GPU attention LUT is f16 (keys; see the module docs).
+    pub fn lut_is_f16(&self) -> bool {
+        self.lut16
     }
 
     fn head_lambda(&self, h: usize) -> &[f32] {
@@ -342,25 +389,60 @@ impl Codec for VecInferCodec {
     }
 
     fn attend_hooks(&self) -> &'static AttendHooks {
-        &NO_GPU_HOOKS
+        &kernels::ATTEND_HOOKS
+    }
+
+    fn attend_spec(&self) -> Vec<(&'static str, u32)> {
+        let (p, ds, b) = (
+            self.padded as u32,
+            self.cfg.preset.sub_dim as u32,
+            self.cfg.preset.index_bits(),
+        );
+        let (lg, c) = (p.trailing_zeros(), inv_sqrt(self.padded).to_bits());
+        match self.cfg.side {
+            Side::Keys => vec![
+                ("ATT_KVI_P", p),
+                ("ATT_KVI_LOG2P", lg),
+                ("ATT_KVI_DS", ds),
+                ("ATT_KVI_BITS", b),
+                ("ATT_KVI_LUT16", u32::from(self.lut16)),
+                ("ATT_KVI_C", c),
+            ],
+            Side::Values => vec![
+                ("ATT_VVI_P", p),
+                ("ATT_VVI_LOG2P", lg),
+                ("ATT_VVI_DS", ds),
+                ("ATT_VVI_BITS", b),
+                ("ATT_VVI_C", c),
+            ],
+        }
     }
 
     fn attend_value_space_out(&self) -> bool {
         false
     }
-}
 
-/// VecInfer has no GPU attention hooks yet; a codec exists only on the CPU path, whose
-/// attention never composes hooks. Were these ever composed, the WGSL front end would reject
-/// them (a typed shader error, not a wrong kernel).
-static NO_GPU_HOOKS: AttendHooks = AttendHooks {
-    name: "vecinfer",
-    wgsl_common: &[],
-    wgsl_k: "vecinfer has no GPU attention hooks yet",
-    wgsl_v: "vecinfer has no GPU attention hooks yet",
-    msl_common: &[],
-    msl_k: None,
-    msl_v: None,
-    k_prep: true,
-    keys_only: false,
-};
+    fn attend_prep_width(&self) -> usize {
+        match self.cfg.side {
+            Side::Keys => self.padded,
+            Side::Values => 0,
+        }
+    }
+
+    fn attend_workgroup_bytes(&self) -> usize {
+        match self.cfg.side {
+            Side::Keys => lut_bytes(self.n_sub, self.cfg.preset.centroids, self.lut16),
+            Side::Values => 0,
+        }
+    }
+
+    fn attend_note(&self) -> Option<String> {
+        (self.cfg.side == Side::Keys).then(|| {
+            format!(
+                "GPU LUT {} ({} bytes of workgroup memory)",
+                if self.lut16 { "f16" } else { "f32" },
+                lut_bytes(self.n_sub, self.cfg.preset.centroids, self.lut16)
+            )
+        })
+    }
+}
