@@ -20,7 +20,7 @@ fn main(
     for (var v = 0u; v < 2u; v++) {
         let h = 2u * pair + v;
         let live = h < P.heads;
-        workgroupBarrier(); // the previous head's qx, qw and qred are read
+        workgroupBarrier(); // the previous head's qx, sign words and qred are read
         qjl_load(P.src_start + tok, h, live, lid);
         workgroupBarrier();
         var ss = 0.0;
@@ -41,7 +41,7 @@ fn main(
             let dot = qjl_row_dot(r);
             let bit = r < QM && dot >= 0.0; // @qjl-tail
             if (bit) {
-                qjl_or(r, 1u);
+                sgn_or(r, 1u);
             }
         }
         workgroupBarrier();

@@ -1,15 +1,15 @@
 // qjl_encode's declarations shared by its two WGSL variants (../shared/spec/qjl.md, "Stored
-// per key" and "Kernels"): the uniform, the bindings, the key and its sign words in workgroup
-// memory, the input reader, the sketch rows' dot products and the stores. CPU twin:
+// per key" and "Kernels"): the uniform, the bindings, the key in workgroup memory (its sign
+// words: wgsl/common/sign_words.wgsl), the input reader, the sketch rows' dot products and the stores. CPU twin:
 // src/cpu/qjl/qjl_encode.rs; MSL twin: msl/qjl/qjl_encode.metal.
 //
 // Dispatch: one workgroup of WORKGROUP_SIZE (64) per item = token · ceil(H / 2) + pair: head
 // 2·pair, then head 2·pair + 1 (absent for an odd H: zeros, nothing stored). Per head:
-//   1. the key (f16 → f32) into qx, the sign words qw cleared;
+//   1. the key (f16 → f32) into qx, the sign words (sgn_w) cleared;
 //   2. n = √(Σ x²) by a reduction (the variants' qjl_sum);
 //   3. pass it of ceil(m / 64): invocation lid owns sketch row r = 64·it + lid and sums
 //      S[r][d]·x[d] in index order (the reference's order; a row past m reads row m − 1 and
-//      sets no bit); the bits σ_r = [(S x)_r ≥ 0] of the pass are ORed into qw (subgroup
+//      sets no bit); the bits σ_r = [(S x)_r ≥ 0] of the pass are ORed into sgn_w (subgroup
 //      variant: one subgroupBallot per subgroup, its lanes' bits in lane order; workgroup
 //      variant: one atomicOr per set bit);
 //   4. the m / 32 words stored: whole words, every bit a row's (no bit past m is set).
@@ -52,8 +52,9 @@ const QM: u32 = QJL_M;
 const QSW: u32 = QJL_M / 32u;
 const QIT: u32 = (QJL_M + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE; // passes over the rows
 
+const SGN_SW: u32 = QSW; // the sign row (wgsl/common/sign_words.wgsl)
+
 var<workgroup> qx: array<f32, QJL_DIM>;
-var<workgroup> qw: array<atomic<u32>, QSW>;
 
 // Element e of absolute token s's f16 row (the ring or the incoming rows).
 fn qjl_input(s: u32, e: u32) -> f32 {
@@ -75,9 +76,7 @@ fn qjl_load(s: u32, h: u32, live: bool, lid: u32) {
         }
         qx[d] = x;
     }
-    for (var w = lid; w < QSW; w += WORKGROUP_SIZE) {
-        atomicStore(&qw[w], 0u);
-    }
+    sgn_clear(lid);
 }
 
 // (S x)_r: sketch row r with the key in qx, summed in index order.
@@ -90,19 +89,10 @@ fn qjl_row_dot(r: u32) -> f32 {
     return a;
 }
 
-// ORs `bits` (rows r0 .. r0 + 31 at most, inside one word) into the sign words. The word
-// index is clamped to the row explicitly (WGSL leaves out-of-range workgroup indices to the
-// implementation): a bit past m would show in the last word, never vanish.
-fn qjl_or(r0: u32, bits: u32) {
-    if (bits != 0u) {
-        atomicOr(&qw[min(r0 >> 5u, QSW - 1u)], bits << (r0 & 31u));
-    }
-}
-
 // The sign words of (segment) token row `row` of head h (after a barrier).
 fn qjl_store(row: u32, h: u32, live: bool, lid: u32) {
     for (var w = lid; w < QSW; w += WORKGROUP_SIZE) {
-        let x = atomicLoad(&qw[w]);
+        let x = sgn_word(w);
         if (live) {
             signs[(row * P.heads + h) * QSW + w] = x;
         }

@@ -1,10 +1,7 @@
 // qjl_encode (subgroup variant): read wgsl/qjl/qjl_encode_io.wgsl for the dispatch and the
 // steps. The norm by subgroupAdd and one workgroup word per subgroup; a pass's sign bits by
-// one subgroupBallot per subgroup: its vec4<u32> holds lane i's predicate at bit i % 32 of
-// word i / 32, the lanes' rows are consecutive (a subgroup is consecutive invocations in
-// order: src/gpu/probe.rs checks it per device), so the subgroup's first lane ORs each
-// 32-row word of the ballot into its place. Any subgroup width 8..128 (one pass's 64 rows may
-// be one subgroup's part, or several subgroups' whole).
+// one subgroupBallot per subgroup (wgsl/common/sign_ballot.wgsl; one pass's 64 rows may be
+// one subgroup's part, or several subgroups' whole).
 
 var<workgroup> qred: array<f32, WORKGROUP_SIZE>;
 
@@ -26,7 +23,7 @@ fn main(
     for (var v = 0u; v < 2u; v++) {
         let h = 2u * pair + v;
         let live = h < P.heads;
-        workgroupBarrier(); // the previous head's qx, qw and qred are read
+        workgroupBarrier(); // the previous head's qx, sign words and qred are read
         qjl_load(P.src_start + tok, h, live, lid);
         workgroupBarrier();
         var ss = 0.0;
@@ -45,20 +42,7 @@ fn main(
             let r = it * WORKGROUP_SIZE + lid;
             let dot = qjl_row_dot(r);
             let bit = r < QM && dot >= 0.0; // @qjl-tail
-            let b = subgroupBallot(bit);
-            if (sgi == 0u) {
-                // @unroll 4
-                for (var k = 0u; k < 4u; k++) {
-                    let width = min(sgs - min(sgs, 32u * k), 32u); // lanes in word k
-                    if (width > 0u) {
-                        var bits = b[k]; // @qjl-ballot
-                        if (width < 32u) {
-                            bits &= (1u << width) - 1u;
-                        }
-                        qjl_or(r + 32u * k, bits);
-                    }
-                }
-            }
+            sgn_ballot(r, bit, sgi, sgs);
         }
         workgroupBarrier();
         qjl_store(P.seg_token + tok, h, live, lid);

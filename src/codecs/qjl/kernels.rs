@@ -3,7 +3,7 @@
 //! `src/cpu/qjl/<name>.rs`.
 
 use crate::attention::kernel::AttendHooks;
-use crate::gpu::registry::{Binding, DISPATCH, KernelDef};
+use crate::gpu::registry::{Binding, DISPATCH, KernelDef, SIGN_WORDS};
 
 const IO: &str = include_str!("../../../wgsl/qjl/qjl_encode_io.wgsl");
 
@@ -13,8 +13,11 @@ const IO: &str = include_str!("../../../wgsl/qjl/qjl_encode_io.wgsl");
 pub static QJL_ENCODE: KernelDef = KernelDef {
     name: "qjl_encode",
     folder: "qjl",
-    wgsl_common: &[DISPATCH, IO],
-    wgsl_subgroup: Some(include_str!("../../../wgsl/qjl/qjl_encode_subgroup.wgsl")),
+    wgsl_common: &[DISPATCH, SIGN_WORDS, IO],
+    wgsl_subgroup: Some(concat!(
+        include_str!("../../../wgsl/common/sign_ballot.wgsl"),
+        include_str!("../../../wgsl/qjl/qjl_encode_subgroup.wgsl")
+    )),
     wgsl: include_str!("../../../wgsl/qjl/qjl_encode.wgsl"),
     msl_common: &[],
     msl: Some(include_str!("../../../msl/qjl/qjl_encode.metal")),
