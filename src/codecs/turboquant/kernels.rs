@@ -33,8 +33,9 @@ pub static TURBOQUANT_QUANT: KernelDef = KernelDef {
         include_str!("../../../wgsl/turboquant/turboquant_quant.wgsl")
     ),
     msl_common: &[MSL_COMMON],
-    msl: Some(include_str!(
-        "../../../msl/turboquant/turboquant_quant.metal"
+    msl: Some(concat!(
+        include_str!("../../../msl/turboquant/tq_shared_vector.metal"),
+        include_str!("../../../msl/turboquant/turboquant_quant.metal")
     )),
     bindings: &[
         Binding::Uniform,
@@ -70,7 +71,10 @@ pub static TURBOQUANT_PROD_QUANT: KernelDef = KernelDef {
     )),
     wgsl: include_str!("../../../wgsl/turboquant/turboquant_prod_quant.wgsl"),
     msl_common: &[MSL_COMMON],
-    msl: None,
+    msl: Some(concat!(
+        include_str!("../../../msl/turboquant/tq_shared_vector.metal"),
+        include_str!("../../../msl/turboquant/turboquant_prod_quant.metal")
+    )),
     bindings: &[
         Binding::Uniform,
         Binding::StorageRead,
@@ -111,11 +115,40 @@ pub static TURBOQUANT_DEQUANT: KernelDef = KernelDef {
 pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     name: "turboquant",
     wgsl_common: &[BITS, ATTEND_COMMON],
-    wgsl_k: include_str!("../../../wgsl/turboquant/attend_k.wgsl"),
+    wgsl_k: concat!(
+        include_str!("../../../wgsl/turboquant/tq_attend_k_common.wgsl"),
+        include_str!("../../../wgsl/turboquant/attend_k.wgsl")
+    ),
     wgsl_v: include_str!("../../../wgsl/turboquant/attend_v.wgsl"),
     msl_common: &[MSL_BITS, MSL_ATTEND_COMMON],
-    msl_k: Some(include_str!("../../../msl/turboquant/attend_k.metal")),
+    msl_k: Some(concat!(
+        include_str!("../../../msl/turboquant/tq_attend_k_common.metal"),
+        include_str!("../../../msl/turboquant/attend_k.metal")
+    )),
     msl_v: Some(include_str!("../../../msl/turboquant/attend_v.metal")),
     k_prep: true,
     keys_only: false,
+};
+
+/// TurboQuant-Prod's attention hooks, keys only (wgsl/turboquant_prod/attend_k.wgsl): TurboQuant's
+/// rotated query and QJL's `S q` once per query row (their shared key-side pieces), the score
+/// `n·⟨q′, ŷ₁⟩ + n·ρ·√(π/2)/m·⟨S q, 2σ − 1⟩`.
+pub static PROD_ATTEND_HOOKS: AttendHooks = AttendHooks {
+    name: "turboquant_prod",
+    wgsl_common: &[BITS, ATTEND_COMMON],
+    wgsl_k: concat!(
+        include_str!("../../../wgsl/turboquant/tq_attend_k_common.wgsl"),
+        include_str!("../../../wgsl/qjl/qjl_attend_k_common.wgsl"),
+        include_str!("../../../wgsl/turboquant_prod/attend_k.wgsl")
+    ),
+    wgsl_v: "",
+    msl_common: &[MSL_BITS, MSL_ATTEND_COMMON],
+    msl_k: Some(concat!(
+        include_str!("../../../msl/turboquant/tq_attend_k_common.metal"),
+        include_str!("../../../msl/qjl/qjl_attend_k_common.metal"),
+        include_str!("../../../msl/turboquant_prod/attend_k.metal")
+    )),
+    msl_v: None,
+    k_prep: true,
+    keys_only: true,
 };

@@ -37,7 +37,9 @@ use crate::cpu::common::splitmix::{
 use crate::cpu::common::vector::{norm, store_norm};
 use crate::cpu::turboquant::attend_k;
 use crate::cpu::turboquant::codebook::{Codebook, codebook};
+use crate::cpu::common::sketch::scale;
 use crate::cpu::turboquant::layout::ProdLayout;
+use crate::cpu::turboquant::rotation::inv_sqrt;
 use crate::cpu::turboquant::turboquant_dequant::reconstruct;
 use crate::cpu::turboquant::turboquant_quant::quantize_prod_vector;
 use crate::error::{Error, Result};
@@ -402,21 +404,40 @@ impl Codec for ProdCodec {
     }
 
     fn attend_hooks(&self) -> &'static AttendHooks {
-        &NO_GPU_HOOKS
+        &kernels::PROD_ATTEND_HOOKS
+    }
+
+    fn attend_spec(&self) -> Vec<(&'static str, u32)> {
+        let l = &self.l;
+        vec![
+            ("ATT_KTQ_P", l.padded as u32),
+            ("ATT_KTQ_LOG2P", plans::log2(l.padded)),
+            ("ATT_KTQ_BITS", l.bits),
+            ("ATT_KTQ_STAGES", 1),
+            ("ATT_KTQ_C", inv_sqrt(l.padded).to_bits()),
+            ("ATT_KQJL_M", self.prod.m as u32),
+            ("ATT_KQJL_C", scale(self.prod.m).to_bits()),
+        ]
+    }
+
+    /// `codes`, `signs`, `norms`, `residual_norms` (the streams' first words), then the stage-1
+    /// centroids (f32, `[2^(b−1)]`: the MSL hook reads them from this constant buffer; the WGSL
+    /// hook from workgroup memory).
+    fn attend_uniform(&self, ranges: Option<&[(u64, u64)]>) -> Vec<u8> {
+        let mut w: Vec<u32> = match ranges {
+            Some(r) => r.iter().map(|(o, _)| (*o / 4) as u32).collect(),
+            None => Vec::new(),
+        };
+        w.resize(4, 0);
+        w.extend(self.centroids[0].iter().map(|x| x.to_bits()));
+        bytemuck::cast_slice(&w).to_vec()
+    }
+
+    fn attend_prep_width(&self) -> usize {
+        8 * (self.l.padded / 8).max(1) + self.prod.m
+    }
+
+    fn attend_workgroup_bytes(&self) -> usize {
+        self.l.levels() * 4
     }
 }
-
-/// TurboQuant-Prod has no GPU attention hooks yet; the codec exists only on the CPU path,
-/// whose attention never composes hooks. Were these ever composed, the WGSL front end would
-/// reject them (a typed shader error, not a wrong kernel).
-static NO_GPU_HOOKS: AttendHooks = AttendHooks {
-    name: "turboquant-prod",
-    wgsl_common: &[],
-    wgsl_k: "turboquant-prod has no GPU attention hooks yet",
-    wgsl_v: "",
-    msl_common: &[],
-    msl_k: None,
-    msl_v: None,
-    k_prep: true,
-    keys_only: true,
-};
