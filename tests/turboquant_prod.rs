@@ -1,7 +1,10 @@
 //! TurboQuant-Prod keys as a cache method (`turboquant-prod:bits=B`, ../shared/spec/
-//! turboquant.md "TurboQuant-Prod"), CPU path (the GPU kernels are not written yet: a GPU
-//! path is a typed error, tested here). The reference functions' own checks are in
-//! tests/turboquant_cpu.rs; this file checks the codec against them:
+//! turboquant.md "TurboQuant-Prod"). The reference functions' own checks are in
+//! tests/turboquant_cpu.rs; this file checks the codec against them, and the fused encode
+//! kernel `turboquant_prod_quant` against the codec on every path (cpu, both WGSL variants,
+//! the emulated MSL: bit-identical there, the spec's agreement rules on a GPU) on random and
+//! SmolLM2 keys, with planted bugs (the sketch of u instead of r, ρ written from n) caught.
+//! GPU attention on Prod keys: tests/attend_kernels.rs, tests/mutants.rs.
 //!
 //! - the codec's stored words (stage-1 codes, sign rows, n, ρ) equal `quantize_prod`'s, and
 //!   its score hook equals `prod_score` bit for bit, on real SmolLM2 keys;
@@ -10,7 +13,7 @@
 //! - attention through a layer (Prod keys, TurboQuant-MSE values) equals a softmax over the
 //!   reference scores with the reconstructed values;
 //! - memory (the sketch and codebook counted as tables), bad input refused with nothing
-//!   stored, the method grammar, GPU paths refused.
+//!   stored, the method grammar.
 
 mod common;
 
@@ -289,14 +292,10 @@ fn prod_memory_bad_input_and_paths() {
     // Reconstruction is the MSE stage's (both sides reconstruct).
     let (rk, _) = l.reconstruct().expect("reconstruct");
     assert_eq!(rk.len(), n * H * D);
-    // GPU paths: a typed error, whatever the device.
+    // GPU paths on a CPU-only context: a typed error (the kernels exist; no device here).
     for p in [PathChoice::Wgsl, PathChoice::WgslSubgroup, PathChoice::Msl] {
         let r = method.layer(&ctx, H, D, p);
-        assert!(
-            matches!(r, Err(Error::PathUnavailable { .. })),
-            "{p:?}: {:?}",
-            r.map(|_| ())
-        );
+        assert!(r.is_err(), "{p:?}: a GPU path on a CPU context");
     }
 }
 
@@ -589,3 +588,74 @@ fn prod_kernels_match_reference(t: &Target) {
     }
 }
 parity_tests!(prod_kernels_match_reference, msl);
+
+/// turboquant_prod_quant with `from` replaced by `to` in every source of the variant `t` runs
+/// (a leaked KernelDef of its own name: never the cached pipeline).
+fn planted(name: &str, from: &str, to: &str) -> &'static KernelDef {
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let d = &TURBOQUANT_PROD_QUANT;
+    let full = leak(format!("turboquant_prod_quant_planted_{name}"));
+    let edit = |s: &str| leak(s.replace(from, to).replace("kernel void turboquant_prod_quant(", &format!("kernel void {full}(")));
+    let common: Vec<&'static str> = d.wgsl_common.iter().map(|s| edit(s)).collect();
+    let n = d.wgsl_common.iter().chain([&d.wgsl, &d.msl.expect("msl")]).map(|s| s.matches(from).count()).sum::<usize>();
+    assert!(n > 0, "planted {name}: `{from}` occurs in no source");
+    Box::leak(Box::new(KernelDef {
+        name: full,
+        folder: d.folder,
+        wgsl_common: Box::leak(common.into_boxed_slice()),
+        wgsl_subgroup: d.wgsl_subgroup.map(edit),
+        wgsl: edit(d.wgsl),
+        msl_common: d.msl_common,
+        msl: d.msl.map(edit),
+        bindings: d.bindings,
+        workgroup_size: d.workgroup_size,
+    }))
+}
+
+/// Planted bugs in the encoder: the sketch taken of u instead of the residual r = u − û₁
+/// (WGSL and MSL spellings), and the ρ words written from n. Each must make the kernel
+/// disagree with the reference on the cases (SmolLM2 keys among them).
+fn prod_planted_bugs_are_caught(t: &Target) {
+    if let Target::Cpu(_) = t {
+        return; // nothing planted in the reference
+    }
+    let exact = matches!(t, Target::MslEmulated(_));
+    let plants = [
+        ("sketch_of_u_wgsl", "pq_u[e] - tq_flip(tq_x[e] * P.inv_sqrt_p, hs, e); // @pq-residual", "pq_u[e];"),
+        ("sketch_of_u_msl", "us[e] - tq_flip(tables, xs[e] * P.inv_sqrt_p, hs, e); // @pq-residual", "us[e];"),
+        ("rho_from_n_wgsl", "tq_f16_bits(rr.x) | (tq_f16_bits(rr.y) << 16u)", "tq_f16_bits(nn.x) | (tq_f16_bits(nn.y) << 16u)"),
+        ("rho_from_n_msl", "tq_f16_bits(rr[0]) | (tq_f16_bits(rr[1]) << 16u)", "tq_f16_bits(nn[0]) | (tq_f16_bits(nn[1]) << 16u)"),
+    ];
+    let mut rng = common::rng("prod_planted_bugs_are_caught");
+    let mut caught = 0;
+    for (name, from, to) in plants {
+        // Each spelling belongs to one language: the other's source does not hold it.
+        let msl_plant = name.ends_with("_msl");
+        if msl_plant != exact {
+            continue;
+        }
+        let def = planted(name, from, to);
+        let mut found = None;
+        for c in kcases() {
+            let Some(x) = kinputs(&mut rng, &c) else {
+                continue;
+            };
+            let codec = kcodec(&c);
+            let want = kreference(&codec, &c, &x);
+            let got = encode_on(t, def, &codec, &c, &x);
+            if let Err(e) = kagree(&codec, &c, &x, &want, &got, exact) {
+                found = Some(format!("{}: {e}", c.what));
+                break;
+            }
+        }
+        match found {
+            Some(e) => {
+                eprintln!("turboquant_prod planted[{}] {name}: caught ({e})", t.name());
+                caught += 1;
+            }
+            None => panic!("turboquant_prod planted[{}] {name}: NOT caught", t.name()),
+        }
+    }
+    assert_eq!(caught, 2, "{}: planted bugs run", t.name());
+}
+parity_tests!(prod_planted_bugs_are_caught, msl);

@@ -36,6 +36,7 @@ use crate::cpu::common::splitmix::{
 };
 use crate::cpu::common::vector::{norm, store_norm};
 use crate::cpu::turboquant::attend_k;
+use crate::cpu::turboquant_prod::attend_k as prod_attend_k;
 use crate::cpu::turboquant::codebook::{Codebook, codebook};
 use crate::cpu::common::sketch::scale;
 use crate::cpu::turboquant::layout::ProdLayout;
@@ -362,7 +363,7 @@ impl Codec for ProdCodec {
 
     /// `[q′ (P) | S q (m)]`: the rotated query, then the sketch of the zero-padded query.
     fn prepare_query(&self, h: usize, q: &[f32], out: &mut Vec<f32>) {
-        attend_k::prepare_prod_query(q, self.head_signs(h), &self.sketch, self.prod.m, out);
+        prod_attend_k::prepare_prod_query(q, self.head_signs(h), &self.sketch, self.prod.m, out);
     }
 
     fn score(
@@ -375,9 +376,9 @@ impl Codec for ProdCodec {
         out: &mut [f32],
     ) {
         let sw = self.prod.sign_words();
-        attend_k::score_prod(
+        prod_attend_k::score_prod(
             &self.l,
-            attend_k::ProdWords {
+            prod_attend_k::ProdWords {
                 codes: words[0],
                 signs: &words[1][(j * self.l.heads + h) * sw..][..sw],
                 norms: words[2],
