@@ -506,6 +506,15 @@ fn kagree(codec: &ProdCodec, c: &KCase, x: &[f16], want: &[Vec<u32>], got: &[Vec
     let s = codec.sketch();
     let row = c.heads * c.dim;
     for t in 0..c.n {
+        // An odd head count: the absent head's halves of n and ρ stay 0.
+        if c.heads % 2 == 1 {
+            for k in [2, 3] {
+                let w = got[k][t * nw + nw - 1];
+                if w >> 16 != 0 {
+                    return Err(format!("token {t}: stream {k}'s padding half is {:#x}", w >> 16));
+                }
+            }
+        }
         for h in 0..c.heads {
             let key = t * c.heads + h;
             let xr: Vec<f32> = x[t * row + h * c.dim..][..c.dim].iter().map(|v| v.to_f32()).collect();

@@ -114,7 +114,7 @@ kernel void turboquant_prod_quant(constant TqParams& P [[buffer(0)]],
             }
         }
         nn[v] = n;
-        rr[v] = rho;
+        rr[v] = live ? rho : 0.0f; // an absent head's half stays 0 (its residual is not)
         threadgroup_barrier(mem_flags::mem_threadgroup);
     }
     if (lid == 0u) {

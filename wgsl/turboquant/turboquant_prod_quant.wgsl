@@ -33,7 +33,7 @@ fn main(
         workgroupBarrier();
         pq_store_signs(row, hs, live, lid);
         nn[v] = nr.x;
-        rr[v] = nr.y;
+        rr[v] = select(0.0, nr.y, live); // an absent head's half stays 0 (its residual is not)
         workgroupBarrier(); // the next vector reuses tq_x, tq_c, pq_u and the sign row
     }
     if (lid == 0u) {
