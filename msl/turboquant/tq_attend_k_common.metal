@@ -45,10 +45,11 @@ static inline void ktq_prepare(device const uint* ktab, threadgroup Sh& S, uint 
 }
 
 // The lane's n_j·Σ_c q′_c·ŷ_jc of its 8 tokens into acc (k_score): codes at word `codes`,
-// norms at word `norms` of the key segment, the centroids `cb` [stage][2^b].
-template <typename Sh>
+// norms at word `norms` of the key segment, the centroids `cb` [stage][2^b] (the hook's
+// constant buffer: a template parameter, so that the array member decays to its pointer type).
+template <typename Sh, typename Cb>
 static inline void ktq_score(constant AttendParams& A, device const uint* kseg, threadgroup const Sh& S,
-                             constant float* cb, uint codes, uint norms, uint row, uint last, uint cg,
+                             Cb cb, uint codes, uint norms, uint row, uint last, uint cg,
                              uint h, thread float4* acc) {
     float nrm[8];
     uint win[KTQ_WIN];
