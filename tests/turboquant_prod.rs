@@ -668,3 +668,34 @@ fn prod_planted_bugs_are_caught(t: &Target) {
     assert_eq!(caught, 2, "{}: planted bugs run", t.name());
 }
 parity_tests!(prod_planted_bugs_are_caught, msl);
+
+/// Attention on TurboQuant-Prod keys through a layer on every path, on SmolLM2 keys, values
+/// and queries (layer 5, GQA 3): the layer's attention against the CPU attention over the same
+/// stored words (read back), worst row rel L2 ≤ 1e-4 (attention.md), with the residual
+/// window and without (the layer's own encode kernel and attention kernels end to end; the
+/// encode kernel's words against the reference: prod_kernels_match_reference).
+fn prod_attention_on_real_keys(t: &Target) {
+    use kvpack::KvLayer;
+    let Some((n, k, v, q)) = smollm2(5, "prod_attention_on_real_keys") else {
+        return;
+    };
+    let n = n.min(300);
+    for spec in [
+        "turboquant-prod:bits=3/turboquant-mse:bits=3",
+        "turboquant-prod:bits=4,m=96,residual=40/f16",
+    ] {
+        let method = Method::parse(spec).expect("method");
+        let mut layer = method.layer(t.ctx(), H, D, t.path()).expect("layer");
+        layer
+            .append(Input::F32(&k[..n * H * D]), Input::F32(&v[..n * H * D]))
+            .expect("append");
+        let qs = &q[(n - 4) * 9 * D..n * 9 * D];
+        let o = AttendOptions::default();
+        let got = layer.attend(qs, 9, &o).expect("attend");
+        let want = layer.attend_reference(qs, 9, &o).expect("reference");
+        let err = common::rel_l2_rows(&got, &want, D);
+        eprintln!("prod attention[{}] {spec}: worst row rel L2 {err:e}", t.name());
+        assert!(err <= 1e-4, "{} {spec}: worst row rel L2 {err:e}", t.name());
+    }
+}
+parity_tests!(prod_attention_on_real_keys);
