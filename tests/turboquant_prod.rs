@@ -675,7 +675,6 @@ parity_tests!(prod_planted_bugs_are_caught, msl);
 /// window and without (the layer's own encode kernel and attention kernels end to end; the
 /// encode kernel's words against the reference: prod_kernels_match_reference).
 fn prod_attention_on_real_keys(t: &Target) {
-    use kvpack::KvLayer;
     let Some((n, k, v, q)) = smollm2(5, "prod_attention_on_real_keys") else {
         return;
     };
