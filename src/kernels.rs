@@ -8,13 +8,14 @@ use crate::codecs::{f16, kivi, qjl, turboquant, vecinfer};
 use crate::gpu::registry::KernelDef;
 
 /// The codecs' attention hooks.
-pub fn attend_hooks() -> [&'static AttendHooks; 5] {
+pub fn attend_hooks() -> [&'static AttendHooks; 6] {
     [
         &f16::kernels::ATTEND_HOOKS,
         &kivi::kernels::ATTEND_HOOKS,
         &turboquant::kernels::ATTEND_HOOKS,
         &qjl::kernels::ATTEND_HOOKS,
         &vecinfer::kernels::ATTEND_HOOKS,
+        &turboquant::kernels::PROD_ATTEND_HOOKS,
     ]
 }
 
@@ -30,6 +31,7 @@ pub fn all() -> Vec<&'static KernelDef> {
         &kivi::kernels::KIVI_DEQUANT_VALUES,
         &turboquant::kernels::TURBOQUANT_QUANT,
         &turboquant::kernels::TURBOQUANT_DEQUANT,
+        &turboquant::kernels::TURBOQUANT_PROD_QUANT,
         &qjl::kernels::QJL_ENCODE,
         &vecinfer::kernels::VECINFER_QUANT,
     ];

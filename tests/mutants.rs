@@ -34,6 +34,8 @@ enum Check {
     /// VecInfer's LUT attention (tests/common/vecinfer_calib.rs, the synthetic D = 32 cases:
     /// f32 and f16 LUT, GQA 3) against the CPU reference.
     VecInfer,
+    /// Attention with TurboQuant-Prod keys (decode and merge).
+    ProdAttend,
 }
 
 const fn m(
@@ -106,6 +108,10 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl kivi values: min butterfly shuffle offset halved", Wgsl, "kivi_quant_values", "lo = min(lo, subgroupShuffleXor(lo, off));", None, "lo = min(lo, subgroupShuffleXor(lo, off >> 1u));"), Kivi, S),
         (m("wgsl bits_code: carry shift off by one", Wgsl, "kivi_dequant", "v |= hi << (32u - off);", None, "v |= hi << (31u - off);"), Kivi, SW),
         (m("wgsl kivi keys: second channel's scale from the first one's lo", Wgsl, "kivi_quant_keys", "kivi_scale(lo.y, hi.y", None, "kivi_scale(lo.x, hi.y"), Kivi, SW),
+        // ---- TurboQuant-Prod keys (the sketch correction of the score) ----
+        (m("msl prod keys: sketch correction's sign flipped", Msl, "attend_turboquant_prod", "acc[j] += (n * rho) * cor[j];", None, "acc[j] -= (n * rho) * cor[j];"), ProdAttend, MSL),
+        (m("wgsl prod keys: sketch correction's sign flipped", Wgsl, "attend_turboquant_prod", "acc[j] += (n * rho) * cor[j];", None, "acc[j] -= (n * rho) * cor[j];"), ProdAttend, SW),
+        (m("wgsl prod keys: ρ read from the norms stream", Wgsl, "attend_turboquant_prod", "kseg[KP.rhos + r * nwn", None, "kseg[KP.norms + r * nwn"), ProdAttend, S),
         // ---- bitpack ----
         (m("msl bitpack: low part shift sign flipped", Msl, "bitpack", "acc |= c << (start - bit0);", None, "acc |= c >> (start - bit0);"), Bitpack, MSL),
         (m("wgsl bitpack: low part shift sign flipped", Wgsl, "bitpack", "acc |= c << (start - bit0);", None, "acc |= c >> (start - bit0);"), Bitpack, SW),
@@ -163,11 +169,32 @@ fn attend_cases() -> Vec<Case> {
     ]
 }
 
+/// One TurboQuant-Prod case (keys only: f16 values), splits + merge over a wrapped ring.
+fn prod_cases() -> Vec<Case> {
+    vec![Case {
+        what: "mutants: decode turboquant-prod 3-bit keys / f16 values, wrapped ring, splits",
+        method: "turboquant-prod:bits=3/f16:residual=16",
+        t: 200,
+        tq: 1,
+        hq: 4,
+        hkv: 2,
+        d: 64,
+        opts: AttendOptions::default(),
+        seg_tokens: 1 << 20,
+        ring_extra: 5,
+        target: 16,
+    }]
+}
+
 fn run_attend(t: &Target, seed: u64) {
+    run_attend_cases(t, seed, attend_cases());
+}
+
+fn run_attend_cases(t: &Target, seed: u64, cases: Vec<Case>) {
     use rand::SeedableRng;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let cpu = Context::cpu();
-    for c in attend_cases() {
+    for c in cases {
         let (q, k, v) = common::attend_plans::qkv(&mut rng, &c);
         let method = Method::parse(c.method).expect("method");
         let mut layer = Layer::new(&cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");
@@ -231,6 +258,7 @@ fn run(check: Check, t: &Target, seed: u64) {
         Check::Kivi => run_kivi(t, seed),
         Check::Bitpack => run_bitpack(t, seed),
         Check::VecInfer => run_vecinfer(t),
+        Check::ProdAttend => run_attend_cases(t, seed, prod_cases()),
     }
 }
 
@@ -251,7 +279,7 @@ fn every_mutant_is_caught() {
     // The unmutated kernels pass the same checks (or the mutants prove nothing).
     let filter = std::env::var("KVPACK_MUTANT_FILTER").unwrap_or_default();
     for t in targets(&["msl_emulated", "wgsl_subgroup", "wgsl_workgroup"]) {
-        for check in [Check::Attend, Check::Kivi, Check::Bitpack, Check::VecInfer] {
+        for check in [Check::Attend, Check::Kivi, Check::Bitpack, Check::VecInfer, Check::ProdAttend] {
             run(check, &t, seed);
         }
     }

@@ -785,19 +785,11 @@ fn persist_every_registered_method(t: &Target) {
             continue;
         }
         let method = Method::parse(&spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        // A method without kernels on this path (TurboQuant-Prod: CPU only so far) must say so
-        // with the typed error; it is named, never skipped silently.
-        let mut a = match method.layer_at(t.ctx(), 2, H, D, t.path()) {
-            Ok(a) => a,
-            Err(e @ kvpack::Error::PathUnavailable { .. }) => {
-                eprintln!(
-                    "NOT COVERED {}: {spec} has no kernels on this path: {e}",
-                    t.name()
-                );
-                continue;
-            }
-            Err(e) => panic!("{spec}: layer: {e}"),
-        };
+        // Every registered method has kernels on every path (TurboQuant-Prod included): a
+        // layer that cannot be built is a failure, never a skip.
+        let mut a = method
+            .layer_at(t.ctx(), 2, H, D, t.path())
+            .unwrap_or_else(|e| panic!("{spec}: layer on {}: {e}", t.name()));
         append(&mut *a, &k[..n * row], &v[..n * row]);
         let bytes = SavedCache::of_layers([&*a]).unwrap().to_bytes().unwrap();
         let file = SavedCache::from_bytes(&bytes).unwrap_or_else(|e| panic!("{spec}: {e}"));

@@ -104,7 +104,8 @@ fn attend_specs() -> Vec<Specialization> {
 }
 
 /// The specializations of TurboQuant's own kernels: a small P with 3-bit codes straddling
-/// words, and the largest P the GPU kernels hold with 8+8-bit RVQ.
+/// words, and the largest P the GPU kernels hold with 8+8-bit RVQ (with PQ_M for
+/// turboquant_prod_quant).
 fn turboquant_specs() -> Vec<Specialization> {
     [
         (4u32, 2u32, 3u32, 1u32),
@@ -119,6 +120,8 @@ fn turboquant_specs() -> Vec<Specialization> {
             ("TQ_LOG2P", lg),
             ("TQ_BITS", b),
             ("TQ_STAGES", s),
+            // TurboQuant-Prod's sketch rows (the other kernels ignore it): P rounded up to 32.
+            ("PQ_M", p.next_multiple_of(32)),
         ])
     })
     .collect()

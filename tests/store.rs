@@ -94,6 +94,20 @@ fn small_bindings(t: &Target, bytes: u64) -> Context {
     }
 }
 
+/// The small binding limit the store tests split segments under: 16 KiB, or the next power of
+/// two that holds the codec's tables (one binding each: TurboQuant-Prod's sketch S [m][P] at
+/// m = P = 64 is 16 KiB alone; below that the layer is refused with a typed Limit error).
+fn small_limit(spec: &str) -> u64 {
+    let cpu = Context::cpu();
+    let tables = Method::parse(spec)
+        .and_then(|m| m.layer(&cpu, H, D, kvpack::PathChoice::Cpu))
+        .unwrap_or_else(|e| panic!("{spec}: cpu layer: {e}"))
+        .memory()
+        .held
+        .tables;
+    (16 * 1024u64).max(tables.next_power_of_two())
+}
+
 fn state(l: &dyn KvLayer) -> (Snapshot, kvpack::MemoryReport, usize) {
     (l.snapshot().expect("snapshot"), l.memory(), l.len())
 }
@@ -102,9 +116,9 @@ fn store_failed_append_loses_nothing(t: &Target, spec: &str) {
     let mut rng = common::rng("store_failed_append_loses_nothing");
     let (k, v) = random(&mut rng, 700);
     let row = H * D;
-    let ctx = small_bindings(t, 16 * 1024).with_fault_injection();
+    let ctx = small_bindings(t, small_limit(spec)).with_fault_injection();
     let mut l = layer(&ctx, t, spec);
-    let mut reference = layer(&small_bindings(t, 16 * 1024), t, spec);
+    let mut reference = layer(&small_bindings(t, small_limit(spec)), t, spec);
     append_chunks(&mut *l, &k, &v, &[90]);
     append_chunks(&mut *reference, &k, &v, &[90]);
     // One append that quantizes many blocks across segment boundaries (several pieces) and
@@ -318,7 +332,7 @@ fn store_encode_append_matches_append(t: &Target, spec: &str) {
         }
         return;
     };
-    let ctx = ctx.with_max_storage_binding_size(16 * 1024).expect("limit");
+    let ctx = ctx.with_max_storage_binding_size(small_limit(spec)).expect("limit");
     let mut recorded = layer(&ctx, t, spec);
     let mut blocking = layer(&ctx, t, spec);
     let needs_status = spec.contains("bits=1");

@@ -12,39 +12,7 @@
 // [[buffer(4)]] norms:    uint [tokens][ceil(H / 2)]       (segment)
 // [[buffer(5)]] tables:   uint (signs, codebooks)
 
-static inline float tq_load(constant TqParams& P, device const uint* ring, device const uint* incoming,
-                            uint s, uint e) {
-    uint w;
-    if (s < P.t_old) {
-        w = ring[(s % P.ring_tokens) * P.in_row_words + (e >> 1u)];
-    } else {
-        w = incoming[(s - P.inc_start) * P.in_row_words + (e >> 1u)];
-    }
-    return tq_half(w, e & 1u);
-}
-
-// Word w of stage s's packed row from its codes in cs (one per coordinate).
-static inline uint tq_row_word(threadgroup const uint* cs, uint w, uint s) {
-    uint out = 0u;
-    const uint lo = 32u * w;
-    const uint first = lo / TQ_TB;
-    const uint last = min((lo + 31u) / TQ_TB, TQ_TP - 1u);
-    for (uint i = first; i <= last; ++i) {
-        const uint at = i * TQ_TB;
-        const uint c = cs[s * TQ_TP + i];
-        out |= at >= lo ? (c << (at - lo)) : (c >> (lo - at));
-    }
-    return out;
-}
-
-static inline void tq_signs_shared(device const uint* tables, threadgroup float* xs, uint h, uint lid) {
-    for (uint k = 0u; k < TQ_WPL; ++k) {
-        const uint e = lid + k * WORKGROUP_SIZE;
-        if (e < TQ_TP) {
-            xs[e] = tq_flip(tables, xs[e], h, e);
-        }
-    }
-}
+// The vector's steps: tq_shared_vector.metal (concatenated before this file).
 
 [[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]
 kernel void turboquant_quant(constant TqParams& P [[buffer(0)]],
@@ -73,70 +41,14 @@ kernel void turboquant_quant(constant TqParams& P [[buffer(0)]],
         const uint h = 2u * pair + v;
         const bool live = h < P.heads;
         const uint hs = min(h, P.heads - 1u);
-        for (uint k = 0u; k < TQ_WPL; ++k) {
-            const uint e = lid + k * WORKGROUP_SIZE;
-            if (e < TQ_TP) {
-                xs[e] = (live && e < P.dim) ? tq_load(P, ring, incoming, s, h * P.dim + e) : 0.0f;
-            }
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        if (lid == 0u) {
-            float ss = 0.0f;
-            for (uint i = 0u; i < P.dim; ++i) {
-                const float x = xs[i];
-                ss += x * x;
-            }
-            nsh[0] = sqrt(ss);
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        const float n = nsh[0];
-        for (uint k = 0u; k < TQ_WPL; ++k) {
-            const uint e = lid + k * WORKGROUP_SIZE;
-            if (e < TQ_TP && n != 0.0f) {
-                xs[e] = xs[e] / n;
-            }
-        }
+        const float n = tq_load_norm_shared(P, ring, incoming, xs, nsh, s, h, live, lid);
+        tq_normalize_shared(xs, n, lid);
         tq_signs_shared(tables, xs, hs, lid); // @tq-signs-before
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (uint p = 0u; p < TQ_LOG2P; ++p) {
-            const uint hh = 1u << p;
-            float a[TQ_WPL];
-            float b[TQ_WPL];
-            for (uint k = 0u; k < TQ_WPL; ++k) {
-                const uint e = min(lid + k * WORKGROUP_SIZE, TQ_TP - 1u);
-                a[k] = xs[e];
-                b[k] = xs[e ^ hh];
-            }
-            threadgroup_barrier(mem_flags::mem_threadgroup); // @tq-reads-before-writes
-            for (uint k = 0u; k < TQ_WPL; ++k) {
-                const uint e = lid + k * WORKGROUP_SIZE;
-                if (e < TQ_TP) {
-                    xs[e] = (e & hh) != 0u ? b[k] - a[k] : a[k] + b[k];
-                }
-            }
-            threadgroup_barrier(mem_flags::mem_threadgroup);
-        }
+        tq_butterflies_shared(xs, lid);
         // @tq-signs-after
-        for (uint k = 0u; k < TQ_WPL; ++k) {
-            const uint e = lid + k * WORKGROUP_SIZE;
-            if (e < TQ_TP) {
-                const float y = xs[e] * P.inv_sqrt_p;
-                const uint c1 = tq_code(cb, y, 0u);
-                cs[e] = c1;
-                if (TQ_TS == 2u) {
-                    cs[min(TQ_TP + e, TQ_TP * TQ_TS - 1u)] = tq_code(cb, y - tq_centroid(cb, c1, 0u), 1u);
-                }
-            }
-        }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-        const uint row0 = ((P.seg_token + tok) * P.heads + hs) * TQ_TS * TQ_RW;
-        for (uint w = lid; w < TQ_TS * TQ_RW; w += WORKGROUP_SIZE) {
-            const uint st = w / TQ_RW;
-            const uint word = tq_row_word(cs, w - st * TQ_RW, st);
-            if (live) {
-                codes[row0 + w] = word;
-            }
-        }
+        tq_codes_shared(P, cb, xs, cs, lid);
+        tq_store_rows_shared(cs, codes, ((P.seg_token + tok) * P.heads + hs) * TQ_TS * TQ_RW, live, lid);
         nn[v] = n;
         threadgroup_barrier(mem_flags::mem_threadgroup);
     }

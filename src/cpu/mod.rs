@@ -12,6 +12,7 @@ pub mod f16;
 pub mod kivi;
 pub mod qjl;
 pub mod turboquant;
+pub mod turboquant_prod;
 pub mod vecinfer;
 
 pub use bitpack::bitunpack;

@@ -68,6 +68,9 @@ pub const DISPATCH: &str = include_str!("../../wgsl/common/dispatch.wgsl");
 pub const BITS: &str = include_str!("../../wgsl/common/bits.wgsl");
 /// Its MSL twin: msl/common/bits.metal.
 pub const MSL_BITS: &str = include_str!("../../msl/common/bits.metal");
+/// A sign row assembled in workgroup memory by atomicOr (`sgn_clear`, `sgn_or`, `sgn_word`;
+/// the kernel defines `SGN_SW`): wgsl/common/sign_words.wgsl.
+pub const SIGN_WORDS: &str = include_str!("../../wgsl/common/sign_words.wgsl");
 /// `copy`: a `vec4<u32>` device copy, the memory roofline of a device (`benches/`). A measuring
 /// tool, not a kvpack kernel: it is not in [`crate::kernels::all`] and has no MSL.
 pub static COPY: KernelDef = KernelDef {

@@ -19,61 +19,22 @@ struct KQjlParams {
 }
 @group(0) @binding(1) var<uniform> KP: KQjlParams;
 
-const KQ_M: u32 = ATT_KQJL_M;
-const KQ_SW: u32 = ATT_KQJL_M / 32u;          // words per sign row
-const KQ_CPL: u32 = ATT_KQJL_M / 8u;          // coordinates per lane
-const KQ_LW: u32 = (KQ_CPL + 31u) / 32u;      // a lane's 32-bit pieces per row
-const KQ_PW: u32 = min(KQ_CPL, 32u);          // bits of a full piece
-
 const K_PREP: bool = true;
 const K_PREP_W: u32 = ATT_KQJL_M;
 
+// The pieces: qjl_attend_k_common.wgsl (concatenated before this file).
+
 fn k_prepare(lid: u32, h: u32) {
-    let c = bitcast<f32>(ATT_KQJL_C);
-    for (var i = lid; i < KQ_M; i += WORKGROUP_SIZE) {
-        let base = i * DIM;
-        var a = vec4<f32>(0.0);
-        for (var d = 0u; d < DIM; d++) {
-            a += bitcast<f32>(ktab[base + d]) * qs[d];
-        }
-        qp[i] = a * c;
-    }
+    kqjl_prepare(lid, 0u, DIM, 0u);
 }
 
 fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
-    var acc: array<vec4<f32>, 8>;
-    let e0 = cg * KQ_CPL;
-    var all = vec4<f32>(0.0);
-    // @unroll 64
-    for (var i = 0u; i < KQ_CPL; i++) {
-        all += qp[e0 + i];
-    }
+    var acc = kqjl_signed(row, last, cg, h, KP.signs, 0u);
     let nwn = (A.hkv + 1u) / 2u;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         let r = min(row + j, last);
-        let n = unpack2x16float(kseg[KP.norms + r * nwn + (h >> 1u)])[h & 1u];
-        let wb = KP.signs + (r * A.hkv + h) * KQ_SW;
-        var pos = vec4<f32>(0.0);
-        // @unroll 2
-        for (var k = 0u; k < KQ_LW; k++) {
-            // A lane's piece may straddle two words (CPL not a divisor of 32, e.g. m = 96:
-            // CPL = 12, lane 2 owns bits 24..35) and the last piece may be short (m = 384:
-            // CPL = 48 = 32 + 16): the high word fills the piece, bits past CPL are masked.
-            let e = e0 + 32u * k;
-            let off = e & 31u;
-            let w = wb + (e >> 5u);
-            var bits = kseg[w] >> off;
-            if (off != 0u && off + min(KQ_CPL - 32u * k, 32u) > 32u) {
-                bits |= kseg[w + 1u] << (32u - off);
-            }
-            // @unroll 32
-            for (var i = 0u; i < KQ_PW; i++) {
-                let on = ((bits >> i) & 1u) != 0u && 32u * k + i < KQ_CPL;
-                pos += select(vec4<f32>(0.0), qp[e + i], on);
-            }
-        }
-        acc[j] = n * (2.0 * pos - all);
+        acc[j] *= unpack2x16float(kseg[KP.norms + r * nwn + (h >> 1u)])[h & 1u];
     }
     return acc;
 }

@@ -19,26 +19,7 @@
 //   5. the packed rows: invocation lid assembles words lid, lid + 64, ... and stores them.
 // Every barrier is in uniform control flow (the item is the workgroup's).
 
-const WPL: u32 = (TP + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE; // coordinates per invocation
-
-var<workgroup> tq_x: array<f32, TP>;
-var<workgroup> tq_c: array<u32, TP * TS>;
-var<workgroup> tq_n: f32;
-
-fn tq_codes_at(i: u32) -> u32 {
-    return tq_c[i];
-}
-
-// Multiplies the invocation's coordinates of the vector by head h's signs.
-fn tq_signs_shared(h: u32, lid: u32) {
-    // @unroll 16
-    for (var k = 0u; k < WPL; k++) {
-        let e = lid + k * WORKGROUP_SIZE;
-        if (e < TP) {
-            tq_x[e] = tq_flip(tq_x[e], h, e);
-        }
-    }
-}
+// The vector's steps: tq_shared_vector.wgsl (concatenated before this file).
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
@@ -60,83 +41,18 @@ fn main(
         let live = h < P.heads;
         let hs = min(h, P.heads - 1u);
         // 1. Load, norm.
-        // @unroll 16
-        for (var k = 0u; k < WPL; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            if (e < TP) {
-                var x = 0.0;
-                if (live && e < P.dim) {
-                    x = tq_load(s, h * P.dim + e);
-                }
-                tq_x[e] = x;
-            }
-        }
-        workgroupBarrier();
-        if (lid == 0u) {
-            var ss = 0.0;
-            for (var i = 0u; i < P.dim; i++) {
-                let x = tq_x[i];
-                ss += x * x;
-            }
-            tq_n = sqrt(ss);
-        }
-        workgroupBarrier();
-        let n = tq_n;
+        let n = tq_load_norm_shared(s, h, live, lid);
         // 2. Normalize (each invocation its own coordinates), signs first.
-        // @unroll 16
-        for (var k = 0u; k < WPL; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            if (e < TP && n != 0.0) {
-                tq_x[e] = tq_x[e] / n;
-            }
-        }
+        tq_normalize_shared(n, lid);
         tq_signs_shared(hs, lid); // @tq-signs-before
         workgroupBarrier();
         // 3. Butterflies.
-        for (var p = 0u; p < TQ_LOG2P; p++) {
-            let hh = 1u << p;
-            var a: array<f32, WPL>;
-            var b: array<f32, WPL>;
-            // @unroll 16
-            for (var k = 0u; k < WPL; k++) {
-                let e = min(lid + k * WORKGROUP_SIZE, TP - 1u);
-                a[k] = tq_x[e];
-                b[k] = tq_x[e ^ hh];
-            }
-            workgroupBarrier(); // @tq-reads-before-writes
-            // @unroll 16
-            for (var k = 0u; k < WPL; k++) {
-                let e = lid + k * WORKGROUP_SIZE;
-                if (e < TP) {
-                    tq_x[e] = select(a[k] + b[k], b[k] - a[k], (e & hh) != 0u);
-                }
-            }
-            workgroupBarrier();
-        }
+        tq_butterflies_shared(lid);
         // @tq-signs-after
         // 4. Scale, codes.
-        // @unroll 16
-        for (var k = 0u; k < WPL; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            if (e < TP) {
-                let y = tq_x[e] * P.inv_sqrt_p;
-                let c1 = tq_code(y, 0u);
-                tq_c[e] = c1;
-                if (TS == 2u) {
-                    tq_c[min(TP + e, TP * TS - 1u)] = tq_code(y - tq_centroid(c1, 0u), 1u);
-                }
-            }
-        }
-        workgroupBarrier();
+        tq_codes_shared(lid);
         // 5. Packed rows.
-        let row0 = ((P.seg_token + tok) * P.heads + hs) * TS * TRW;
-        for (var w = lid; w < TS * TRW; w += WORKGROUP_SIZE) {
-            let st = w / TRW;
-            let word = tq_row_word(w - st * TRW, st, 0u);
-            if (live) {
-                codes[row0 + w] = word;
-            }
-        }
+        tq_store_rows_shared(((P.seg_token + tok) * P.heads + hs) * TS * TRW, live, lid);
         nn[v] = n;
         workgroupBarrier(); // the next vector reuses tq_x and tq_c
     }

@@ -35,10 +35,16 @@ pub static QJL_ENCODE: KernelDef = KernelDef {
 pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     name: "qjl",
     wgsl_common: &[],
-    wgsl_k: include_str!("../../../wgsl/qjl/attend_k.wgsl"),
+    wgsl_k: concat!(
+        include_str!("../../../wgsl/qjl/qjl_attend_k_common.wgsl"),
+        include_str!("../../../wgsl/qjl/attend_k.wgsl")
+    ),
     wgsl_v: "",
     msl_common: &[],
-    msl_k: Some(include_str!("../../../msl/qjl/attend_k.metal")),
+    msl_k: Some(concat!(
+        include_str!("../../../msl/qjl/qjl_attend_k_common.metal"),
+        include_str!("../../../msl/qjl/attend_k.metal")
+    )),
     msl_v: None,
     k_prep: true,
     keys_only: true,

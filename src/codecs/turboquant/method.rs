@@ -73,7 +73,7 @@ pub static ROW_RVQ: MethodRow = MethodRow {
 /// The `turboquant-prod` row (keys only: `turboquant-prod:bits=3/turboquant-mse:bits=3`).
 pub static ROW_PROD: MethodRow = MethodRow {
     name: "turboquant-prod",
-    summary: "TurboQuant-Prod keys: TurboQuant-MSE at bits − 1, then m sign bits of a Gaussian sketch of its residual and the residual's f16 norm; unbiased scores (CPU path only so far)",
+    summary: "TurboQuant-Prod keys: TurboQuant-MSE at bits − 1, then m sign bits of a Gaussian sketch of its residual and the residual's f16 norm; unbiased scores",
     sides: Sides::KeysOnly,
     options: &[
         OptionDef {

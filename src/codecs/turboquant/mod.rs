@@ -10,7 +10,7 @@
 //! - [`kernels`], [`plans`]: the kernels (`turboquant_quant`, `turboquant_dequant`, the
 //!   attention hooks) and their dispatch plans;
 //! - [`codec`]: the [`crate::codec::Codec`] of one side;
-//! - [`prod`]: TurboQuant-Prod keys ([`ProdCodec`], CPU path only so far);
+//! - [`prod`]: TurboQuant-Prod keys ([`ProdCodec`]: CPU, WGSL and MSL);
 //! - [`method`]: its rows of the method table (`turboquant-mse`, `turboquant-rvq`,
 //!   `turboquant-prod`).
 //!

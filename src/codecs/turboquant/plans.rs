@@ -162,3 +162,47 @@ pub fn quant_workgroup_bytes(l: &Layout, path: KernelPath) -> usize {
         _ => cb + l.padded * 4 * (1 + l.stages) + 4,
     }
 }
+
+/// The specialization of `turboquant_prod_quant`: the stage-1 layout's (b − 1 bits, one
+/// stage) and m.
+pub fn prod_specialization(l: &Layout, m: usize) -> registry::Specialization {
+    let mut s = specialization(l);
+    s.0.push(("PQ_M", m as u32));
+    s
+}
+
+/// TurboQuant-Prod quantization of `tokens` tokens from `src` into a segment from token
+/// `seg_token`: one workgroup per (token, head pair) on every path. `l` is the stage-1 layout
+/// (b − 1 bits, one stage), `m` the sketch rows. Storage bindings: ring, incoming, codes,
+/// signs, norms, residual norms, tables (the stage-1 tables, then S `[m][P]`).
+pub fn plan_prod_quant(
+    l: &Layout,
+    m: usize,
+    tokens: usize,
+    src: QuantSource,
+    seg_token: usize,
+) -> DispatchPlan {
+    let items = (tokens * l.norm_words()) as u32;
+    let p = TqParams {
+        count: tokens as u32,
+        src_start: src.start as u32,
+        t_old: src.t_old as u32,
+        inc_start: src.inc_start as u32,
+        ring_tokens: src.ring_tokens.max(1) as u32,
+        seg_token: seg_token as u32,
+        items,
+        ..base(l)
+    };
+    DispatchPlan {
+        kernel: &kernels::TURBOQUANT_PROD_QUANT,
+        spec: prod_specialization(l, m),
+        uniform: bytemuck::bytes_of(&p).to_vec(),
+        workgroups: u64::from(items),
+    }
+}
+
+/// Workgroup memory (bytes) `turboquant_prod_quant` takes (both WGSL variants and MSL): the
+/// codebook, the vector, u and the codes (P each), the norm, the sign row.
+pub fn prod_quant_workgroup_bytes(l: &Layout, m: usize) -> usize {
+    2 * l.levels() * 4 + 3 * l.padded * 4 + 4 + m / 32 * 4
+}

@@ -15,17 +15,19 @@
 //! the stage-1 codebook exactly as TurboQuant-MSE's ([`super::layout`]), then the sketch S
 //! `[m][P]` f32 (SplitMix64 stream 2, head 0) from word [`Layout::table_words`].
 //!
-//! Paths: the CPU reference only. The fused WGSL/MSL encode kernel and the GPU attention
-//! hooks are not written yet: a GPU path (and `auto` on a device with a GPU) is
-//! [`Error::PathUnavailable`], never a silent CPU fallback.
+//! Paths: the CPU reference, and the fused encode kernel `turboquant_prod_quant` (WGSL
+//! subgroup and workgroup-memory variants, MSL) with the GPU attention hooks
+//! ([`super::kernels::PROD_ATTEND_HOOKS`]).
 
 use std::fmt;
 use std::sync::Arc;
 
 use half::f16;
 
-use super::codec::tables_of;
+use super::codec::{GPU_MAX_P, tables_of};
+use super::kernels;
 use super::layout::{Layout, norm_at};
+use super::plans::{self, QuantSource};
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
@@ -34,13 +36,38 @@ use crate::cpu::common::splitmix::{
 };
 use crate::cpu::common::vector::{norm, store_norm};
 use crate::cpu::turboquant::attend_k;
+use crate::cpu::turboquant_prod::attend_k as prod_attend_k;
 use crate::cpu::turboquant::codebook::{Codebook, codebook};
+use crate::cpu::common::sketch::scale;
 use crate::cpu::turboquant::layout::ProdLayout;
+use crate::cpu::turboquant::rotation::inv_sqrt;
 use crate::cpu::turboquant::turboquant_dequant::reconstruct;
 use crate::cpu::turboquant::turboquant_quant::quantize_prod_vector;
 use crate::error::{Error, Result};
+use crate::gpu::{self, Bind};
 use crate::store::memory::StreamKind;
 use crate::store::{Geometry, Side};
+
+/// What a GPU path can hold: P up to [`GPU_MAX_P`] and the kernel's workgroup memory.
+fn check_gpu(ctx: &Context, l: &Layout, m: usize) -> Result<()> {
+    if l.padded > GPU_MAX_P {
+        return Err(Error::Limit {
+            what: "TurboQuant-Prod's padded head width P on a GPU path",
+            needed: l.padded as u64,
+            limit: GPU_MAX_P as u64,
+        });
+    }
+    let need = plans::prod_quant_workgroup_bytes(l, m) as u64;
+    let limit = u64::from(ctx.max_workgroup_storage_size());
+    if need > limit {
+        return Err(Error::Limit {
+            what: "turboquant_prod_quant workgroup storage",
+            needed: need,
+            limit,
+        });
+    }
+    Ok(())
+}
 
 /// The key side's TurboQuant-Prod settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +99,8 @@ impl fmt::Display for ProdSide {
 pub struct ProdCodec {
     cfg: ProdSide,
     prod: ProdLayout,
+    /// The encode kernel's path.
+    quant: KernelPath,
     /// The stage-1 layout (b − 1 bits, one stage), shared with TurboQuant-MSE's helpers.
     l: Layout,
     streams: [Stream; 4],
@@ -86,8 +115,9 @@ pub struct ProdCodec {
 }
 
 impl ProdCodec {
-    /// The codec of `cfg` for layer `layer` of geometry `g` on `choice`. Errors: bits out of
-    /// 2..=8, a bad m or D, or any GPU path (see the module docs).
+    /// The codec of `cfg` for layer `layer` of geometry `g`, its kernel resolved on `ctx` for
+    /// `choice`. Errors: bits out of 2..=8, a bad m or D, a path the device cannot run, or a
+    /// GPU path beyond what the kernel holds.
     pub fn new(
         ctx: &Context,
         cfg: ProdSide,
@@ -95,18 +125,13 @@ impl ProdCodec {
         layer: usize,
         choice: PathChoice,
     ) -> Result<Self> {
-        let gpu_ctx = ctx.device().is_some();
-        if choice != PathChoice::Cpu && (gpu_ctx || choice != PathChoice::Auto) {
-            return Err(Error::PathUnavailable {
-                kernel: "turboquant_prod_quant",
-                requested: choice.to_string(),
-                reason: "TurboQuant-Prod's WGSL/MSL encode kernel and attention hooks are not \
-                         written yet: only the CPU reference runs (path cpu)"
-                    .into(),
-            });
-        }
         let prod = ProdLayout::new(g.heads, g.dim, cfg.bits, cfg.m)?;
         let l = Layout::new(g.heads, g.dim, cfg.bits - 1, 1)?;
+        let quant = ctx.resolve(&kernels::TURBOQUANT_PROD_QUANT, choice)?;
+        if quant.is_gpu() {
+            crate::codec::require_gpu(ctx, "turboquant-prod cache")?;
+            check_gpu(ctx, &l, prod.m)?;
+        }
         let book = codebook(l.padded, l.bits)?;
         let (seed, layer) = (cfg.seed, layer as u64);
         let signs = sign_table(seed, layer, l.heads, STREAM_KEY_SIGNS, l.padded);
@@ -123,6 +148,7 @@ impl ProdCodec {
         Ok(Self {
             cfg,
             prod,
+            quant,
             l,
             streams: [
                 Stream {
@@ -200,7 +226,7 @@ impl Codec for ProdCodec {
     }
 
     fn path(&self) -> KernelPath {
-        KernelPath::Cpu
+        self.quant
     }
 
     fn block_tokens(&self) -> usize {
@@ -213,6 +239,19 @@ impl Codec for ProdCodec {
 
     fn tables(&self) -> &[u32] {
         &self.tables
+    }
+
+    fn check_words(&self, words: &Words<'_>, _blocks: usize) -> Result<()> {
+        // n and ρ: f16 halves (the padding half of an odd head count is zero, hence finite).
+        for (what, w) in [
+            ("stored turboquant-prod norms", words[2]),
+            ("stored turboquant-prod residual norms", words[3]),
+        ] {
+            if let Some((index, value)) = crate::codec::first_non_finite_f16(w) {
+                return Err(Error::NonFinite { what, index, value });
+            }
+        }
+        Ok(())
     }
 
     fn check_rows(&self, first: usize, rows: &[f16]) -> Result<()> {
@@ -286,23 +325,45 @@ impl Codec for ProdCodec {
 
     fn encode_gpu(
         &self,
-        _ctx: &Context,
-        _enc: &mut wgpu::CommandEncoder,
-        _src: &EncodeSource<'_>,
-        _dst: &SegmentRef<'_>,
-        _blocks: usize,
+        ctx: &Context,
+        enc: &mut wgpu::CommandEncoder,
+        src: &EncodeSource<'_>,
+        dst: &SegmentRef<'_>,
+        blocks: usize,
         _status: &wgpu::Buffer,
     ) -> Result<()> {
-        Err(Error::PathUnavailable {
-            kernel: "turboquant_prod_quant",
-            requested: "gpu".into(),
-            reason: "TurboQuant-Prod's GPU encode kernel is not written yet".into(),
-        })
+        let plan = plans::plan_prod_quant(
+            &self.l,
+            self.prod.m,
+            blocks,
+            QuantSource {
+                start: src.start,
+                t_old: src.t_old,
+                inc_start: src.inc_start,
+                ring_tokens: src.ring_tokens,
+            },
+            dst.block,
+        );
+        gpu::encode_plan_bound(
+            ctx,
+            enc,
+            self.quant,
+            &plan,
+            &[
+                Bind::from(src.ring),
+                Bind::from(src.incoming),
+                dst.stream(0),
+                dst.stream(1),
+                dst.stream(2),
+                dst.stream(3),
+                Bind::from(src.tables),
+            ],
+        )
     }
 
     /// `[q′ (P) | S q (m)]`: the rotated query, then the sketch of the zero-padded query.
     fn prepare_query(&self, h: usize, q: &[f32], out: &mut Vec<f32>) {
-        attend_k::prepare_prod_query(q, self.head_signs(h), &self.sketch, self.prod.m, out);
+        prod_attend_k::prepare_prod_query(q, self.head_signs(h), &self.sketch, self.prod.m, out);
     }
 
     fn score(
@@ -315,9 +376,9 @@ impl Codec for ProdCodec {
         out: &mut [f32],
     ) {
         let sw = self.prod.sign_words();
-        attend_k::score_prod(
+        prod_attend_k::score_prod(
             &self.l,
-            attend_k::ProdWords {
+            prod_attend_k::ProdWords {
                 codes: words[0],
                 signs: &words[1][(j * self.l.heads + h) * sw..][..sw],
                 norms: words[2],
@@ -344,21 +405,40 @@ impl Codec for ProdCodec {
     }
 
     fn attend_hooks(&self) -> &'static AttendHooks {
-        &NO_GPU_HOOKS
+        &kernels::PROD_ATTEND_HOOKS
+    }
+
+    fn attend_spec(&self) -> Vec<(&'static str, u32)> {
+        let l = &self.l;
+        vec![
+            ("ATT_KTQ_P", l.padded as u32),
+            ("ATT_KTQ_LOG2P", plans::log2(l.padded)),
+            ("ATT_KTQ_BITS", l.bits),
+            ("ATT_KTQ_STAGES", 1),
+            ("ATT_KTQ_C", inv_sqrt(l.padded).to_bits()),
+            ("ATT_KQJL_M", self.prod.m as u32),
+            ("ATT_KQJL_C", scale(self.prod.m).to_bits()),
+        ]
+    }
+
+    /// `codes`, `signs`, `norms`, `residual_norms` (the streams' first words), then the stage-1
+    /// centroids (f32, `[2^(b−1)]`: the MSL hook reads them from this constant buffer; the WGSL
+    /// hook from workgroup memory).
+    fn attend_uniform(&self, ranges: Option<&[(u64, u64)]>) -> Vec<u8> {
+        let mut w: Vec<u32> = match ranges {
+            Some(r) => r.iter().map(|(o, _)| (*o / 4) as u32).collect(),
+            None => Vec::new(),
+        };
+        w.resize(4, 0);
+        w.extend(self.centroids[0].iter().map(|x| x.to_bits()));
+        bytemuck::cast_slice(&w).to_vec()
+    }
+
+    fn attend_prep_width(&self) -> usize {
+        8 * (self.l.padded / 8).max(1) + self.prod.m
+    }
+
+    fn attend_workgroup_bytes(&self) -> usize {
+        self.l.levels() * 4
     }
 }
-
-/// TurboQuant-Prod has no GPU attention hooks yet; the codec exists only on the CPU path,
-/// whose attention never composes hooks. Were these ever composed, the WGSL front end would
-/// reject them (a typed shader error, not a wrong kernel).
-static NO_GPU_HOOKS: AttendHooks = AttendHooks {
-    name: "turboquant-prod",
-    wgsl_common: &[],
-    wgsl_k: "turboquant-prod has no GPU attention hooks yet",
-    wgsl_v: "",
-    msl_common: &[],
-    msl_k: None,
-    msl_v: None,
-    k_prep: true,
-    keys_only: true,
-};

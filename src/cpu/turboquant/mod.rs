@@ -5,8 +5,8 @@
 //! - [`rotation`]: P, c = 1/√P, the rotation and its inverse.
 //! - [`codebook`]: the f64 Lloyd–Max tables, rounded to f32, cached per (P, b).
 //! - [`layout`]: shapes of codes, norms, signs and sketches.
-//! - [`turboquant_quant`], [`turboquant_dequant`]: twins of the kernels of the same names
-//!   (`wgsl/turboquant/`, `msl/turboquant/`).
+//! - [`turboquant_quant`], [`turboquant_prod_quant`], [`turboquant_dequant`]: twins of the
+//!   kernels of the same names (`wgsl/turboquant/`, `msl/turboquant/`).
 //! - [`attend_k`], [`attend_v`]: twins of the attention hooks (`wgsl/turboquant/attend_{k,v}.wgsl`):
 //!   the rotated query and the score on codes; values in the rotated space and the inverse
 //!   rotation of the output.
@@ -20,4 +20,5 @@ pub mod layout;
 pub mod rotation;
 pub mod score;
 pub mod turboquant_dequant;
+pub mod turboquant_prod_quant;
 pub mod turboquant_quant;
