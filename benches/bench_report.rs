@@ -17,8 +17,17 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 /// Generated blocks, in skeleton order.
-const BLOCKS: [&str; 9] = [
-    "header", "noise", "roofline", "kivi", "bitpack", "decode", "prefill", "append", "figures",
+const BLOCKS: [&str; 10] = [
+    "header",
+    "noise",
+    "roofline",
+    "kivi",
+    "bitpack",
+    "decode",
+    "prefill",
+    "append",
+    "turboquant",
+    "figures",
 ];
 
 #[allow(dead_code)] // unused where tests/benchmarks_in_sync.rs includes this file
@@ -76,6 +85,15 @@ pub fn run(results: &Path, out: &Path) -> Result<(), String> {
     blocks.insert("decode", r.attention(1));
     blocks.insert("prefill", r.attention(64));
     blocks.insert("append", r.append());
+    let tq_path = results.join("gpu_turboquant.json");
+    blocks.insert(
+        "turboquant",
+        if tq_path.exists() {
+            turboquant_block(&read_json(&tq_path)?)
+        } else {
+            format!("(no {}: run gpu_turboquant)", tq_path.display())
+        },
+    );
     blocks.insert("figures", r.figures());
 
     let mut doc = std::fs::read_to_string(out).unwrap_or_else(|_| {
@@ -109,6 +127,51 @@ pub fn run(results: &Path, out: &Path) -> Result<(), String> {
         blocks.len()
     );
     Ok(())
+}
+
+/// The `turboquant` block from gpu_turboquant.json: every quantize/encode arm against the
+/// copy of matched size (`quantize_vs_copy`), and the decode ratios against KIVI at about equal
+/// bits (`attend_vs_kivi`), ratios inside the run's A-vs-A floor marked.
+fn turboquant_block(v: &Value) -> String {
+    let floor = Results::floor(v);
+    let rows = v["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let med = |arm: &str| {
+        rows.iter()
+            .find(|r| r["arm"] == arm)
+            .and_then(|r| r["median_us"].as_f64())
+            .unwrap_or(f64::NAN)
+    };
+    let mut s = format!(
+        "{}; A-vs-A noise floor {floor:.1} %. H = 8, D = 128; decode: Hq = 32, Hkv = 8.\n\n",
+        v["adapter"].as_str().unwrap_or("?")
+    );
+    s.push_str("| quantize / encode arm | median µs | % of the same-size copy (target ≥ 50) |\n");
+    s.push_str("|---|---:|---:|\n");
+    for q in v["quantize_vs_copy"].as_array().into_iter().flatten() {
+        let arm = q["arm"].as_str().unwrap_or("?");
+        let _ = writeln!(
+            s,
+            "| {arm} | {} | {:.0} % |",
+            us(med(arm)),
+            q["pct_of_copy"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    s.push_str("\n| decode, method / KIVI | T | method µs | KIVI µs | ratio (target ≤ 1.2×) |\n");
+    s.push_str("|---|---:|---:|---:|---:|\n");
+    for a in v["attend_vs_kivi"].as_array().into_iter().flatten() {
+        let f = |k: &str| a[k].as_f64().unwrap_or(f64::NAN);
+        let _ = writeln!(
+            s,
+            "| {} / {} | {} | {} | {} | {} |",
+            a["method"].as_str().unwrap_or("?"),
+            a["kivi"].as_str().unwrap_or("?"),
+            tokens(a["tokens"].as_u64().unwrap_or(0)),
+            us(f("method_us")),
+            us(f("kivi_us")),
+            Results::ratio(f("ratio"), floor)
+        );
+    }
+    s
 }
 
 /// One timed arm of a bench JSON.

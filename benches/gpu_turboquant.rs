@@ -27,13 +27,14 @@
 //! - `encode qjl:m=M [path]`: `qjl_encode` of the same T tokens × 8 heads × D = 128 (QJL keys,
 //!   m = 128 and 256), both WGSL variants; bytes moved = the f16 input + the sign words and
 //!   norms written; compared with the copy of matched size like the quantize arms (issue 14's
-//!   "encode at ≥ 50 % of the same-size copy"). TurboQuant-Prod has no GPU encode kernel yet,
-//!   so no Prod arm.
+//!   "encode at ≥ 50 % of the same-size copy"). No TurboQuant-Prod encode arm yet (its GPU
+//!   kernel is new and unmeasured).
 //! - `<method> T`: one decode `KvLayer::encode_attend` call (Hq = 32, Hkv = 8, D = 128, every
 //!   pass and the merge) on a cache built by one prefill of T random tokens, for KIVI and
 //!   TurboQuant at about equal bits (kivi-4 ≈ 5 bits held vs turboquant-mse:bits=4 4.125 and
 //!   turboquant-rvq:bits=2 4.125; kivi-2 ≈ 3 vs turboquant-mse:bits=2 2.125 and bits=3 3.125;
-//!   QJL keys m = 128 with KIVI-4 values against kivi-4: issue 14's "no slower than KIVI-4");
+//!   QJL keys m = 128 with KIVI-4 values against kivi-4: issue 14's "no slower than KIVI-4";
+//!   TurboQuant-Prod keys at 4 bits (3-bit MSE + sketch) with KIVI-4 values against kivi-4);
 //!   bytes = the cache payload + q.
 //!
 //! Every quantize arm rotates through distinct input and output buffers whose total exceeds
@@ -494,6 +495,7 @@ fn run() -> Result<(), String> {
             "turboquant-mse:bits=3",
             "turboquant-mse:bits=2",
             "qjl:m=128/kivi:bits=4,group=32,residual=128",
+            "turboquant-prod:bits=4/kivi:bits=4,group=32,residual=128",
         ] {
             arms.push(attend_arm(&ctx, m, t, k, v, &mut rng).map_err(e)?);
         }
@@ -594,6 +596,7 @@ fn run() -> Result<(), String> {
             ("kivi-2", "turboquant-mse:bits=3"),
             ("kivi-2", "turboquant-mse:bits=2"),
             ("kivi-4", "qjl:m=128/kivi:bits=4,group=32,residual=128"),
+            ("kivi-4", "turboquant-prod:bits=4/kivi:bits=4,group=32,residual=128"),
         ] {
             if let (Some(a), Some(b)) = (med(kivi), med(tq)) {
                 say!("  T={t}: {tq} / {kivi} = {:.2}× (target ≤ 1.2×)", b / a);
