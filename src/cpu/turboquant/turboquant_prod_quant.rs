@@ -16,7 +16,7 @@ use crate::error::Result;
 /// TurboQuant-Prod (keys): stage 1 is MSE at b − 1 bits, û₁ = inverse-rotate(ŷ₁) (a P-vector,
 /// no norm), r = u − û₁ in P dimensions, ρ = ‖r‖₂ (f32, stored f16), σ_i = [(S r)_i ≥ 0] with
 /// `sketch` S `[m][P]` (stream 2 of the layer, head 0). Same input and errors as
-/// [`quantize_mse`], plus the sketch's length.
+/// [`quantize_mse`](super::turboquant_quant::quantize_mse), plus the sketch's length.
 pub fn quantize_prod(
     l: &ProdLayout,
     signs: &[f32],
