@@ -313,6 +313,41 @@ pub fn first_non_finite_f16(words: &[u32]) -> Option<(usize, f32)> {
     })
 }
 
+/// The f16 streams `named` (what, words) all finite, else [`Error::NonFinite`] naming the
+/// first stream and element that is not (the codecs that store f16 norms: TurboQuant, Prod, QJL).
+pub(crate) fn check_f16_streams(named: &[(&'static str, &[u32])]) -> Result<()> {
+    for &(what, words) in named {
+        if let Some((index, value)) = first_non_finite_f16(words) {
+            return Err(Error::NonFinite { what, index, value });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses rows `[n][heads][dim]` (f16, from token `first`) holding a vector whose L2 norm does
+/// not fit f16, for the codecs that store one f16 norm per vector: the error
+/// ([`crate::cpu::common::vector::store_norm`]) names `what`, the token and the head.
+pub(crate) fn check_row_norms(
+    rows: &[f16],
+    g: Geometry,
+    first: usize,
+    what: &str,
+) -> Result<()> {
+    let mut x = vec![0f32; g.dim];
+    for (i, v) in rows.chunks_exact(g.dim).enumerate() {
+        for (o, r) in x.iter_mut().zip(v) {
+            *o = r.to_f32();
+        }
+        crate::cpu::common::vector::store_norm(
+            crate::cpu::common::vector::norm(&x),
+            what,
+            first + i / g.heads,
+            i % g.heads,
+        )?;
+    }
+    Ok(())
+}
+
 /// f16 rows of tokens `[first, first + n)` of an f16-rounded input closure, for codecs that
 /// store f16 (the baseline codec) or tests.
 pub fn rows_from(g: Geometry, n: usize, x: &dyn Fn(usize, usize, usize) -> f32) -> Vec<f16> {

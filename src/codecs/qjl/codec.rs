@@ -146,26 +146,11 @@ impl Codec for QjlCodec {
 
     fn check_words(&self, words: &Words<'_>, _blocks: usize) -> Result<()> {
         // Norms: f16 halves (the padding half of an odd head count is zero, hence finite).
-        match crate::codec::first_non_finite_f16(words[1]) {
-            Some((index, value)) => Err(Error::NonFinite {
-                what: "stored qjl norms",
-                index,
-                value,
-            }),
-            None => Ok(()),
-        }
+        crate::codec::check_f16_streams(&[("stored qjl norms", words[1])])
     }
 
     fn check_rows(&self, first: usize, rows: &[f16]) -> Result<()> {
-        let (h, d) = (self.l.heads, self.l.dim);
-        let mut x = vec![0f32; d];
-        for (i, v) in rows.chunks_exact(d).enumerate() {
-            for (o, r) in x.iter_mut().zip(v) {
-                *o = r.to_f32();
-            }
-            store_norm(norm(&x), "QJL key", first + i / h, i % h)?;
-        }
-        Ok(())
+        crate::codec::check_row_norms(rows, self.geometry(), first, "QJL key")
     }
 
     fn encode(

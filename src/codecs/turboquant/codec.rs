@@ -16,7 +16,6 @@ use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
 use crate::cpu::common::splitmix::{sign_table, signs_packed};
-use crate::cpu::common::vector::{norm, store_norm};
 use crate::cpu::turboquant::codebook::{Codebook, codebook, rvq_codebook};
 use crate::cpu::turboquant::rotation::inv_sqrt;
 use crate::cpu::turboquant::turboquant_dequant::reconstruct;
@@ -215,31 +214,12 @@ impl Codec for TurboQuantCodec {
 
     fn check_words(&self, words: &Words<'_>, _blocks: usize) -> Result<()> {
         // Norms: f16 halves (the padding half of an odd head count is zero, hence finite).
-        match crate::codec::first_non_finite_f16(words[1]) {
-            Some((index, value)) => Err(Error::NonFinite {
-                what: "stored turboquant norms",
-                index,
-                value,
-            }),
-            None => Ok(()),
-        }
+        crate::codec::check_f16_streams(&[("stored turboquant norms", words[1])])
     }
 
     fn check_rows(&self, first: usize, rows: &[f16]) -> Result<()> {
-        let (h, d) = (self.l.heads, self.l.dim);
-        let mut x = vec![0f32; d];
-        for (i, v) in rows.chunks_exact(d).enumerate() {
-            for (o, r) in x.iter_mut().zip(v) {
-                *o = r.to_f32();
-            }
-            store_norm(
-                norm(&x),
-                &format!("TurboQuant {}", self.cfg.side.name()),
-                first + i / h,
-                i % h,
-            )?;
-        }
-        Ok(())
+        let what = format!("TurboQuant {}", self.cfg.side.name());
+        crate::codec::check_row_norms(rows, self.geometry(), first, &what)
     }
 
     fn encode(

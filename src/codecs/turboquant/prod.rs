@@ -34,7 +34,6 @@ use crate::context::{Context, KernelPath, PathChoice};
 use crate::cpu::common::splitmix::{
     DEFAULT_SEED, STREAM_KEY_SIGNS, STREAM_PROD_SKETCH, gaussian_table, sign_table,
 };
-use crate::cpu::common::vector::{norm, store_norm};
 use crate::cpu::turboquant::attend_k;
 use crate::cpu::turboquant_prod::attend_k as prod_attend_k;
 use crate::cpu::turboquant::codebook::{Codebook, codebook};
@@ -243,27 +242,14 @@ impl Codec for ProdCodec {
 
     fn check_words(&self, words: &Words<'_>, _blocks: usize) -> Result<()> {
         // n and ρ: f16 halves (the padding half of an odd head count is zero, hence finite).
-        for (what, w) in [
+        crate::codec::check_f16_streams(&[
             ("stored turboquant-prod norms", words[2]),
             ("stored turboquant-prod residual norms", words[3]),
-        ] {
-            if let Some((index, value)) = crate::codec::first_non_finite_f16(w) {
-                return Err(Error::NonFinite { what, index, value });
-            }
-        }
-        Ok(())
+        ])
     }
 
     fn check_rows(&self, first: usize, rows: &[f16]) -> Result<()> {
-        let (h, d) = (self.l.heads, self.l.dim);
-        let mut x = vec![0f32; d];
-        for (i, v) in rows.chunks_exact(d).enumerate() {
-            for (o, r) in x.iter_mut().zip(v) {
-                *o = r.to_f32();
-            }
-            store_norm(norm(&x), "TurboQuant-Prod keys", first + i / h, i % h)?;
-        }
-        Ok(())
+        crate::codec::check_row_norms(rows, self.geometry(), first, "TurboQuant-Prod keys")
     }
 
     fn encode(
