@@ -596,7 +596,10 @@ fn run() -> Result<(), String> {
             ("kivi-2", "turboquant-mse:bits=3"),
             ("kivi-2", "turboquant-mse:bits=2"),
             ("kivi-4", "qjl:m=128/kivi:bits=4,group=32,residual=128"),
-            ("kivi-4", "turboquant-prod:bits=4/kivi:bits=4,group=32,residual=128"),
+            (
+                "kivi-4",
+                "turboquant-prod:bits=4/kivi:bits=4,group=32,residual=128",
+            ),
         ] {
             if let (Some(a), Some(b)) = (med(kivi), med(tq)) {
                 say!("  T={t}: {tq} / {kivi} = {:.2}× (target ≤ 1.2×)", b / a);

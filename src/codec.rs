@@ -327,12 +327,7 @@ pub(crate) fn check_f16_streams(named: &[(&'static str, &[u32])]) -> Result<()> 
 /// Refuses rows `[n][heads][dim]` (f16, from token `first`) holding a vector whose L2 norm does
 /// not fit f16, for the codecs that store one f16 norm per vector: the error
 /// ([`crate::cpu::common::vector::store_norm`]) names `what`, the token and the head.
-pub(crate) fn check_row_norms(
-    rows: &[f16],
-    g: Geometry,
-    first: usize,
-    what: &str,
-) -> Result<()> {
+pub(crate) fn check_row_norms(rows: &[f16], g: Geometry, first: usize, what: &str) -> Result<()> {
     let mut x = vec![0f32; g.dim];
     for (i, v) in rows.chunks_exact(g.dim).enumerate() {
         for (o, r) in x.iter_mut().zip(v) {

@@ -279,7 +279,13 @@ fn every_mutant_is_caught() {
     // The unmutated kernels pass the same checks (or the mutants prove nothing).
     let filter = std::env::var("KVPACK_MUTANT_FILTER").unwrap_or_default();
     for t in targets(&["msl_emulated", "wgsl_subgroup", "wgsl_workgroup"]) {
-        for check in [Check::Attend, Check::Kivi, Check::Bitpack, Check::VecInfer, Check::ProdAttend] {
+        for check in [
+            Check::Attend,
+            Check::Kivi,
+            Check::Bitpack,
+            Check::VecInfer,
+            Check::ProdAttend,
+        ] {
             run(check, &t, seed);
         }
     }

@@ -332,7 +332,9 @@ fn store_encode_append_matches_append(t: &Target, spec: &str) {
         }
         return;
     };
-    let ctx = ctx.with_max_storage_binding_size(small_limit(spec)).expect("limit");
+    let ctx = ctx
+        .with_max_storage_binding_size(small_limit(spec))
+        .expect("limit");
     let mut recorded = layer(&ctx, t, spec);
     let mut blocking = layer(&ctx, t, spec);
     let needs_status = spec.contains("bits=1");

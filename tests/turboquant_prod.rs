@@ -17,17 +17,17 @@
 
 mod common;
 
+use common::{POISON, Target, run_plan};
 use half::f16;
 use kvpack::codec::Codec;
+use kvpack::codecs::turboquant::kernels::TURBOQUANT_PROD_QUANT;
+use kvpack::codecs::turboquant::plans::{QuantSource, plan_prod_quant};
 use kvpack::codecs::turboquant::{ProdCodec, ProdSide};
 use kvpack::cpu::common::splitmix::DEFAULT_SEED;
 use kvpack::cpu::turboquant::layout::ProdLayout;
 use kvpack::cpu::turboquant::score::{ProdKey, prepare_query, prepare_sketch_query, prod_score};
-use kvpack::cpu::turboquant::turboquant_quant::quantize_prod;
-use common::{POISON, Target, run_plan};
-use kvpack::codecs::turboquant::kernels::TURBOQUANT_PROD_QUANT;
-use kvpack::codecs::turboquant::plans::{QuantSource, plan_prod_quant};
 use kvpack::cpu::turboquant::turboquant_quant::normalize_rotate;
+use kvpack::cpu::turboquant::turboquant_quant::quantize_prod;
 use kvpack::gpu::registry::KernelDef;
 use kvpack::store::Geometry;
 use kvpack::{AttendOptions, Context, Error, Input, Method, PathChoice};
@@ -361,13 +361,56 @@ fn kcases() -> Vec<KCase> {
         real: false,
     };
     vec![
-        KCase { what: "random D=64 H=3 bits=3 (2-bit stage 1), m=64, ring + incoming", ..base },
-        KCase { what: "random D=64 bits=2 (1-bit stage 1), m=32", bits: 2, m: Some(32), ..base },
-        KCase { what: "random D=80 (P=128) H=2 bits=4, m=96 (a partial pass)", heads: 2, dim: 80, bits: 4, m: Some(96), ..base },
-        KCase { what: "random D=3 (P=4) H=1 bits=2", heads: 1, dim: 3, bits: 2, ..base },
-        KCase { what: "random D=512 (P beyond a workgroup) H=1 bits=5, m=512", heads: 1, dim: 512, bits: 5, n: 4, ..base },
-        KCase { what: "SmolLM2 keys layer 5, bits=4, m=128", bits: 4, m: Some(128), n: 40, from_ring: 5, real: true, ..base },
-        KCase { what: "SmolLM2 keys layer 5, bits=3, m=64", n: 40, from_ring: 0, seg_token: 0, real: true, ..base },
+        KCase {
+            what: "random D=64 H=3 bits=3 (2-bit stage 1), m=64, ring + incoming",
+            ..base
+        },
+        KCase {
+            what: "random D=64 bits=2 (1-bit stage 1), m=32",
+            bits: 2,
+            m: Some(32),
+            ..base
+        },
+        KCase {
+            what: "random D=80 (P=128) H=2 bits=4, m=96 (a partial pass)",
+            heads: 2,
+            dim: 80,
+            bits: 4,
+            m: Some(96),
+            ..base
+        },
+        KCase {
+            what: "random D=3 (P=4) H=1 bits=2",
+            heads: 1,
+            dim: 3,
+            bits: 2,
+            ..base
+        },
+        KCase {
+            what: "random D=512 (P beyond a workgroup) H=1 bits=5, m=512",
+            heads: 1,
+            dim: 512,
+            bits: 5,
+            n: 4,
+            ..base
+        },
+        KCase {
+            what: "SmolLM2 keys layer 5, bits=4, m=128",
+            bits: 4,
+            m: Some(128),
+            n: 40,
+            from_ring: 5,
+            real: true,
+            ..base
+        },
+        KCase {
+            what: "SmolLM2 keys layer 5, bits=3, m=64",
+            n: 40,
+            from_ring: 0,
+            seg_token: 0,
+            real: true,
+            ..base
+        },
     ]
 }
 
@@ -416,14 +459,25 @@ fn kreference(codec: &ProdCodec, c: &KCase, x: &[f16]) -> Vec<Vec<u32>> {
     let row = c.heads * c.dim;
     let mut out = vec![Vec::new(); 4];
     codec
-        .encode(K_OLD, c.n, &|t, h, d| x[t * row + h * c.dim + d].to_f32(), &mut out)
+        .encode(
+            K_OLD,
+            c.n,
+            &|t, h, d| x[t * row + h * c.dim + d].to_f32(),
+            &mut out,
+        )
         .expect("reference");
     out
 }
 
 /// Runs `def` (turboquant_prod_quant or a planted copy) on `t`; the four streams of the tokens
 /// written, after checking that nothing else changed.
-fn encode_on(t: &Target, def: &'static KernelDef, codec: &ProdCodec, c: &KCase, x: &[f16]) -> Vec<Vec<u32>> {
+fn encode_on(
+    t: &Target,
+    def: &'static KernelDef,
+    codec: &ProdCodec,
+    c: &KCase,
+    x: &[f16],
+) -> Vec<Vec<u32>> {
     let row = c.heads * c.dim;
     let rw = row.div_ceil(2);
     let rows = kvpack::store::input::f16_rows_to_words(row, x);
@@ -453,7 +507,14 @@ fn encode_on(t: &Target, def: &'static KernelDef, codec: &ProdCodec, c: &KCase, 
     );
     plan.kernel = def;
     let b = |w: &[u32]| bytemuck::cast_slice::<u32, u8>(w).to_vec();
-    let mut bufs = vec![b(&ring), b(if incoming.is_empty() { &[0u32] } else { &incoming })];
+    let mut bufs = vec![
+        b(&ring),
+        b(if incoming.is_empty() {
+            &[0u32]
+        } else {
+            &incoming
+        }),
+    ];
     bufs.extend(per.iter().map(|&p| b(&vec![POISON; total * p])));
     bufs.push(b(codec.tables()));
     run_plan(t, &plan, &mut bufs).unwrap_or_else(|e| panic!("{} {}: {e}", t.name(), c.what));
@@ -462,7 +523,10 @@ fn encode_on(t: &Target, def: &'static KernelDef, codec: &ProdCodec, c: &KCase, 
         .map(|i| {
             let w: Vec<u32> = bytemuck::pod_collect_to_vec(&bufs[2 + i]);
             assert!(
-                w[..a * per[i]].iter().chain(&w[z * per[i]..]).all(|&x| x == POISON),
+                w[..a * per[i]]
+                    .iter()
+                    .chain(&w[z * per[i]..])
+                    .all(|&x| x == POISON),
                 "{} {}: stream {i} written outside tokens [{a}, {z})",
                 t.name(),
                 c.what
@@ -486,7 +550,14 @@ struct KAgreement {
 /// equal or 1 f16 ulp apart; a stage-1 code ±1 only where y lies within 1e-5·(1 + |y|) of a
 /// boundary (the key's ρ and signs are then free: its residual moved); a sign bit only where
 /// |(S r)_i| ≤ 1e-5·‖S_i‖·‖r‖ (r in f64 from the reference's codes).
-fn kagree(codec: &ProdCodec, c: &KCase, x: &[f16], want: &[Vec<u32>], got: &[Vec<u32>], exact: bool) -> Result<KAgreement, String> {
+fn kagree(
+    codec: &ProdCodec,
+    c: &KCase,
+    x: &[f16],
+    want: &[Vec<u32>],
+    got: &[Vec<u32>],
+    exact: bool,
+) -> Result<KAgreement, String> {
     use kvpack::codecs::turboquant::layout::code_at;
     use kvpack::cpu::turboquant::rotation::inverse_rotate;
     let mut a = KAgreement::default();
@@ -511,13 +582,19 @@ fn kagree(codec: &ProdCodec, c: &KCase, x: &[f16], want: &[Vec<u32>], got: &[Vec
             for k in [2, 3] {
                 let w = got[k][t * nw + nw - 1];
                 if w >> 16 != 0 {
-                    return Err(format!("token {t}: stream {k}'s padding half is {:#x}", w >> 16));
+                    return Err(format!(
+                        "token {t}: stream {k}'s padding half is {:#x}",
+                        w >> 16
+                    ));
                 }
             }
         }
         for h in 0..c.heads {
             let key = t * c.heads + h;
-            let xr: Vec<f32> = x[t * row + h * c.dim..][..c.dim].iter().map(|v| v.to_f32()).collect();
+            let xr: Vec<f32> = x[t * row + h * c.dim..][..c.dim]
+                .iter()
+                .map(|v| v.to_f32())
+                .collect();
             let rot = normalize_rotate(&xr, codec.head_signs(h), t, h).expect("rotate");
             let (cw, cg) = (&want[0][key * rw..][..rw], &got[0][key * rw..][..rw]);
             let mut moved = false;
@@ -525,9 +602,14 @@ fn kagree(codec: &ProdCodec, c: &KCase, x: &[f16], want: &[Vec<u32>], got: &[Vec
                 let (u, v) = (code_at(cw, i, l.stage1.bits), code_at(cg, i, l.stage1.bits));
                 if u != v {
                     let y = rot.y[i];
-                    let near = cb.boundaries.iter().any(|&b| (y - b).abs() <= 1e-5 * (1.0 + y.abs()));
+                    let near = cb
+                        .boundaries
+                        .iter()
+                        .any(|&b| (y - b).abs() <= 1e-5 * (1.0 + y.abs()));
                     if u.abs_diff(v) != 1 || !near {
-                        return Err(format!("key {key} coordinate {i}: code {u} vs {v} (y = {y}, not at a boundary)"));
+                        return Err(format!(
+                            "key {key} coordinate {i}: code {u} vs {v} (y = {y}, not at a boundary)"
+                        ));
                     }
                     moved = true;
                     a.codes_moved += 1;
@@ -550,9 +632,16 @@ fn kagree(codec: &ProdCodec, c: &KCase, x: &[f16], want: &[Vec<u32>], got: &[Vec
                 a.keys_excused += 1;
                 continue;
             }
-            let yhat: Vec<f32> = (0..p).map(|i| cb.centroids[code_at(cw, i, l.stage1.bits)]).collect();
+            let yhat: Vec<f32> = (0..p)
+                .map(|i| cb.centroids[code_at(cw, i, l.stage1.bits)])
+                .collect();
             let u1 = inverse_rotate(&yhat, codec.head_signs(h)).expect("inverse");
-            let r: Vec<f64> = rot.unit.iter().zip(&u1).map(|(&u, &v)| f64::from(u) - f64::from(v)).collect();
+            let r: Vec<f64> = rot
+                .unit
+                .iter()
+                .zip(&u1)
+                .map(|(&u, &v)| f64::from(u) - f64::from(v))
+                .collect();
             let rn = r.iter().map(|v| v * v).sum::<f64>().sqrt();
             let (sw_want, sw_got) = (&want[1][key * sw..][..sw], &got[1][key * sw..][..sw]);
             for i in 0..m {
@@ -561,9 +650,15 @@ fn kagree(codec: &ProdCodec, c: &KCase, x: &[f16], want: &[Vec<u32>], got: &[Vec
                 }
                 let srow = &s[i * p..][..p];
                 let dot: f64 = srow.iter().zip(&r).map(|(a, b)| f64::from(*a) * b).sum();
-                let sn = srow.iter().map(|a| f64::from(*a).powi(2)).sum::<f64>().sqrt();
+                let sn = srow
+                    .iter()
+                    .map(|a| f64::from(*a).powi(2))
+                    .sum::<f64>()
+                    .sqrt();
                 if dot.abs() > 1e-5 * sn * rn {
-                    return Err(format!("key {key} sign {i}: (S r)_i = {dot:e} is not near 0"));
+                    return Err(format!(
+                        "key {key} sign {i}: (S r)_i = {dot:e} is not near 0"
+                    ));
                 }
                 a.signs_near_zero += 1;
             }
@@ -583,7 +678,9 @@ fn prod_kernels_match_reference(t: &Target) {
         let want = kreference(&codec, &c, &x);
         if let Target::Cpu(_) = t {
             // The codec against the reference function (tests above: on SmolLM2 keys too).
-            let signs: Vec<f32> = (0..c.heads).flat_map(|h| codec.head_signs(h).to_vec()).collect();
+            let signs: Vec<f32> = (0..c.heads)
+                .flat_map(|h| codec.head_signs(h).to_vec())
+                .collect();
             let xs: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
             let r = quantize_prod(codec.layout(), &signs, codec.sketch(), &xs).expect("reference");
             assert_eq!((&want[0], &want[1]), (&r.codes, &r.signs), "{}", c.what);
@@ -591,7 +688,11 @@ fn prod_kernels_match_reference(t: &Target) {
         }
         let got = encode_on(t, &TURBOQUANT_PROD_QUANT, &codec, &c, &x);
         match kagree(&codec, &c, &x, &want, &got, exact) {
-            Ok(a) => eprintln!("turboquant_prod_quant[{}] {}: agrees {a:?}", t.name(), c.what),
+            Ok(a) => eprintln!(
+                "turboquant_prod_quant[{}] {}: agrees {a:?}",
+                t.name(),
+                c.what
+            ),
             Err(e) => panic!("turboquant_prod_quant[{}] {}: {e}", t.name(), c.what),
         }
     }
@@ -604,9 +705,19 @@ fn planted(name: &str, from: &str, to: &str) -> &'static KernelDef {
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let d = &TURBOQUANT_PROD_QUANT;
     let full = leak(format!("turboquant_prod_quant_planted_{name}"));
-    let edit = |s: &str| leak(s.replace(from, to).replace("kernel void turboquant_prod_quant(", &format!("kernel void {full}(")));
+    let edit = |s: &str| {
+        leak(s.replace(from, to).replace(
+            "kernel void turboquant_prod_quant(",
+            &format!("kernel void {full}("),
+        ))
+    };
     let common: Vec<&'static str> = d.wgsl_common.iter().map(|s| edit(s)).collect();
-    let n = d.wgsl_common.iter().chain([&d.wgsl, &d.msl.expect("msl")]).map(|s| s.matches(from).count()).sum::<usize>();
+    let n = d
+        .wgsl_common
+        .iter()
+        .chain([&d.wgsl, &d.msl.expect("msl")])
+        .map(|s| s.matches(from).count())
+        .sum::<usize>();
     assert!(n > 0, "planted {name}: `{from}` occurs in no source");
     Box::leak(Box::new(KernelDef {
         name: full,
@@ -630,10 +741,26 @@ fn prod_planted_bugs_are_caught(t: &Target) {
     }
     let exact = matches!(t, Target::MslEmulated(_));
     let plants = [
-        ("sketch_of_u_wgsl", "pq_u[e] - tq_flip(tq_x[e] * P.inv_sqrt_p, hs, e); // @pq-residual", "pq_u[e];"),
-        ("sketch_of_u_msl", "us[e] - tq_flip(tables, xs[e] * P.inv_sqrt_p, hs, e); // @pq-residual", "us[e];"),
-        ("rho_from_n_wgsl", "tq_f16_bits(rr.x) | (tq_f16_bits(rr.y) << 16u)", "tq_f16_bits(nn.x) | (tq_f16_bits(nn.y) << 16u)"),
-        ("rho_from_n_msl", "tq_f16_bits(rr[0]) | (tq_f16_bits(rr[1]) << 16u)", "tq_f16_bits(nn[0]) | (tq_f16_bits(nn[1]) << 16u)"),
+        (
+            "sketch_of_u_wgsl",
+            "pq_u[e] - tq_flip(tq_x[e] * P.inv_sqrt_p, hs, e); // @pq-residual",
+            "pq_u[e];",
+        ),
+        (
+            "sketch_of_u_msl",
+            "us[e] - tq_flip(tables, xs[e] * P.inv_sqrt_p, hs, e); // @pq-residual",
+            "us[e];",
+        ),
+        (
+            "rho_from_n_wgsl",
+            "tq_f16_bits(rr.x) | (tq_f16_bits(rr.y) << 16u)",
+            "tq_f16_bits(nn.x) | (tq_f16_bits(nn.y) << 16u)",
+        ),
+        (
+            "rho_from_n_msl",
+            "tq_f16_bits(rr[0]) | (tq_f16_bits(rr[1]) << 16u)",
+            "tq_f16_bits(nn[0]) | (tq_f16_bits(nn[1]) << 16u)",
+        ),
     ];
     let mut rng = common::rng("prod_planted_bugs_are_caught");
     let mut caught = 0;
@@ -693,7 +820,10 @@ fn prod_attention_on_real_keys(t: &Target) {
         let got = layer.attend(qs, 9, &o).expect("attend");
         let want = layer.attend_reference(qs, 9, &o).expect("reference");
         let err = common::rel_l2_rows(&got, &want, D);
-        eprintln!("prod attention[{}] {spec}: worst row rel L2 {err:e}", t.name());
+        eprintln!(
+            "prod attention[{}] {spec}: worst row rel L2 {err:e}",
+            t.name()
+        );
         assert!(err <= 1e-4, "{} {spec}: worst row rel L2 {err:e}", t.name());
     }
 }

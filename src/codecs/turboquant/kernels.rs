@@ -10,8 +10,7 @@ const QUANT_BINDINGS: &str =
     include_str!("../../../wgsl/turboquant/turboquant_quant_bindings.wgsl");
 const QUANT_IO: &str = include_str!("../../../wgsl/turboquant/turboquant_quant_io.wgsl");
 const SHARED_VECTOR: &str = include_str!("../../../wgsl/turboquant/tq_shared_vector.wgsl");
-const PROD_BINDINGS: &str =
-    include_str!("../../../wgsl/turboquant/turboquant_prod_bindings.wgsl");
+const PROD_BINDINGS: &str = include_str!("../../../wgsl/turboquant/turboquant_prod_bindings.wgsl");
 const PROD_COMMON: &str = include_str!("../../../wgsl/turboquant/turboquant_prod_common.wgsl");
 const MSL_COMMON: &str = include_str!("../../../msl/turboquant/turboquant_common.metal");
 const ATTEND_COMMON: &str = include_str!("../../../wgsl/turboquant/tq_attend_common.wgsl");

@@ -31,17 +31,17 @@ use super::plans::{self, QuantSource};
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
+use crate::cpu::common::sketch::scale;
 use crate::cpu::common::splitmix::{
     DEFAULT_SEED, STREAM_KEY_SIGNS, STREAM_PROD_SKETCH, gaussian_table, sign_table,
 };
 use crate::cpu::turboquant::attend_k;
-use crate::cpu::turboquant_prod::attend_k as prod_attend_k;
 use crate::cpu::turboquant::codebook::{Codebook, codebook};
-use crate::cpu::common::sketch::scale;
 use crate::cpu::turboquant::layout::ProdLayout;
 use crate::cpu::turboquant::rotation::inv_sqrt;
 use crate::cpu::turboquant::turboquant_dequant::reconstruct;
 use crate::cpu::turboquant::turboquant_quant::quantize_prod_vector;
+use crate::cpu::turboquant_prod::attend_k as prod_attend_k;
 use crate::error::{Error, Result};
 use crate::gpu::{self, Bind};
 use crate::store::memory::StreamKind;

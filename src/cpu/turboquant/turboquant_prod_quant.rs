@@ -8,7 +8,9 @@ use half::f16;
 use super::codebook::{Codebook, codebook};
 use super::layout::ProdLayout;
 use super::rotation::inverse_rotate_in_place;
-use super::turboquant_quant::{ProdCodes, checked_input, codes_of, for_each_vector, normalize_rotate, pack_row};
+use super::turboquant_quant::{
+    ProdCodes, checked_input, codes_of, for_each_vector, normalize_rotate, pack_row,
+};
 use crate::cpu::common::sketch::sign_row;
 use crate::cpu::common::vector::{check_len, mat_vec, norm, store_norm};
 use crate::error::Result;
