@@ -61,6 +61,34 @@ pub struct EncodeSource<'a> {
     pub tables: &'a wgpu::Buffer,
 }
 
+impl EncodeSource<'_> {
+    /// Where its rows are, for the codecs' dispatch plans.
+    pub fn rows(&self) -> SourceRows {
+        SourceRows {
+            start: self.start,
+            t_old: self.t_old,
+            inc_start: self.inc_start,
+            ring_tokens: self.ring_tokens,
+        }
+    }
+}
+
+/// Where an encode dispatch reads its tokens (the plans' half of [`EncodeSource`]): token s
+/// comes from ring row `s % ring_tokens` when `s < t_old`, else from the incoming buffer's row
+/// `s − inc_start`. Every codec's plans take it (KIVI's and TurboQuant's name it
+/// `QuantSource`, QJL's and VecInfer's `EncodeFrom`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceRows {
+    /// Absolute token of the first token encoded.
+    pub start: usize,
+    /// Tokens before this one are in the ring.
+    pub t_old: usize,
+    /// Absolute token of the incoming buffer's first row.
+    pub inc_start: usize,
+    /// Rows of the ring (at least 1).
+    pub ring_tokens: usize,
+}
+
 /// One segment of a side's stored words on the GPU: one buffer, each stream at its byte
 /// range, the blocks of tokens `[first_token, first_token + cap)`.
 #[derive(Clone, Copy, Debug)]

@@ -6,7 +6,7 @@
 use super::config::KiviSide;
 use super::kernels;
 use super::layout::{Layout, ParamStorage};
-use super::plans::{self, QuantSource};
+use super::plans;
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
@@ -191,12 +191,7 @@ impl Codec for KiviCodec {
         blocks: usize,
         status: &wgpu::Buffer,
     ) -> Result<()> {
-        let qs = QuantSource {
-            start: src.start,
-            t_old: src.t_old,
-            inc_start: src.inc_start,
-            ring_tokens: src.ring_tokens,
-        };
+        let qs = src.rows();
         let plan = match self.cfg.side {
             Side::Keys => plans::plan_quant_keys_from(&self.l, blocks, qs, dst.block),
             Side::Values => plans::plan_quant_values_from(

@@ -58,19 +58,8 @@ fn base_params(l: &Layout) -> KiviParams {
     }
 }
 
-/// Where a quantize dispatch reads its tokens: token s comes from ring row
-/// `s % ring_tokens` when `s < t_old`, else from the incoming buffer's row `s − inc_start`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuantSource {
-    /// Absolute token of the first token quantized.
-    pub start: usize,
-    /// Tokens before this one are in the ring.
-    pub t_old: usize,
-    /// Absolute token of the incoming buffer's first row.
-    pub inc_start: usize,
-    /// Rows of the ring.
-    pub ring_tokens: usize,
-}
+/// Where a quantize dispatch reads its tokens (the one type every codec's plans take).
+pub use crate::codec::SourceRows as QuantSource;
 
 /// Key quantization of `blocks` blocks whose first token is `src_start`, into a segment at
 /// block `dst_block`, with the incoming rows starting at token `t_old`.

@@ -8,7 +8,7 @@ use half::f16;
 
 use super::config::QjlSide;
 use super::kernels;
-use super::plans::{self, EncodeFrom};
+use super::plans;
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
@@ -201,17 +201,7 @@ impl Codec for QjlCodec {
         blocks: usize,
         _status: &wgpu::Buffer,
     ) -> Result<()> {
-        let plan = plans::plan_encode(
-            &self.l,
-            blocks,
-            EncodeFrom {
-                start: src.start,
-                t_old: src.t_old,
-                inc_start: src.inc_start,
-                ring_tokens: src.ring_tokens,
-            },
-            dst.block,
-        );
+        let plan = plans::plan_encode(&self.l, blocks, src.rows(), dst.block);
         gpu::encode_plan_bound(
             ctx,
             enc,

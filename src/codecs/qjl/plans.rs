@@ -38,19 +38,8 @@ pub struct QjlParams {
     pub pad: [u32; 4],
 }
 
-/// Where an encode dispatch reads its tokens: token s comes from ring row `s % ring_tokens`
-/// when `s < t_old`, else from the incoming buffer's row `s − inc_start`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EncodeFrom {
-    /// Absolute token of the first token encoded.
-    pub start: usize,
-    /// Tokens before this one are in the ring.
-    pub t_old: usize,
-    /// Absolute token of the incoming buffer's first row.
-    pub inc_start: usize,
-    /// Rows of the ring (at least 1).
-    pub ring_tokens: usize,
-}
+/// Where an encode dispatch reads its tokens (the one type every codec's plans take).
+pub use crate::codec::SourceRows as EncodeFrom;
 
 /// The specialization: D and m, fixed for a cache's life.
 pub fn specialization(l: &QjlLayout) -> registry::Specialization {

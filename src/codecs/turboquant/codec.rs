@@ -11,7 +11,7 @@ use half::f16;
 use super::config::TqSide;
 use super::kernels;
 use super::layout::{Layout, norm_at};
-use super::plans::{self, QuantSource};
+use super::plans;
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
@@ -276,18 +276,7 @@ impl Codec for TurboQuantCodec {
         blocks: usize,
         _status: &wgpu::Buffer,
     ) -> Result<()> {
-        let plan = plans::plan_quant(
-            &self.l,
-            self.quant,
-            blocks,
-            QuantSource {
-                start: src.start,
-                t_old: src.t_old,
-                inc_start: src.inc_start,
-                ring_tokens: src.ring_tokens,
-            },
-            dst.block,
-        );
+        let plan = plans::plan_quant(&self.l, self.quant, blocks, src.rows(), dst.block);
         gpu::encode_plan_bound(
             ctx,
             enc,

@@ -83,19 +83,8 @@ pub fn pairs_per_workgroup(path: KernelPath) -> u32 {
     }
 }
 
-/// Where a quantize dispatch reads its tokens: token s comes from ring row
-/// `s % ring_tokens` when `s < t_old`, else from the incoming buffer's row `s − inc_start`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuantSource {
-    /// Absolute token of the first token quantized.
-    pub start: usize,
-    /// Tokens before this one are in the ring.
-    pub t_old: usize,
-    /// Absolute token of the incoming buffer's first row.
-    pub inc_start: usize,
-    /// Rows of the ring (at least 1).
-    pub ring_tokens: usize,
-}
+/// Where a quantize dispatch reads its tokens (the one type every codec's plans take).
+pub use crate::codec::SourceRows as QuantSource;
 
 /// Quantization of `tokens` tokens from `src` into a segment from token `seg_token`, on
 /// `path` (its variant decides the work per workgroup).

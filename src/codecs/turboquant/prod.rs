@@ -27,7 +27,7 @@ use half::f16;
 use super::codec::{GPU_MAX_P, tables_of};
 use super::kernels;
 use super::layout::{Layout, norm_at};
-use super::plans::{self, QuantSource};
+use super::plans;
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
@@ -318,18 +318,7 @@ impl Codec for ProdCodec {
         blocks: usize,
         _status: &wgpu::Buffer,
     ) -> Result<()> {
-        let plan = plans::plan_prod_quant(
-            &self.l,
-            self.prod.m,
-            blocks,
-            QuantSource {
-                start: src.start,
-                t_old: src.t_old,
-                inc_start: src.inc_start,
-                ring_tokens: src.ring_tokens,
-            },
-            dst.block,
-        );
+        let plan = plans::plan_prod_quant(&self.l, self.prod.m, blocks, src.rows(), dst.block);
         gpu::encode_plan_bound(
             ctx,
             enc,

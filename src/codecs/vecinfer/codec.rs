@@ -33,7 +33,7 @@ use crate::store::{Geometry, Side};
 
 use super::config::VecSide;
 use super::kernels;
-use super::plans::{self, EncodeFrom, QuantLayout};
+use super::plans::{self, QuantLayout};
 
 /// One VecInfer side (see the module docs).
 #[derive(Debug)]
@@ -300,17 +300,7 @@ impl Codec for VecInferCodec {
         blocks: usize,
         _status: &wgpu::Buffer,
     ) -> Result<()> {
-        let plan = plans::plan_quant(
-            &self.quant,
-            blocks,
-            EncodeFrom {
-                start: src.start,
-                t_old: src.t_old,
-                inc_start: src.inc_start,
-                ring_tokens: src.ring_tokens,
-            },
-            dst.block,
-        );
+        let plan = plans::plan_quant(&self.quant, blocks, src.rows(), dst.block);
         gpu::encode_plan_bound(
             ctx,
             enc,
