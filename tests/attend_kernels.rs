@@ -18,6 +18,7 @@ use common::Target;
 use common::attend_plans::{Case, qkv};
 use common::rel_l2_rows;
 use kvpack::cpu::attend::attend_exact;
+use kvpack::store::Side;
 use kvpack::{AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
 
 fn cases() -> Vec<Case> {
@@ -230,13 +231,59 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// Whether the layer's key hook scores a QJL sketch by its nibble table (`Some(true)`), by
+/// masked sums (`Some(false)`) or has no sketch (`None`): the form its codec picked for the
+/// workgroup storage of the context it was built on.
+fn sketch_form(layer: &Layer) -> Option<bool> {
+    layer
+        .codec(Side::Keys)
+        .attend_spec()
+        .into_iter()
+        .find(|(n, _)| *n == "ATT_KQJL_LUT")
+        .map(|(_, v)| v == 1)
+}
+
 fn attend_kernels_match_reference(t: &Target) {
     let mut rng = common::rng("attend_kernels_match_reference");
-    let cpu = Context::cpu();
-    for c in cases() {
+    // Codecs plan their GPU kernels for the context they are built on: WebGPU's default
+    // workgroup storage (16 KiB) and the target's own (the emulator's: Metal's 32 KiB), so
+    // that QJL and TurboQuant-Prod keys run both forms of their score hook. (m = 384's table,
+    // two pieces per lane, needs 42.7 KiB at D = 64: it runs where a device has that, e.g.
+    // the H200's 48 KiB, and on lavapipe and the emulator takes masked sums.)
+    let big = match t {
+        Target::Wgsl(ctx, _) => ctx.max_workgroup_storage_size(),
+        _ => 32 * 1024,
+    };
+    let contexts = [16 * 1024, big].map(|b| {
+        Context::cpu()
+            .with_max_workgroup_storage_size(b)
+            .expect("limit")
+    });
+    let mut forms = std::collections::BTreeSet::new();
+    for (c, cpu) in cases().into_iter().flat_map(|c| {
+        let sketch = c.method.starts_with("qjl") || c.method.starts_with("turboquant-prod");
+        contexts
+            .iter()
+            .take(if sketch { 2 } else { 1 })
+            .map(move |ctx| (c, ctx))
+    }) {
         let (q, k, v) = qkv(&mut rng, &c);
         let method = Method::parse(c.method).expect("method");
-        let mut layer = Layer::new(&cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");
+        let mut layer = Layer::new(cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");
+        if let Some(lut) = sketch_form(&layer) {
+            eprintln!(
+                "attend_kernels[{}] {}: sketch scored by {} (workgroup storage {})",
+                t.name(),
+                c.what,
+                if lut {
+                    "the nibble table"
+                } else {
+                    "masked sums"
+                },
+                cpu.max_workgroup_storage_size()
+            );
+            forms.insert(lut);
+        }
         layer
             .append(Input::F32(&k), Input::F32(&v))
             .expect("append");
@@ -269,6 +316,12 @@ fn attend_kernels_match_reference(t: &Target) {
         }
         common::attend_plans::check_case(t, &c, &layer, &q, &reference);
     }
+    assert_eq!(
+        forms.len(),
+        2,
+        "{}: both forms of the sketch score hook must run (ran: {forms:?})",
+        t.name()
+    );
     // VecInfer (its method needs a calibration file: the synthetic D = 32 one, f32 and f16
     // LUT; the story fixture's cases are in tests/vecinfer.rs).
     for lc in common::vecinfer_calib::lut_cases(None, false) {

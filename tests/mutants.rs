@@ -36,6 +36,9 @@ enum Check {
     VecInfer,
     /// Attention with TurboQuant-Prod keys (decode and merge).
     ProdAttend,
+    /// Attention with QJL keys, both forms of the sketch score: the nibble table (codecs
+    /// planned for 32 KiB of workgroup storage) and masked sums (16 KiB).
+    QjlAttend,
 }
 
 const fn m(
@@ -112,6 +115,15 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("msl prod keys: sketch correction's sign flipped", Msl, "attend_turboquant_prod", "acc[j] += (n * rho) * cor[j];", None, "acc[j] -= (n * rho) * cor[j];"), ProdAttend, MSL),
         (m("wgsl prod keys: sketch correction's sign flipped", Wgsl, "attend_turboquant_prod", "acc[j] += (n * rho) * cor[j];", None, "acc[j] -= (n * rho) * cor[j];"), ProdAttend, SW),
         (m("wgsl prod keys: ρ read from the norms stream", Wgsl, "attend_turboquant_prod", "kseg[KP.rhos + r * nwn", None, "kseg[KP.norms + r * nwn"), ProdAttend, S),
+        // ---- QJL keys (wgsl/qjl/qjl_attend_k_common.wgsl, shared with Prod) ----
+        (m("msl qjl keys: nibble table's signs flipped", Msl, "attend_qjl", "t += ((e >> b) & 1u) != 0u ? x : -x;", None, "t += ((e >> b) & 1u) != 0u ? -x : x;"), QjlAttend, MSL),
+        (m("msl qjl keys: barrier between the sketched query and its table removed", Msl, "attend_qjl", "    if (KQ_LUT) {\n        threadgroup_barrier(mem_flags::mem_threadgroup);", None, "    if (KQ_LUT) {\n"), QjlAttend, MSL),
+        (m("msl qjl keys: nibble extraction off by one bit", Msl, "attend_qjl", "((bits >> (4u * n)) & 15u)", None, "((bits >> (4u * n + 1u)) & 15u)"), QjlAttend, MSL),
+        (m("msl qjl keys: masked sums' constant term dropped", Msl, "attend_qjl", "acc[j] = 2.0f * pos - all;", None, "acc[j] = 2.0f * pos;"), QjlAttend, MSL),
+        (m("wgsl qjl keys: nibble table's signs flipped", Wgsl, "attend_qjl", "t += select(-x, x, ((e >> b) & 1u) != 0u);", None, "t += select(x, -x, ((e >> b) & 1u) != 0u);"), QjlAttend, SW),
+        (m("wgsl qjl keys: nibble extraction off by one bit", Wgsl, "attend_qjl", "((bits >> (4u * n)) & 15u)", None, "((bits >> (4u * n + 1u)) & 15u)"), QjlAttend, S),
+        (m("wgsl qjl keys: the lane's table one group off", Wgsl, "attend_qjl", "let t0 = off + 4u * cg * KQ_CPL;", None, "let t0 = off + 4u * cg * KQ_CPL + 16u;"), QjlAttend, S),
+        (m("wgsl qjl keys: masked sums' constant term dropped", Wgsl, "attend_qjl", "acc[j] = 2.0 * pos - all;", None, "acc[j] = 2.0 * pos;"), QjlAttend, S),
         // ---- bitpack ----
         (m("msl bitpack: low part shift sign flipped", Msl, "bitpack", "acc |= c << (start - bit0);", None, "acc |= c >> (start - bit0);"), Bitpack, MSL),
         (m("wgsl bitpack: low part shift sign flipped", Wgsl, "bitpack", "acc |= c << (start - bit0);", None, "acc |= c >> (start - bit0);"), Bitpack, SW),
@@ -190,11 +202,46 @@ fn run_attend(t: &Target, seed: u64) {
     run_attend_cases(t, seed, attend_cases());
 }
 
+/// QJL keys: m = 96 (pieces straddle words) by the nibble table, m = 64 by masked sums.
+fn qjl_cases() -> Vec<(Case, u32)> {
+    let base = Case {
+        what: "mutants: decode qjl m=96 keys (nibble table) / kivi-4 values, wrapped ring, splits",
+        method: "qjl:m=96/kivi:bits=4,group=32,residual=32",
+        t: 200,
+        tq: 1,
+        hq: 4,
+        hkv: 2,
+        d: 64,
+        opts: AttendOptions::default(),
+        seg_tokens: 1 << 20,
+        ring_extra: 5,
+        target: 16,
+    };
+    vec![
+        (base, 32 * 1024),
+        (
+            Case {
+                what: "mutants: decode qjl m=64 keys (masked sums) / f16 values",
+                method: "qjl:m=64/f16:residual=16",
+                ..base
+            },
+            16 * 1024,
+        ),
+    ]
+}
+
 fn run_attend_cases(t: &Target, seed: u64, cases: Vec<Case>) {
+    run_attend_cases_at(t, seed, cases.into_iter().map(|c| (c, 16 * 1024)).collect());
+}
+
+/// Each case with its codecs planned for `limit` bytes of workgroup storage.
+fn run_attend_cases_at(t: &Target, seed: u64, cases: Vec<(Case, u32)>) {
     use rand::SeedableRng;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let cpu = Context::cpu();
-    for c in cases {
+    for (c, limit) in cases {
+        let cpu = Context::cpu()
+            .with_max_workgroup_storage_size(limit)
+            .expect("limit");
         let (q, k, v) = common::attend_plans::qkv(&mut rng, &c);
         let method = Method::parse(c.method).expect("method");
         let mut layer = Layer::new(&cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");
@@ -259,6 +306,7 @@ fn run(check: Check, t: &Target, seed: u64) {
         Check::Bitpack => run_bitpack(t, seed),
         Check::VecInfer => run_vecinfer(t),
         Check::ProdAttend => run_attend_cases(t, seed, prod_cases()),
+        Check::QjlAttend => run_attend_cases_at(t, seed, qjl_cases()),
     }
 }
 
@@ -285,6 +333,7 @@ fn every_mutant_is_caught() {
             Check::Bitpack,
             Check::VecInfer,
             Check::ProdAttend,
+            Check::QjlAttend,
         ] {
             run(check, &t, seed);
         }

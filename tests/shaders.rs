@@ -75,10 +75,12 @@ fn attend_specs() -> Vec<Specialization> {
             ]);
         }
         s.push(("ATT_KVI_LUT16", lut16));
-        // QJL keys: m = 64 (a lane's 8 bits inside a word) or 256 (a whole word per lane).
+        // QJL keys: m = 64 (a lane's 8 bits inside a word) by masked sums, or 256 (a whole
+        // word per lane) by the nibble table.
         s.extend([
             ("ATT_KQJL_M", if kb == 3 { 64 } else { 256 }),
             ("ATT_KQJL_C", 0.02f32.to_bits()),
+            ("ATT_KQJL_LUT", u32::from(kb != 3)),
         ]);
         s
     };

@@ -11,7 +11,7 @@ struct KQjlParams {
 };
 typedef KQjlParams KParams;
 #define K_PREP true
-#define K_PREP_W ATT_KQJL_M
+#define K_PREP_W KQ_PREP_W
 
 // The pieces: qjl_attend_k_common.metal (concatenated before this file).
 

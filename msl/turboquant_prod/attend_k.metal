@@ -15,7 +15,7 @@ struct KProdParams {
 typedef KProdParams KParams;
 #define KPR_SQ (8u * KTQ_CPL)
 #define K_PREP true
-#define K_PREP_W (KPR_SQ + ATT_KQJL_M)
+#define K_PREP_W (KPR_SQ + KQ_PREP_W)
 
 template <typename Sh>
 static inline void k_prepare(constant AttendParams& A, constant KParams& KP, device const uint* kseg,

@@ -337,6 +337,19 @@ pub fn plan(
     }
 }
 
+/// The largest workgroup memory (bytes) a value hook of this library declares on top of the
+/// core's (TurboQuant's 8+8-bit RVQ centroids, 2 × 256 f32): reserved when a key codec picks
+/// the form of its prepared query at construction, before the value codec is known.
+pub const VALUE_HOOK_RESERVE: usize = 2 * 256 * 4;
+
+/// Whether a key hook's prepared query of `k_prep` vec4 entries and `k_bytes` of its own
+/// workgroup memory fit the partials kernel for head width `dim` on a device with `limit`
+/// bytes of workgroup storage, whatever the value codec: its space taken as wide as D's
+/// largest rotation (the next power of two) and its own memory as [`VALUE_HOOK_RESERVE`].
+pub fn key_prep_fits(dim: usize, k_prep: usize, k_bytes: usize, limit: usize) -> bool {
+    workgroup_bytes(dim, k_prep, dim.next_power_of_two()) + k_bytes + VALUE_HOOK_RESERVE <= limit
+}
+
 /// Workgroup storage (bytes) the partials kernel needs for head width `dim`, a key codec's
 /// prepared query of `k_prep` vec4 (0: none) and a value space `value_dim` wide, on the
 /// workgroup-memory variant (the larger).

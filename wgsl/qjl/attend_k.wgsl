@@ -20,7 +20,7 @@ struct KQjlParams {
 @group(0) @binding(1) var<uniform> KP: KQjlParams;
 
 const K_PREP: bool = true;
-const K_PREP_W: u32 = ATT_KQJL_M;
+const K_PREP_W: u32 = KQ_PREP_W;
 
 // The pieces: qjl_attend_k_common.wgsl (concatenated before this file).
 

@@ -23,7 +23,7 @@ struct KProdParams {
 const KPR_SQ: u32 = 8u * KTQ_CPL; // where S q starts in qp
 
 const K_PREP: bool = true;
-const K_PREP_W: u32 = KPR_SQ + ATT_KQJL_M;
+const K_PREP_W: u32 = KPR_SQ + KQ_PREP_W;
 
 fn k_prepare(lid: u32, h: u32) {
     ktq_prepare(lid, h);

@@ -25,6 +25,42 @@ pub const GPU_MAX_DIM: usize = 256;
 /// See [`GPU_MAX_DIM`].
 pub const GPU_MAX_M: usize = 512;
 
+/// Whether the GPU attention scores a sketch of `m` rows by its nibble table (the prepared
+/// query 5·m vec4 wide: 16 signed partial sums per 4 sketch rows, one lookup per 4 sign bits;
+/// `ATT_KQJL_LUT` of wgsl/qjl/qjl_attend_k_common.wgsl) rather than by masked sums (m wide,
+/// one select and add per bit): the table when it fits `ctx`'s workgroup storage beside the
+/// key hook's other `prep_before` entries and `k_bytes`, for any value codec.
+pub(crate) fn sketch_lut(
+    ctx: &Context,
+    dim: usize,
+    prep_before: usize,
+    k_bytes: usize,
+    m: usize,
+) -> bool {
+    let limit = ctx.max_workgroup_storage_size() as usize;
+    crate::attention::plan::key_prep_fits(dim, prep_before + 5 * m, k_bytes, limit)
+}
+
+/// The prepared query's width (vec4 entries) of a sketch of `m` rows in the form `lut` picks.
+pub(crate) fn sketch_prep_width(m: usize, lut: bool) -> usize {
+    if lut { 5 * m } else { m }
+}
+
+/// What [`sketch_lut`] chose, for `describe()`.
+pub(crate) fn sketch_note(m: usize, lut: bool) -> String {
+    if lut {
+        format!(
+            "GPU scores by a nibble table ({} bytes of workgroup memory)",
+            16 * sketch_prep_width(m, true)
+        )
+    } else {
+        format!(
+            "GPU scores by masked sums (the nibble table, {} bytes of workgroup memory, does not fit beside the kernel's own)",
+            16 * sketch_prep_width(m, true)
+        )
+    }
+}
+
 /// QJL keys of one layer (see the module docs).
 #[derive(Debug)]
 pub struct QjlCodec {
@@ -37,6 +73,8 @@ pub struct QjlCodec {
     sketch: Vec<f32>,
     /// Its f32 bits (the table the kernels read).
     tables: Vec<u32>,
+    /// Whether GPU attention uses the nibble table ([`sketch_lut`]).
+    lut: bool,
 }
 
 impl QjlCodec {
@@ -69,7 +107,9 @@ impl QjlCodec {
         }
         let sketch = sketch_table(cfg.seed, layer as u64, &l);
         let tables = sketch.iter().map(|x| x.to_bits()).collect();
+        let lut = sketch_lut(ctx, l.dim, 0, 0, l.m);
         Ok(Self {
+            lut,
             cfg,
             l,
             layer,
@@ -246,10 +286,17 @@ impl Codec for QjlCodec {
         vec![
             ("ATT_KQJL_M", self.l.m as u32),
             ("ATT_KQJL_C", scale(self.l.m).to_bits()),
+            ("ATT_KQJL_LUT", u32::from(self.lut)),
         ]
     }
 
     fn attend_prep_width(&self) -> usize {
-        self.l.m
+        sketch_prep_width(self.l.m, self.lut)
+    }
+
+    fn attend_note(&self) -> Option<String> {
+        self.encode
+            .is_gpu()
+            .then(|| sketch_note(self.l.m, self.lut))
     }
 }

@@ -30,6 +30,7 @@ use super::layout::{Layout, norm_at};
 use super::plans;
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
+use crate::codecs::qjl::codec::{sketch_lut, sketch_note, sketch_prep_width};
 use crate::context::{Context, KernelPath, PathChoice};
 use crate::cpu::common::sketch::scale;
 use crate::cpu::common::splitmix::{
@@ -111,6 +112,15 @@ pub struct ProdCodec {
     /// S `[m][P]`.
     sketch: Vec<f32>,
     tables: Vec<u32>,
+    /// Whether GPU attention scores the sketch by its nibble table
+    /// ([`crate::codecs::qjl::codec::sketch_lut`]).
+    lut: bool,
+}
+
+/// The rotated query's width (vec4 entries) before the sketch's in the prepared query
+/// (`KPR_SQ` of wgsl/turboquant_prod/attend_k.wgsl).
+fn mse_prep_width(l: &Layout) -> usize {
+    8 * (l.padded / 8).max(1)
 }
 
 impl ProdCodec {
@@ -144,7 +154,9 @@ impl ProdCodec {
         );
         tables.extend(sketch.iter().map(|x| x.to_bits()));
         let nw = l.norm_words();
+        let lut = sketch_lut(ctx, l.dim, mse_prep_width(&l), l.levels() * 4, prod.m);
         Ok(Self {
+            lut,
             cfg,
             prod,
             quant,
@@ -393,6 +405,7 @@ impl Codec for ProdCodec {
             ("ATT_KTQ_C", inv_sqrt(l.padded).to_bits()),
             ("ATT_KQJL_M", self.prod.m as u32),
             ("ATT_KQJL_C", scale(self.prod.m).to_bits()),
+            ("ATT_KQJL_LUT", u32::from(self.lut)),
         ]
     }
 
@@ -410,7 +423,13 @@ impl Codec for ProdCodec {
     }
 
     fn attend_prep_width(&self) -> usize {
-        8 * (self.l.padded / 8).max(1) + self.prod.m
+        mse_prep_width(&self.l) + sketch_prep_width(self.prod.m, self.lut)
+    }
+
+    fn attend_note(&self) -> Option<String> {
+        self.quant
+            .is_gpu()
+            .then(|| sketch_note(self.prod.m, self.lut))
     }
 
     fn attend_workgroup_bytes(&self) -> usize {

@@ -17,6 +17,7 @@
 //! fits, attention on that device is [`Error::Limit`] (checked when a call is planned).
 
 use crate::attention::kernel::AttendHooks;
+use crate::attention::plan::VALUE_HOOK_RESERVE;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
 use crate::cpu::vecinfer::attend_k::{lut_score, prepare_query};
@@ -57,11 +58,6 @@ pub struct VecInferCodec {
     /// Whether the GPU attention's LUT is f16 (keys only; see the module docs).
     lut16: bool,
 }
-
-/// The largest workgroup memory (bytes) a value hook of this library declares on top of the
-/// core's (TurboQuant's 8+8-bit RVQ centroids, 2 × 256 f32): reserved when the key side picks
-/// its LUT precision, before the value codec is known.
-const VALUE_HOOK_RESERVE: usize = 2 * 256 * 4;
 
 /// Workgroup memory (bytes) of the GPU LUT: n_sub·C entries of the 4 query vectors a
 /// workgroup serves, f32 (16 bytes an entry) or f16 (8).
