@@ -27,8 +27,10 @@
 //! - `encode qjl:m=M [path]`: `qjl_encode` of the same T tokens × 8 heads × D = 128 (QJL keys,
 //!   m = 128 and 256), both WGSL variants; bytes moved = the f16 input + the sign words and
 //!   norms written; compared with the copy of matched size like the quantize arms (issue 14's
-//!   "encode at ≥ 50 % of the same-size copy"). No TurboQuant-Prod encode arm yet (its GPU
-//!   kernel is new and unmeasured).
+//!   "encode at ≥ 50 % of the same-size copy").
+//! - `encode turboquant-prod:bits=4 [path]`: `turboquant_prod_quant` of the same tokens (3-bit
+//!   MSE codes, the residual's m = 128 sign bits, norm and residual norm), both WGSL
+//!   variants; bytes moved = the f16 input + the four streams written.
 //! - `<method> T`: one decode `KvLayer::encode_attend` call (Hq = 32, Hkv = 8, D = 128, every
 //!   pass and the merge) on a cache built by one prefill of T random tokens, for KIVI and
 //!   TurboQuant at about equal bits (kivi-4 ≈ 5 bits held vs turboquant-mse:bits=4 4.125 and
@@ -48,7 +50,8 @@ use half::f16;
 use kvpack::codec::Codec;
 use kvpack::codecs::qjl::plans::{EncodeFrom, plan_encode};
 use kvpack::codecs::qjl::{QjlCodec, QjlSide};
-use kvpack::codecs::turboquant::plans::{QuantSource, plan_quant};
+use kvpack::codecs::turboquant::plans::{QuantSource, plan_prod_quant, plan_quant};
+use kvpack::codecs::turboquant::prod::{ProdCodec, ProdSide};
 use kvpack::codecs::turboquant::{TqSide, TurboQuantCodec, Variant};
 use kvpack::context::{Context, KernelPath, PathChoice};
 use kvpack::cpu::common::splitmix::DEFAULT_SEED;
@@ -119,8 +122,8 @@ enum Work {
     Quant {
         path: KernelPath,
         plan: DispatchPlan,
-        /// (incoming, codes, norms) per rotation instance.
-        bufs: Vec<(wgpu::Buffer, wgpu::Buffer, wgpu::Buffer)>,
+        /// [incoming, the kernel's output streams...] per rotation instance.
+        bufs: Vec<Vec<wgpu::Buffer>>,
         ring: wgpu::Buffer,
         tables: wgpu::Buffer,
     },
@@ -156,8 +159,12 @@ fn record(
             ring,
             tables,
         } => {
-            let (i, c, n) = &bufs[round % bufs.len()];
-            gpu::encode_plan(ctx, enc, *path, plan, &[ring, i, c, n, tables])
+            let b = &bufs[round % bufs.len()];
+            let binds: Vec<&wgpu::Buffer> = std::iter::once(ring)
+                .chain(b)
+                .chain(std::iter::once(tables))
+                .collect();
+            gpu::encode_plan(ctx, enc, *path, plan, &binds)
         }
         Work::Attend { layer, q, out } => {
             let opts = AttendOptions::default();
@@ -235,11 +242,11 @@ fn quant_arm(
     for _ in 0..rotation(l2, in_bytes + out_bytes) {
         let i = gpu::storage_buffer(ctx, "bench tq incoming", in_bytes)?;
         fill_from(ctx, &seed, &i)?;
-        bufs.push((
+        bufs.push(vec![
             i,
             gpu::storage_buffer(ctx, "bench tq codes", (t * l.code_words() * 4) as u64)?,
             gpu::storage_buffer(ctx, "bench tq norms", (t * l.norm_words() * 4) as u64)?,
-        ));
+        ]);
     }
     let ring = gpu::storage_buffer(ctx, "bench tq ring", 4)?;
     let tables = gpu::upload(ctx, "bench tq tables", bytemuck::cast_slice(codec.tables()))?;
@@ -250,12 +257,12 @@ fn quant_arm(
             enc,
             path,
             &plan,
-            &[&ring, &bufs[0].0, &bufs[0].1, &bufs[0].2, &tables],
+            &[&ring, &bufs[0][0], &bufs[0][1], &bufs[0][2], &tables],
         )
     })?;
     let got: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(
         ctx,
-        &bufs[0].1,
+        &bufs[0][1],
         (t * l.code_words() * 4) as u64,
     )?);
     let cpu = TurboQuantCodec::new(&Context::cpu(), cfg, g, 0, PathChoice::Cpu)?;
@@ -330,11 +337,11 @@ fn qjl_arm(
     for _ in 0..rotation(l2, in_bytes + out_bytes) {
         let i = gpu::storage_buffer(ctx, "bench qjl incoming", in_bytes)?;
         fill_from(ctx, &seed, &i)?;
-        bufs.push((
+        bufs.push(vec![
             i,
             gpu::storage_buffer(ctx, "bench qjl signs", sign_bytes)?,
             gpu::storage_buffer(ctx, "bench qjl norms", norm_bytes)?,
-        ));
+        ]);
     }
     let ring = gpu::storage_buffer(ctx, "bench qjl ring", 4)?;
     let tables = gpu::upload(
@@ -348,10 +355,10 @@ fn qjl_arm(
             enc,
             path,
             &plan,
-            &[&ring, &bufs[0].0, &bufs[0].1, &bufs[0].2, &tables],
+            &[&ring, &bufs[0][0], &bufs[0][1], &bufs[0][2], &tables],
         )
     })?;
-    let got: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &bufs[0].1, sign_bytes)?);
+    let got: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &bufs[0][1], sign_bytes)?);
     let cpu = QjlCodec::new(&Context::cpu(), cfg, g, 0, PathChoice::Cpu)?;
     let f = |tok: usize, h: usize, d: usize| x[(tok * HKV + h) * DIM + d].to_f32();
     let mut want = vec![Vec::new(), Vec::new()];
@@ -369,6 +376,111 @@ fn qjl_arm(
     }
     Ok(Arm {
         name: format!("encode qjl:m={m} T={t} [{path}]"),
+        bytes: in_bytes + out_bytes,
+        work: Work::Quant {
+            path,
+            plan,
+            bufs,
+            ring,
+            tables,
+        },
+        ns: Vec::new(),
+    })
+}
+
+/// A TurboQuant-Prod encode arm (`turboquant_prod_quant`, keys: the (b − 1)-bit MSE codes,
+/// the residual's m sign bits, the norm and the residual norm per token and head) over `t`
+/// tokens on `choice`, checked once: at most 0.1 % of codes and of sign bits may differ from
+/// the CPU reference (summation order on the GPU; tests/turboquant_prod.rs checks the spec's
+/// rule exactly). Bytes moved = the f16 input + the four streams written.
+fn prod_arm(
+    ctx: &Context,
+    bits: u32,
+    choice: PathChoice,
+    t: usize,
+    x: &[f16],
+    l2: u64,
+) -> kvpack::Result<Arm> {
+    let cfg = ProdSide {
+        bits,
+        m: None,
+        seed: DEFAULT_SEED,
+    };
+    let g = Geometry::new(HKV, DIM)?;
+    let codec = ProdCodec::new(ctx, cfg, g, 0, choice)?;
+    let path = codec.path();
+    let (l, m) = (*codec.stage1_layout(), codec.layout().m);
+    let rows = kvpack::store::input::f16_rows_to_words(HKV * DIM, &x[..t * HKV * DIM]);
+    let from = QuantSource {
+        start: 0,
+        t_old: 0,
+        inc_start: 0,
+        ring_tokens: 1,
+    };
+    let plan = plan_prod_quant(&l, m, t, from, 0);
+    let stream_bytes = [
+        t * l.code_words() * 4,
+        t * HKV * (m / 32) * 4,
+        t * l.norm_words() * 4,
+        t * l.norm_words() * 4,
+    ]
+    .map(|b| b as u64);
+    let in_bytes = (rows.len() * 4) as u64;
+    let out_bytes: u64 = stream_bytes.iter().sum();
+    let seed = gpu::upload(ctx, "bench prod rows", bytemuck::cast_slice(&rows))?;
+    let mut bufs = Vec::new();
+    for _ in 0..rotation(l2, in_bytes + out_bytes) {
+        let i = gpu::storage_buffer(ctx, "bench prod incoming", in_bytes)?;
+        fill_from(ctx, &seed, &i)?;
+        let mut b = vec![i];
+        for n in stream_bytes {
+            b.push(gpu::storage_buffer(ctx, "bench prod stream", n)?);
+        }
+        bufs.push(b);
+    }
+    let ring = gpu::storage_buffer(ctx, "bench prod ring", 4)?;
+    let tables = gpu::upload(
+        ctx,
+        "bench prod tables",
+        bytemuck::cast_slice(codec.tables()),
+    )?;
+    gpu::submit_blocking(ctx, "bench prod check", |enc| {
+        let binds: Vec<&wgpu::Buffer> = std::iter::once(&ring)
+            .chain(&bufs[0])
+            .chain(std::iter::once(&tables))
+            .collect();
+        gpu::encode_plan(ctx, enc, path, &plan, &binds)
+    })?;
+    let cpu = ProdCodec::new(&Context::cpu(), cfg, g, 0, PathChoice::Cpu)?;
+    let f = |tok: usize, h: usize, d: usize| x[(tok * HKV + h) * DIM + d].to_f32();
+    let mut want = vec![Vec::new(); 4];
+    cpu.encode(0, t, &f, &mut want)?;
+    let codes: Vec<u32> =
+        bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &bufs[0][1], stream_bytes[0])?);
+    let signs: Vec<u32> =
+        bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &bufs[0][2], stream_bytes[1])?);
+    let rw = l.row_words();
+    let mut code_differ = 0usize;
+    for row in 0..t * HKV {
+        for i in 0..l.padded {
+            let c =
+                |w: &[u32]| kvpack::codecs::turboquant::layout::code_at(&w[row * rw..], i, l.bits);
+            code_differ += usize::from(c(&want[0]) != c(&codes));
+        }
+    }
+    let sign_differ: u32 = want[1]
+        .iter()
+        .zip(&signs)
+        .map(|(a, b)| (a ^ b).count_ones())
+        .sum();
+    let (nc, ns) = (t * HKV * l.padded, t * HKV * m);
+    if code_differ * 1000 > nc || sign_differ as usize * 1000 > ns {
+        return Err(kvpack::Error::Config(format!(
+            "prod encode check: {code_differ} of {nc} codes and {sign_differ} of {ns} sign bits differ from the CPU reference"
+        )));
+    }
+    Ok(Arm {
+        name: format!("encode turboquant-prod:bits={bits} T={t} [{path}]"),
         bytes: in_bytes + out_bytes,
         work: Work::Quant {
             path,
@@ -480,6 +592,12 @@ fn run() -> Result<(), String> {
                         .map_err(|err| format!("encode qjl:m={m} [{choice}]: {err}"))?,
                 );
             }
+        }
+        for choice in [PathChoice::WgslSubgroup, PathChoice::WgslWorkgroup] {
+            arms.push(
+                prod_arm(&ctx, 4, choice, t, k, o.l2_bytes)
+                    .map_err(|err| format!("encode turboquant-prod:bits=4 [{choice}]: {err}"))?,
+            );
         }
         if t == t_max {
             let mut twin =

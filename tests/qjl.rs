@@ -381,8 +381,8 @@ fn qjl_planted_bugs_are_caught(t: &Target) {
         ),
         (
             "row_skipped",
-            "min(rb * QRB + e / QDC, QM - 1u); // @qjl-row",
-            "min(rb * QRB + e / QDC + 1u, QM - 1u); // @qjl-row",
+            "min(rb * QRB + e % QRB, QM - 1u); // @qjl-row",
+            "min(rb * QRB + e % QRB + 1u, QM - 1u); // @qjl-row",
         ),
         (
             "tail_stored",

@@ -18,7 +18,7 @@ typedef KQjlParams KParams;
 template <typename Sh>
 static inline void k_prepare(constant AttendParams& A, constant KParams& KP, device const uint* kseg,
                              device const uint* ktab, threadgroup Sh& S, uint lid, uint h) {
-    kqjl_prepare(ktab, S, lid, 0u, ATTEND_DIM, 0u);
+    kqjl_prepare(ktab, S, lid, 0u, 0u);
 }
 
 template <typename Sh>

@@ -11,18 +11,17 @@
 #define KQ_LW ((KQ_CPL + 31u) / 32u)
 #define KQ_PW (KQ_CPL < 32u ? KQ_CPL : 32u)
 
-// The prepared query of the sketch S [m][stride] at word `tab` of ktab (q zero past D) at
-// S.qp[off ..). Every thread calls it (it holds a barrier).
+// The prepared query of the sketch Sᵀ [≥ D][m] at word `tab` of ktab (gpu_sketch_table; q zero
+// past D) at S.qp[off ..). Every thread calls it (it holds a barrier).
 template <typename Sh>
 static inline void kqjl_prepare(device const uint* ktab, threadgroup Sh& S, uint lid, uint tab,
-                                uint stride, uint off) {
+                                uint off) {
     const float c = as_type<float>(uint(ATT_KQJL_C));
     const uint raw = off + (KQ_LUT ? 4u * KQ_M : 0u);
     for (uint i = lid; i < KQ_M; i += WORKGROUP_SIZE) {
-        const uint base = tab + i * stride;
         float4 a = float4(0.0f);
         for (uint d = 0u; d < ATTEND_DIM; ++d) {
-            a += as_type<float>(ktab[base + d]) * S.qs[d];
+            a += as_type<float>(ktab[tab + d * KQ_M + i]) * S.qs[d];
         }
         S.qp[raw + i] = a * c;
     }

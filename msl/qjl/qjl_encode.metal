@@ -11,7 +11,7 @@
 // [[buffer(2)]] incoming: uint [n][in_row_words]
 // [[buffer(3)]] signs:    uint [tokens][H][m/32]      (segment)
 // [[buffer(4)]] norms:    uint [tokens][ceil(H / 2)]  (segment)
-// [[buffer(5)]] tables:   uint: S [m][D] f32 bits
+// [[buffer(5)]] tables:   uint: Sᵀ [D][m] f32 bits (gpu_sketch_table)
 #include <metal_stdlib>
 using namespace metal;
 
@@ -90,9 +90,9 @@ kernel void qjl_encode(constant QjlParams& P [[buffer(0)]],
             for (uint c = 0u; c < QNC; ++c) {
                 threadgroup_barrier(mem_flags::mem_threadgroup);
                 for (uint e = lid; e < QRB * QDC; e += WORKGROUP_SIZE) {
-                    const uint d = c * QDC + e % QDC;
-                    const uint row = min(rb * QRB + e / QDC, QM - 1u); // @qjl-row
-                    qs[(e % QDC) * QSP + e / QDC] = d < QD ? as_type<float>(tables[row * QD + d]) : 0.0f;
+                    const uint d = c * QDC + e / QRB;
+                    const uint row = min(rb * QRB + e % QRB, QM - 1u); // @qjl-row
+                    qs[(e / QRB) * QSP + e % QRB] = d < QD ? as_type<float>(tables[d * QM + row]) : 0.0f;
                 }
                 for (uint e = lid; e < QT * QDC; e += WORKGROUP_SIZE) {
                     const uint t = e / QDC;

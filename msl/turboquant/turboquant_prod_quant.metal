@@ -14,7 +14,7 @@
 // [[buffer(4)]] signs:    uint [tokens][H][m / 32]         (segment)
 // [[buffer(5)]] norms:    uint [tokens][ceil(H / 2)]       (segment)
 // [[buffer(6)]] rhos:     uint [tokens][ceil(H / 2)]       (segment)
-// [[buffer(7)]] tables:   uint (signs, codebook, S [m][P] f32)
+// [[buffer(7)]] tables:   uint (signs, codebook, Sᵀ [P][m] f32: gpu_sketch_table)
 
 #define PQ_SW (PQ_M / 32u)
 #define PQ_IT ((PQ_M + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE)
@@ -22,10 +22,10 @@
 // (S r)_j: sketch row j with r in xs, summed in index order.
 static inline float pq_row_dot(constant TqParams& P, device const uint* tables, threadgroup const float* xs,
                                uint j) {
-    const uint base = P.cb_offset + 2u * TQ_TN + min(j, PQ_M - 1u) * TQ_TP;
+    const uint base = P.cb_offset + 2u * TQ_TN + min(j, PQ_M - 1u); // Sᵀ [P][m]
     float a = 0.0f;
     for (uint i = 0u; i < TQ_TP; ++i) {
-        a += as_type<float>(tables[base + i]) * xs[i];
+        a += as_type<float>(tables[base + i * PQ_M]) * xs[i];
     }
     return a;
 }

@@ -21,7 +21,7 @@ template <typename Sh>
 static inline void k_prepare(constant AttendParams& A, constant KParams& KP, device const uint* kseg,
                              device const uint* ktab, threadgroup Sh& S, uint lid, uint h) {
     ktq_prepare(ktab, S, lid, h);
-    kqjl_prepare(ktab, S, lid, A.hkv * KTQ_SW + 2u * KTQ_N, KTQ_P, KPR_SQ);
+    kqjl_prepare(ktab, S, lid, A.hkv * KTQ_SW + 2u * KTQ_N, KPR_SQ);
 }
 
 template <typename Sh>

@@ -1,7 +1,7 @@
 // Attention hooks of QJL keys (wgsl/attend/attend_core.wgsl; the contract:
 // ../shared/spec/qjl.md "Kernels"): streams `signs` (word KP.signs, [tokens][H][m/32]) and
 // `norms` (word KP.norms, [tokens][ceil(H/2)] f16) of the key segment; table (ktab): the
-// sketch S [m][D] f32. CPU twin: src/cpu/qjl/attend_k.rs.
+// sketch as Sᵀ [D][m] f32 (gpu_sketch_table). CPU twin: src/cpu/qjl/attend_k.rs.
 //
 // k_prepare (once per workgroup): the 4 scaled query vectors sketched, qp[i] = c·(S q)_i with
 // c = √(π/2)/m folded in (invocation i sums row i in index order). k_score: lane cg owns
@@ -25,7 +25,7 @@ const K_PREP_W: u32 = KQ_PREP_W;
 // The pieces: qjl_attend_k_common.wgsl (concatenated before this file).
 
 fn k_prepare(lid: u32, h: u32) {
-    kqjl_prepare(lid, 0u, DIM, 0u);
+    kqjl_prepare(lid, 0u, 0u);
 }
 
 fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {

@@ -20,16 +20,17 @@ const KQ_LW: u32 = (KQ_CPL + 31u) / 32u;      // a lane's 32-bit pieces per row
 const KQ_PW: u32 = min(KQ_CPL, 32u);          // bits of a full piece
 const KQ_NPW: u32 = KQ_PW / 4u;               // nibbles of a full piece
 
-// The prepared query of the sketch S [m][stride] at word `tab` of ktab (q zero past D: the
-// first D columns of each row) at qp[off ..). Every invocation calls it (it holds a barrier).
-fn kqjl_prepare(lid: u32, tab: u32, stride: u32, off: u32) {
+// The prepared query of the sketch Sᵀ [≥ D][m] at word `tab` of ktab (src/cpu/common/sketch.rs
+// gpu_sketch_table; q zero past D: its first D rows) at qp[off ..). Invocation i sums row i of
+// S in index order, consecutive invocations reading consecutive words. Every invocation calls
+// it (it holds a barrier).
+fn kqjl_prepare(lid: u32, tab: u32, off: u32) {
     let c = bitcast<f32>(ATT_KQJL_C);
     let raw = off + select(0u, 4u * KQ_M, KQ_LUT);
     for (var i = lid; i < KQ_M; i += WORKGROUP_SIZE) {
-        let base = tab + i * stride;
         var a = vec4<f32>(0.0);
         for (var d = 0u; d < DIM; d++) {
-            a += bitcast<f32>(ktab[base + d]) * qs[d];
+            a += bitcast<f32>(ktab[tab + d * KQ_M + i]) * qs[d];
         }
         qp[raw + i] = a * c;
     }

@@ -25,7 +25,7 @@
 //
 // Bindings: 0 P; 1 ring [ring_tokens][in_row_words]; 2 incoming [n][in_row_words];
 // 3 signs [tokens][H][m/32] (segment); 4 norms [tokens][ceil(H/2)] (segment);
-// 5 tables: S [m][D] f32 bits.
+// 5 tables: Sᵀ [D][m] f32 bits (src/cpu/common/sketch.rs gpu_sketch_table).
 
 // Keep in sync with QjlParams in src/codecs/qjl/plans.rs and msl/qjl/qjl_encode.metal.
 struct QjlParams {
@@ -86,14 +86,15 @@ fn qjl_input(s: u32, e: u32) -> f32 {
 // read row m − 1), and of head h's keys of the tile's tokens from t0 into qx.
 fn qjl_stage(t0: u32, h: u32, live: bool, rb: u32, c: u32, lid: u32) {
     for (var e = lid; e < QRB * QDC; e += WORKGROUP_SIZE) {
-        let r = e / QDC;
-        let d = c * QDC + e % QDC;
+        // Consecutive invocations: consecutive sketch rows of one channel (Sᵀ: one load).
+        let r = e % QRB;
+        let d = c * QDC + e / QRB;
         let row = min(rb * QRB + r, QM - 1u); // @qjl-row
         var v = 0.0;
         if (d < QD) {
-            v = bitcast<f32>(tables[row * QD + d]);
+            v = bitcast<f32>(tables[d * QM + row]);
         }
-        qs[(e % QDC) * QSP + r] = v;
+        qs[(e / QRB) * QSP + r] = v;
     }
     for (var e = lid; e < QT * QDC; e += WORKGROUP_SIZE) {
         let t = e / QDC;

@@ -8,7 +8,7 @@
 // @binding(4) signs:    array<u32> [tokens][H][m / 32]          σ_i = [(S r)_i ≥ 0], LSB-first (segment, written)
 // @binding(5) norms:    array<u32> [tokens][ceil(H / 2)]        f16 n (segment, written)
 // @binding(6) rhos:     array<u32> [tokens][ceil(H / 2)]        f16 ρ = ‖r‖ (segment, written)
-// @binding(7) tables:   array<u32>                              signs [H][ceil(P/32)], codebook [2][2^(b−1)], S [m][P] f32
+// @binding(7) tables:   array<u32>                              signs [H][ceil(P/32)], codebook [2][2^(b−1)], Sᵀ [P][m] f32
 
 @group(0) @binding(0) var<uniform> P: TqParams;
 @group(0) @binding(1) var<storage, read> ring: array<u32>;

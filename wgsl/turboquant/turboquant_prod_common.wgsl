@@ -64,10 +64,11 @@ fn pq_residual(s: u32, h: u32, hs: u32, live: bool, row0: u32, lid: u32) -> vec2
 
 // (S r)_j: sketch row j with r in tq_x, summed in index order.
 fn pq_row_dot(j: u32) -> f32 {
-    let base = P.cb_offset + 2u * TN + min(j, PQ_M - 1u) * TP;
+    // Sᵀ [P][m] (gpu_sketch_table): consecutive j, consecutive words.
+    let base = P.cb_offset + 2u * TN + min(j, PQ_M - 1u);
     var a = 0.0;
     for (var i = 0u; i < TP; i++) {
-        a += bitcast<f32>(tables[base + i]) * tq_x[i];
+        a += bitcast<f32>(tables[base + i * PQ_M]) * tq_x[i];
     }
     return a;
 }

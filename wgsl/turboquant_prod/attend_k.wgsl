@@ -2,7 +2,7 @@
 // ../shared/spec/turboquant.md "Attention on TurboQuant codes", Prod): streams `codes` (word
 // KP.codes, [tokens][H][row_words] of b − 1 bits), `signs` ([tokens][H][m/32]), `norms` and
 // `rhos` ([tokens][ceil(H/2)] f16) of the key segment, layout src/codecs/turboquant/prod.rs;
-// tables (ktab): the key signs [H][ceil(P/32)], the stage-1 codebook [2][2^(b−1)], S [m][P] f32.
+// tables (ktab): the key signs [H][ceil(P/32)], the stage-1 codebook [2][2^(b−1)], Sᵀ [P][m] f32 (gpu_sketch_table).
 // CPU twin: prepare_prod_query / score_prod in src/cpu/turboquant/attend_k.rs.
 //
 // k_prepare: TurboQuant's rotated query q′ into qp[0 .. 8·CPL) (wgsl/turboquant/
@@ -27,7 +27,7 @@ const K_PREP_W: u32 = KPR_SQ + KQ_PREP_W;
 
 fn k_prepare(lid: u32, h: u32) {
     ktq_prepare(lid, h);
-    kqjl_prepare(lid, A.hkv * KTQ_SW + 2u * KTQ_N, KTQ_P, KPR_SQ);
+    kqjl_prepare(lid, A.hkv * KTQ_SW + 2u * KTQ_N, KPR_SQ);
 }
 
 fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {

@@ -1,8 +1,9 @@
 //! The [`Codec`] of QJL keys: per token and head, the m sign bits of `S k` (stream `signs`,
 //! `[tokens][H][m/32]` words, bit i of a row = σ_i LSB-first) and the f16 norm (stream
 //! `norms`, `[tokens][ceil(H/2)]` words, head 2i in the low half); table: the layer's sketch
-//! S `[m][D]` f32 (stream 3 of the spec's generator, head 0). There is no reconstruction:
-//! attention estimates the scores from the signs ([`crate::cpu::qjl::attend_k`]).
+//! S `[m][D]` f32 (stream 3 of the spec's generator, head 0), uploaded transposed (Sᵀ `[D][m]`:
+//! [`gpu_sketch_table`]). There is no reconstruction: attention estimates the scores from the
+//! signs ([`crate::cpu::qjl::attend_k`]).
 
 use half::f16;
 
@@ -12,7 +13,7 @@ use super::plans;
 use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::context::{Context, KernelPath, PathChoice};
-use crate::cpu::common::sketch::{scale, sign_row};
+use crate::cpu::common::sketch::{gpu_sketch_table, scale, sign_row};
 use crate::cpu::common::vector::{mat_vec, norm, store_norm};
 use crate::cpu::qjl::{QjlLayout, attend_k, sketch_table};
 use crate::error::{Error, Result};
@@ -106,7 +107,7 @@ impl QjlCodec {
             }
         }
         let sketch = sketch_table(cfg.seed, layer as u64, &l);
-        let tables = sketch.iter().map(|x| x.to_bits()).collect();
+        let tables = gpu_sketch_table(&sketch, l.m, l.dim);
         let lut = sketch_lut(ctx, l.dim, 0, 0, l.m);
         Ok(Self {
             lut,

@@ -51,7 +51,7 @@ pub const TILE_TOKENS: usize = 32;
 
 /// Encoding of `tokens` tokens from `src` into a segment from token `seg_token`: one
 /// workgroup per ([`TILE_TOKENS`]-token tile, head pair). Storage bindings: ring, incoming, signs, norms, tables
-/// (the sketch `[m][D]` f32).
+/// (the sketch as Sᵀ `[D][m]` f32).
 pub fn plan_encode(
     l: &QjlLayout,
     tokens: usize,

@@ -163,7 +163,7 @@ pub fn prod_specialization(l: &Layout, m: usize) -> registry::Specialization {
 /// TurboQuant-Prod quantization of `tokens` tokens from `src` into a segment from token
 /// `seg_token`: one workgroup per (token, head pair) on every path. `l` is the stage-1 layout
 /// (b − 1 bits, one stage), `m` the sketch rows. Storage bindings: ring, incoming, codes,
-/// signs, norms, residual norms, tables (the stage-1 tables, then S `[m][P]`).
+/// signs, norms, residual norms, tables (the stage-1 tables, then Sᵀ `[P][m]`).
 pub fn plan_prod_quant(
     l: &Layout,
     m: usize,

@@ -13,7 +13,8 @@
 //! ```
 //! **Tables** (one per layer, uploaded once, counted as tables): the key signs `[H][P/32]` and
 //! the stage-1 codebook exactly as TurboQuant-MSE's ([`super::layout`]), then the sketch S
-//! `[m][P]` f32 (SplitMix64 stream 2, head 0) from word [`Layout::table_words`].
+//! `[m][P]` f32 (SplitMix64 stream 2, head 0) from word [`Layout::table_words`], transposed
+//! (Sᵀ `[P][m]`: [`crate::cpu::common::sketch::gpu_sketch_table`]).
 //!
 //! Paths: the CPU reference, and the fused encode kernel `turboquant_prod_quant` (WGSL
 //! subgroup and workgroup-memory variants, MSL) with the GPU attention hooks
@@ -32,7 +33,7 @@ use crate::attention::kernel::AttendHooks;
 use crate::codec::{Codec, EncodeSource, SegmentRef, Stream, Words};
 use crate::codecs::qjl::codec::{sketch_lut, sketch_note, sketch_prep_width};
 use crate::context::{Context, KernelPath, PathChoice};
-use crate::cpu::common::sketch::scale;
+use crate::cpu::common::sketch::{gpu_sketch_table, scale};
 use crate::cpu::common::splitmix::{
     DEFAULT_SEED, STREAM_KEY_SIGNS, STREAM_PROD_SKETCH, gaussian_table, sign_table,
 };
@@ -152,7 +153,7 @@ impl ProdCodec {
             &l,
             std::slice::from_ref(&book),
         );
-        tables.extend(sketch.iter().map(|x| x.to_bits()));
+        tables.extend(gpu_sketch_table(&sketch, prod.m, l.padded));
         let nw = l.norm_words();
         let lut = sketch_lut(ctx, l.dim, mse_prep_width(&l), l.levels() * 4, prod.m);
         Ok(Self {
@@ -194,6 +195,11 @@ impl ProdCodec {
     /// The Prod layout (stage 1 and m).
     pub fn layout(&self) -> &ProdLayout {
         &self.prod
+    }
+
+    /// The stage-1 layout in the form the GPU plans take ([`plans::plan_prod_quant`]).
+    pub fn stage1_layout(&self) -> &Layout {
+        &self.l
     }
 
     /// The ±1 key signs `[P]` of head `h`.
