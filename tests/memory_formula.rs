@@ -46,6 +46,12 @@ enum Form {
     /// QJL keys: per token and head m sign bits, one f16 norm per head (two per word);
     /// table: the sketch S `[m][D]` f32.
     Qjl { m: usize },
+    /// TurboQuant-Prod keys (turboquant.md, "TurboQuant-Prod", b bits in total): per token and
+    /// head one row of P stage-1 MSE codes of b − 1 bits and m sketch sign bits (codes); per
+    /// head the f16 norm n and the f16 residual norm ρ, each two per word (params); tables:
+    /// the key sign rows of P bits per head, the stage-1 codebook (2^(b−1) centroids and
+    /// 2^(b−1) boundary words) and the sketch S `[m][P]` f32.
+    TurboQuantProd { bits: usize, m: usize },
 }
 
 fn words(bits: usize) -> usize {
@@ -92,6 +98,15 @@ impl Form {
                 )
             }
             Form::Qjl { m } => (q * H * (m / 32), q * H.div_ceil(2), m * D),
+            Form::TurboQuantProd { bits, m } => {
+                let p = D.next_power_of_two();
+                let levels = 1usize << (bits - 1);
+                (
+                    q * H * (words(p * (bits - 1)) + words(m)),
+                    2 * q * H.div_ceil(2),
+                    H * words(p) + 2 * levels + m * p,
+                )
+            }
         };
         (4 * codes as u64, 4 * params as u64, 4 * tables as u64)
     }
@@ -157,6 +172,13 @@ const CASES: &[(&str, usize, Form, Form)] = &[
         Form::TurboQuant { bits: 3, stages: 1 },
     ),
     ("qjl:m=96/f16:residual=8", 8, Form::Qjl { m: 96 }, Form::F16),
+    // m defaults to P = 64 (D = 40 padded to a power of two).
+    (
+        "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3",
+        24,
+        Form::TurboQuantProd { bits: 3, m: 64 },
+        Form::TurboQuant { bits: 3, stages: 1 },
+    ),
 ];
 
 const fn kk(bits: usize, group: usize, pair_words: usize) -> Form {

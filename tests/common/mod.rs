@@ -150,13 +150,12 @@ macro_rules! parity_tests {
 /// Instantiates `body(&Target, spec)` for every codec under test × every target: one
 /// `#[test]` per (codec, target), named `body::codec::target`. **Adding a codec to every
 /// generic body is one line here.** `codec_tests!(body, with_qjl)` adds one more QJL pairing
-/// and leaves out TurboQuant-Prod (no layout formula in tests/memory_formula.rs yet).
+/// (f16 values) for bodies that never reconstruct.
 #[macro_export]
 macro_rules! codec_tests {
     ($body:ident) => {
         mod $body {
             $crate::codec_tests!(@specs $body);
-            $crate::codec_tests!(@codec $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3");
         }
     };
     // One more QJL pairing (f16 values, m not a power of two) for bodies that never reconstruct.
@@ -179,6 +178,7 @@ macro_rules! codec_tests {
             // `SideConfig::attends_on_reconstruction` and say what they check instead.
             $crate::codec_tests!(@codec $body, qjl_keys_kivi_values, "qjl:m=96/kivi:bits=4,group=32,residual=32");
             $crate::codec_tests!(@codec $body, qjl_keys_turboquant_values, "qjl/turboquant-mse:bits=3");
+            $crate::codec_tests!(@codec $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3");
     };
     (@codec $body:ident, $name:ident, $spec:expr) => {
         mod $name {
