@@ -9,7 +9,7 @@ mod common;
 
 use common::Target;
 use half::f16;
-use kvpack::{AttendOptions, Error, Input, KvLayer, Method, Snapshot};
+use kvpack::{AttendOptions, Error, Input, KvLayer, Snapshot};
 use rand::Rng;
 
 const H: usize = 2;
@@ -39,7 +39,7 @@ fn expect_err(r: kvpack::Result<()>, what: &str, want: &str, ok: impl Fn(&Error)
 
 fn layer_bad_input_is_typed_and_changes_nothing(t: &Target, spec: &str) {
     let mut rng = common::rng("layer_bad_input");
-    let method = Method::parse(spec).expect("method");
+    let method = common::parse_method(spec, H, D).expect("method");
     let mut l = method
         .layer(t.ctx(), H, D, t.path())
         .unwrap_or_else(|e| panic!("{} {spec}: {e}", t.name()));
