@@ -149,6 +149,18 @@ fn layer_bad_input_is_typed_and_changes_nothing(t: &Target, spec: &str) {
         );
         unchanged(&*l, &before, &name("norm beyond f16"));
     }
+    if !(key_norm && value_norm) {
+        // The sides without a per-token norm take it (a fresh layer; 60000 is finite in f16).
+        let mut fresh = method
+            .layer(t.ctx(), H, D, t.path())
+            .unwrap_or_else(|e| panic!("{}: {e}", name("fresh layer")));
+        let bk = if key_norm { &k } else { &big };
+        let bv = if value_norm { &v } else { &big };
+        fresh
+            .append(Input::F32(bk), Input::F32(bv))
+            .unwrap_or_else(|e| panic!("{}: {e}", name("60000 on the sides without a norm")));
+        assert_eq!(fresh.len(), 30, "{}", name("60000 taken"));
+    }
     // Recording: a CPU layer refuses (PathUnavailable), a GPU layer validates first.
     if let Some(device) = t.ctx().device() {
         let mut enc = device.create_command_encoder(&Default::default());
