@@ -27,6 +27,11 @@ fn config(e: &Error) -> bool {
 fn bad_spec(e: &Error) -> bool {
     matches!(e, Error::Config(_) | Error::BitsOutOfRange { .. })
 }
+/// A geometry the method's calibration was not made for (VecInfer): the typed calibration
+/// error vecinfer.md asks for ("a file that does not match the model ... is a typed error").
+fn calib_geometry(e: &Error) -> bool {
+    matches!(e, Error::Calibration { message, .. } if message.contains("used for a layer of"))
+}
 fn io(e: &Error) -> bool {
     matches!(e, Error::Io { .. })
 }
@@ -35,7 +40,7 @@ fn cache_file(e: &Error) -> bool {
 }
 
 fn bad_input_sweep(t: &Target, spec: &str) {
-    let method = Method::parse(spec).unwrap();
+    let method = common::parse_method(spec, H, D).unwrap();
     let mut rng = common::rng("bad_input_sweep");
     let (q, k, v) = common::random_qkv(&mut rng, 120, 2, 4, H, D);
     let mut layer = method.layer(t.ctx(), H, D, t.path()).unwrap();
@@ -165,10 +170,17 @@ fn bad_input_sweep(t: &Target, spec: &str) {
         Layer::from_snapshot(t.ctx(), 0, h, D, m, t.path(), snap).map(|_| ())
     };
     expect("restore as another method", restore(&other, H), shape, l);
+    // A calibrated method (VecInfer) is refused for another geometry by its calibration
+    // before the snapshot's shape is looked at.
+    let calibrated = method.to_string().contains("calib=");
+    let geometry: Want = if calibrated { calib_geometry } else { shape };
+    if calibrated {
+        eprintln!("{name}: another geometry is the calibration's typed error, not Error::Shape");
+    }
     expect(
         "restore at another geometry",
         restore(&method, H + 1),
-        shape,
+        geometry,
         l,
     );
     let mut lied = saved.clone();

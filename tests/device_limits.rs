@@ -1,10 +1,12 @@
-//! Device limits that small or unusual devices have and lavapipe does not (issue 19 point 4):
+//! Device limits that small or unusual devices have and lavapipe does not (issue 19 point 4),
+//! on both WGSL paths (subgroup and workgroup-memory kernel variants):
 //!
 //! - the x/y workgroup grid split, for every kernel a layer dispatches (the quantize kernels
-//!   of each codec, the attention kernels, the partials' merge): layers on a context whose
-//!   `max_workgroups_per_dimension` is lowered store bit-identical words and return
-//!   bit-identical attention to a layer on the device's own limit, and the context's dispatch
-//!   log shows each kernel really ran with y > 1;
+//!   of each codec, the attention kernels, the partials' merge, and the dequantize kernels of
+//!   its reconstruction): layers on a context whose `max_workgroups_per_dimension` is lowered
+//!   store bit-identical words, return bit-identical attention and reconstruct bit-identically
+//!   to a layer on the device's own limit, and the context's dispatch log shows each kernel
+//!   really ran with y > 1;
 //! - small storage bindings: a residual window or a block of f16 rows beyond the binding limit
 //!   and attention partials beyond it are the typed `Error::Limit`, and the cache is intact
 //!   afterwards (same words, length, memory; attention still answers as before).
@@ -21,16 +23,46 @@ const H: usize = 2;
 const D: usize = 40;
 const ROW: usize = H * D;
 
-/// One quantize path per codec (both KIVI sides and parameter storages, TurboQuant MSE and
-/// RVQ, QJL keys, the f16 baseline).
-const SPLIT_SPECS: &[&str] = &[
-    "f16:residual=0",
-    "kivi:bits=4,group=32,residual=32",
-    "kivi:kbits=2,vbits=3,group=16,vgroup=24,residual=16,params=f32",
-    "turboquant-mse:bits=3,residual=8",
-    "f16/turboquant-rvq:bits=2,residual=8",
-    "qjl:m=64/f16:residual=8",
+/// One quantize path per codec (both KIVI sides and parameter storages, TurboQuant MSE, RVQ
+/// and Prod, QJL keys, VecInfer on a synthetic calibration of this geometry, the f16
+/// baseline), with the dequantize kernels its reconstruction must dispatch on a GPU layer
+/// (each must run split too). TurboQuant-Prod keys, QJL keys and VecInfer have no GPU
+/// dequantize kernel (`Codec::gpu_decodes`): their reconstruction reads the words back and
+/// decodes on the CPU, which the test prints.
+const SPLIT_SPECS: &[(&str, &[&str])] = &[
+    ("f16:residual=0", &[]),
+    (
+        "kivi:bits=4,group=32,residual=32",
+        &["kivi_dequant_keys", "kivi_dequant_values"],
+    ),
+    (
+        "kivi:kbits=2,vbits=3,group=16,vgroup=24,residual=16,params=f32",
+        &["kivi_dequant_keys", "kivi_dequant_values"],
+    ),
+    ("turboquant-mse:bits=3,residual=8", &["turboquant_dequant"]),
+    (
+        "f16/turboquant-rvq:bits=2,residual=8",
+        &["turboquant_dequant"],
+    ),
+    ("qjl:m=64/f16:residual=8", &[]),
+    (
+        "turboquant-prod:bits=3,residual=8/turboquant-mse:bits=2",
+        &["turboquant_dequant"],
+    ),
+    ("vecinfer:kbits=1,vbits=2,residual=8,calib=@synthetic", &[]),
 ];
+
+/// The reconstruction of each side that has one (QJL keys have none: `None`).
+type Recon = [Option<kvpack::Result<Vec<f32>>>; 2];
+
+fn reconstruct(l: &dyn KvLayer, method: &Method) -> Recon {
+    use kvpack::store::Side;
+    [
+        (Side::Keys, method.key().reconstructs()),
+        (Side::Values, method.value().reconstructs()),
+    ]
+    .map(|(side, has)| has.then(|| l.reconstruct_side(side)))
+}
 
 /// Append chunks (tokens): a prefill, single tokens that flush blocks, a ragged chunk.
 const CHUNKS: &[usize] = &[100, 1, 1, 29, 120];
@@ -76,9 +108,9 @@ fn grid_split_every_kernel(t: &Target) {
         .map(|_| rng.random_range(-1.0f32..1.0))
         .collect();
     let qs = queries(&mut rng);
-    for spec in SPLIT_SPECS {
+    for &(spec, dequant) in SPLIT_SPECS {
         let started = std::time::Instant::now();
-        let method = Method::parse(spec).expect("method");
+        let method = common::parse_method(spec, H, D).expect("method");
         // The reference: the device's own limit, logged for each kernel's largest grid.
         let logged = base.with_dispatch_log();
         let mut want = method.layer(&logged, H, D, *path).expect("layer");
@@ -98,6 +130,25 @@ fn grid_split_every_kernel(t: &Target) {
             .iter()
             .map(|(_, q, hq, o)| want.attend(q, *hq, o))
             .collect();
+        // The reconstruction (GPU dequantize kernels where the codec has them).
+        let before = logged.dispatches().len();
+        let want_recon = reconstruct(&*want, &method);
+        let recon_kernels: BTreeSet<&str> =
+            logged.dispatches()[before..].iter().map(|d| d.0).collect();
+        for (side, r) in ["keys", "values"].iter().zip(&want_recon) {
+            match r {
+                None => eprintln!("NOTE {spec}: {side} have no reconstruction"),
+                Some(Err(e)) => panic!("{spec}: {side} reconstruction: {e}"),
+                Some(Ok(_)) => {}
+            }
+        }
+        let expected: BTreeSet<&str> = dequant.iter().copied().collect();
+        assert_eq!(
+            recon_kernels,
+            expected,
+            "{} {spec}: the kernels its reconstruction dispatched",
+            t.name()
+        );
         let mut largest: BTreeMap<&str, u32> = BTreeMap::new();
         // (The device's subgroup probes run once per device, not per layer.)
         for (kernel, x, y) in logged
@@ -168,6 +219,37 @@ fn grid_split_every_kernel(t: &Target) {
                     (Err(e), _) => panic!("{spec} {what} L={lim}: attend: {e}"),
                 }
             }
+            let before = ctx.dispatches().len();
+            for ((side, got), w) in ["keys", "values"]
+                .iter()
+                .zip(reconstruct(&*l, &method))
+                .zip(&want_recon)
+            {
+                match (got, w) {
+                    (None, None) => {}
+                    (Some(Ok(got)), Some(Ok(w))) => {
+                        let same = got.len() == w.len()
+                            && got.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{} {spec}: max {lim} workgroups per dimension changed the {side}' reconstruction",
+                            t.name()
+                        );
+                    }
+                    (
+                        Some(Err(Error::Limit {
+                            what: "workgroups per dispatch",
+                            ..
+                        })),
+                        _,
+                    ) => {}
+                    (got, _) => panic!(
+                        "{spec} L={lim}: {side}' reconstruction: {:?}",
+                        got.map(|r| r.map(|v| v.len()))
+                    ),
+                }
+            }
+            split.extend(split_since(&ctx, before));
         }
         // Every kernel whose grid can split (more than 2 workgroups) ran split and agreed.
         let missing: Vec<_> = largest
@@ -175,7 +257,7 @@ fn grid_split_every_kernel(t: &Target) {
             .filter(|(name, n)| **n > 2 && !split.contains(*name))
             .collect();
         eprintln!(
-            "grid_split_every_kernel[{}] {spec}: kernels (largest grid) {largest:?}; ran split: {split:?} ({:.1} s)",
+            "grid_split_every_kernel[{}] {spec}: kernels (largest grid) {largest:?}; ran split: {split:?}; reconstruction dispatched {recon_kernels:?} (a side without a GPU dequantize kernel decodes on the CPU) ({:.1} s)",
             t.name(),
             started.elapsed().as_secs_f64()
         );
@@ -184,9 +266,18 @@ fn grid_split_every_kernel(t: &Target) {
             "{} {spec}: never ran split over x and y: {missing:?}",
             t.name()
         );
+        // The reconstruction's kernels have grids that can split, and did.
+        for k in dequant {
+            assert!(
+                largest.get(k).is_some_and(|&n| n > 2) && split.contains(k),
+                "{} {spec}: {k} (largest grid {:?}) never ran split",
+                t.name(),
+                largest.get(k)
+            );
+        }
     }
 }
-parity_tests!(@module grid_split_every_kernel, wgsl_subgroup);
+parity_tests!(@module grid_split_every_kernel, wgsl_subgroup, wgsl_workgroup);
 
 /// Appends tokens `[at, at + n)`; an append refused for its grid (beyond L²) must change
 /// nothing and is retried in two halves. False when a single token is refused.

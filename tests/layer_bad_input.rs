@@ -9,7 +9,7 @@ mod common;
 
 use common::Target;
 use half::f16;
-use kvpack::{AttendOptions, Error, Input, KvLayer, Method, Snapshot};
+use kvpack::{AttendOptions, Error, Input, KvLayer, Snapshot};
 use rand::Rng;
 
 const H: usize = 2;
@@ -39,7 +39,7 @@ fn expect_err(r: kvpack::Result<()>, what: &str, want: &str, ok: impl Fn(&Error)
 
 fn layer_bad_input_is_typed_and_changes_nothing(t: &Target, spec: &str) {
     let mut rng = common::rng("layer_bad_input");
-    let method = Method::parse(spec).expect("method");
+    let method = common::parse_method(spec, H, D).expect("method");
     let mut l = method
         .layer(t.ctx(), H, D, t.path())
         .unwrap_or_else(|e| panic!("{} {spec}: {e}", t.name()));
@@ -148,6 +148,18 @@ fn layer_bad_input_is_typed_and_changes_nothing(t: &Target, spec: &str) {
             |e| matches!(e, Error::Config(m) if m.contains("norm")),
         );
         unchanged(&*l, &before, &name("norm beyond f16"));
+    }
+    if !(key_norm && value_norm) {
+        // The sides without a per-token norm take it (a fresh layer; 60000 is finite in f16).
+        let mut fresh = method
+            .layer(t.ctx(), H, D, t.path())
+            .unwrap_or_else(|e| panic!("{}: {e}", name("fresh layer")));
+        let bk = if key_norm { &k } else { &big };
+        let bv = if value_norm { &v } else { &big };
+        fresh
+            .append(Input::F32(bk), Input::F32(bv))
+            .unwrap_or_else(|e| panic!("{}: {e}", name("60000 on the sides without a norm")));
+        assert_eq!(fresh.len(), 30, "{}", name("60000 taken"));
     }
     // Recording: a CPU layer refuses (PathUnavailable), a GPU layer validates first.
     if let Some(device) = t.ctx().device() {

@@ -1,19 +1,21 @@
 //! Memory per kind equals each codec's layout formula (issue 19, point 5), one generic body
-//! over every codec on main (f16, KIVI, TurboQuant-MSE/RVQ, QJL keys) and every path.
+//! over every codec on main (f16, KIVI, TurboQuant-MSE/RVQ/Prod, QJL keys, VecInfer) and every
+//! path.
 //!
 //! The formulas are written here from the layout docs (../shared/spec/kivi.md,
-//! turboquant.md, qjl.md; src/codecs/*/layout.rs's module docs), not taken from the
+//! turboquant.md, qjl.md, vecinfer.md; src/codecs/*/layout.rs's module docs), not taken from the
 //! codecs' `streams()`: a layout, a stream declaration or the store's accounting that counts a
 //! kind twice, in the wrong kind, or with the wrong padding fails here. Per kind (key codes,
 //! key params, value codes, value params, residual, tables) the payload must equal the
 //! formula exactly; what is held must be at least the payload and within the store's growth
 //! slack (1/8 plus one binding alignment per buffer) of it; tables are held exactly once.
-//! VecInfer is left out: it needs a calibration file (tests/vecinfer.rs).
+//! VecInfer (vecinfer.md) runs on a synthetic calibration of this geometry (`calib=@synthetic`,
+//! tests/common/vecinfer_calib.rs).
 
 mod common;
 
 use common::Target;
-use kvpack::{Input, Memory, Method};
+use kvpack::{Input, Memory};
 use rand::Rng;
 
 const H: usize = 2;
@@ -46,6 +48,20 @@ enum Form {
     /// QJL keys: per token and head m sign bits, one f16 norm per head (two per word);
     /// table: the sketch S `[m][D]` f32.
     Qjl { m: usize },
+    /// TurboQuant-Prod keys (turboquant.md, "TurboQuant-Prod", b bits in total): per token and
+    /// head one row of P stage-1 MSE codes of b − 1 bits and m sketch sign bits (codes); per
+    /// head the f16 norm n and the f16 residual norm ρ, each two per word (params); tables:
+    /// the key sign rows of P bits per head, the stage-1 codebook (2^(b−1) centroids and
+    /// 2^(b−1) boundary words) and the sketch S `[m][P]` f32.
+    TurboQuantProd { bits: usize, m: usize },
+    /// VecInfer (vecinfer.md): per token and head one row of n_sub = P/d_s indices of
+    /// log2 C bits, padded to words (codes; no params); tables: keys λ `[H][D]` f32 and the
+    /// codebooks `[H][C][d_s]` f32, values the codebooks only.
+    VecInfer {
+        sub_dim: usize,
+        centroids: usize,
+        keys: bool,
+    },
 }
 
 fn words(bits: usize) -> usize {
@@ -92,6 +108,29 @@ impl Form {
                 )
             }
             Form::Qjl { m } => (q * H * (m / 32), q * H.div_ceil(2), m * D),
+            Form::VecInfer {
+                sub_dim,
+                centroids,
+                keys,
+            } => {
+                let n_sub = D.next_power_of_two() / sub_dim;
+                let index_bits = centroids.trailing_zeros() as usize;
+                let lambda = if keys { H * D } else { 0 };
+                (
+                    q * H * words(n_sub * index_bits),
+                    0,
+                    lambda + H * centroids * sub_dim,
+                )
+            }
+            Form::TurboQuantProd { bits, m } => {
+                let p = D.next_power_of_two();
+                let levels = 1usize << (bits - 1);
+                (
+                    q * H * (words(p * (bits - 1)) + words(m)),
+                    2 * q * H.div_ceil(2),
+                    H * words(p) + 2 * levels + m * p,
+                )
+            }
         };
         (4 * codes as u64, 4 * params as u64, 4 * tables as u64)
     }
@@ -157,6 +196,28 @@ const CASES: &[(&str, usize, Form, Form)] = &[
         Form::TurboQuant { bits: 3, stages: 1 },
     ),
     ("qjl:m=96/f16:residual=8", 8, Form::Qjl { m: 96 }, Form::F16),
+    // m defaults to P = 64 (D = 40 padded to a power of two).
+    (
+        "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3",
+        24,
+        Form::TurboQuantProd { bits: 3, m: 64 },
+        Form::TurboQuant { bits: 3, stages: 1 },
+    ),
+    // Presets (vecinfer.md): bits=1 is d_s 8, C 256; bits=2 is d_s 4, C 256.
+    (
+        "vecinfer:kbits=1,vbits=2,residual=16,calib=@synthetic",
+        16,
+        Form::VecInfer {
+            sub_dim: 8,
+            centroids: 256,
+            keys: true,
+        },
+        Form::VecInfer {
+            sub_dim: 4,
+            centroids: 256,
+            keys: false,
+        },
+    ),
 ];
 
 const fn kk(bits: usize, group: usize, pair_words: usize) -> Form {
@@ -210,7 +271,7 @@ fn memory_matches_layout_formula(t: &Target, spec: &str) {
         .find(|c| c.0 == spec)
         .unwrap_or_else(|| panic!("{spec}: no layout formula in tests/memory_formula.rs"));
     {
-        let method = Method::parse(spec).expect("method");
+        let method = common::parse_method(spec, H, D).expect("method");
         assert_eq!(method.residual(), r, "{spec}: the case's window");
         let mut l = method
             .layer(t.ctx(), H, D, t.path())

@@ -150,13 +150,12 @@ macro_rules! parity_tests {
 /// Instantiates `body(&Target, spec)` for every codec under test × every target: one
 /// `#[test]` per (codec, target), named `body::codec::target`. **Adding a codec to every
 /// generic body is one line here.** `codec_tests!(body, with_qjl)` adds one more QJL pairing
-/// and leaves out TurboQuant-Prod (no layout formula in tests/memory_formula.rs yet).
+/// (f16 values) for bodies that never reconstruct.
 #[macro_export]
 macro_rules! codec_tests {
     ($body:ident) => {
         mod $body {
             $crate::codec_tests!(@specs $body);
-            $crate::codec_tests!(@codec $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3");
         }
     };
     // One more QJL pairing (f16 values, m not a power of two) for bodies that never reconstruct.
@@ -179,6 +178,13 @@ macro_rules! codec_tests {
             // `SideConfig::attends_on_reconstruction` and say what they check instead.
             $crate::codec_tests!(@codec $body, qjl_keys_kivi_values, "qjl:m=96/kivi:bits=4,group=32,residual=32");
             $crate::codec_tests!(@codec $body, qjl_keys_turboquant_values, "qjl/turboquant-mse:bits=3");
+            $crate::codec_tests!(@codec $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3");
+            // VecInfer needs a calibration of the body's geometry: `calib=@synthetic` is
+            // expanded by `common::parse_method(spec, H, D)` (vecinfer_calib::expand); a body
+            // that parses the spec as it is fails loudly. Keys use the 1-bit preset (d_s 8:
+            // its f16 LUT fits lavapipe's 32 KiB of workgroup storage at P = 64; the 2-bit
+            // one, n_sub 16, does not), values the 2-bit one.
+            $crate::codec_tests!(@codec $body, vecinfer_1_2, "vecinfer:kbits=1,vbits=2,residual=16,calib=@synthetic");
     };
     (@codec $body:ident, $name:ident, $spec:expr) => {
         mod $name {
@@ -196,6 +202,28 @@ macro_rules! codec_tests {
             }
         }
     };
+}
+
+/// `spec` parsed for a layer of `heads` KV heads of width `dim`: a VecInfer placeholder
+/// (`calib=@synthetic`) is replaced by a synthetic calibration of that shape
+/// ([`vecinfer_calib::expand`]); every generic body parses its spec with this.
+pub fn parse_method(spec: &str, heads: usize, dim: usize) -> kvpack::Result<kvpack::Method> {
+    kvpack::Method::parse(&vecinfer_calib::expand(spec, heads, dim))
+}
+
+/// The bound on a GPU target's attention against the CPU reference, per row (rel L2):
+/// attention.md's 1e-4, or 1e-3 where the layer's GPU LUT is f16 (vecinfer.md, "Cross-backend
+/// agreement"; the layer's `describe()` names its LUT), printed when it is the wider one.
+pub fn gpu_attend_bound(t: &Target, l: &dyn kvpack::KvLayer, what: &str) -> f64 {
+    if t.is_gpu() && l.describe().contains("GPU LUT f16") {
+        eprintln!(
+            "NOTE {what}[{}]: the layer's GPU LUT is f16: bound 1e-3 (vecinfer.md)",
+            t.name()
+        );
+        1e-3
+    } else {
+        1e-4
+    }
 }
 
 /// A fresh seeded RNG; the seed is printed so that a failure can be replayed with

@@ -323,3 +323,86 @@ pub fn check_lut_case(t: &super::Target, lc: &LutCase) -> bool {
     super::attend_plans::check_case_within(t, c, &layer, &q, &reference, tol);
     lut16
 }
+
+/// The placeholder `codec_tests!` writes for a VecInfer calibration file (`calib=@synthetic`):
+/// a calibration depends on the layer's geometry, which only the body knows, so a body parses
+/// its spec with [`super::parse_method`] (or [`expand`]), which replaces it with
+/// [`synthetic_calib_for`] of the body's (H, D). A body that parses the spec as it is fails
+/// loudly (`cannot read it`), never skips.
+pub const PLACEHOLDER: &str = "calib=@synthetic";
+
+/// `spec` with [`PLACEHOLDER`] replaced by the synthetic calibration of `heads` KV heads of
+/// width `dim` (other specs unchanged).
+pub fn expand(spec: &str, heads: usize, dim: usize) -> String {
+    if !spec.contains(PLACEHOLDER) {
+        return spec.to_string();
+    }
+    let p = synthetic_calib_for(heads, dim);
+    spec.replace(PLACEHOLDER, &format!("calib={}", p.display()))
+}
+
+/// A synthetic calibration (1 layer, `heads` KV heads of width `dim`, both presets), made
+/// once per process and shape from 600 tokens of keys with per-channel offsets (every fifth
+/// channel 4× wider: outliers for λ) and uniform values; seed 15 (bodies draw their own data).
+pub fn synthetic_calib_for(heads: usize, dim: usize) -> PathBuf {
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static MADE: OnceLock<Mutex<HashMap<(usize, usize), PathBuf>>> = OnceLock::new();
+    // Held while a file is made: concurrent bodies of one shape wait for the one file.
+    let mut made = MADE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = made.get(&(heads, dim)) {
+        return p.clone();
+    }
+    let (t, row) = (600, heads * dim);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(15);
+    let offs: Vec<f32> = (0..row).map(|_| rng.random_range(-2.0..2.0)).collect();
+    let k: Vec<f32> = (0..t * row)
+        .map(|i| {
+            let w = if i % 5 == 0 { 4.0 } else { 1.0 };
+            offs[i % row] + w * rng.random_range(-1.0f32..1.0)
+        })
+        .collect();
+    let v: Vec<f32> = (0..t * row)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let q: Vec<f32> = (0..t * row)
+        .map(|_| rng.random_range(-1.5f32..1.5))
+        .collect();
+    let cap = QkvCapture {
+        tokens: t,
+        q: vec![q],
+        k: vec![k],
+        v: vec![v],
+    };
+    let id = ModelIdentity {
+        name: format!("synthetic-h{heads}-d{dim}"),
+        arch: "llama".into(),
+        layers: 1,
+        q_heads: heads,
+        kv_heads: heads,
+        head_dim: dim,
+    };
+    let opts = kvpack::calib::train::CalibOptions {
+        qfilters: false,
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let cal = calibrate_capture(&cap, id, "synthetic", "synthetic", &opts, &|_| {})
+        .unwrap_or_else(|e| panic!("synthetic calibration H={heads} D={dim}: {e}"));
+    let p = std::env::temp_dir().join(format!(
+        "kvpack-vecinfer-{}-synthetic-h{heads}-d{dim}.safetensors",
+        std::process::id()
+    ));
+    cal.write(&p).expect("write the synthetic calibration");
+    eprintln!(
+        "synthetic VecInfer calibration H={heads} D={dim}: {} ({:.1} s)",
+        p.display(),
+        started.elapsed().as_secs_f64()
+    );
+    made.insert((heads, dim), p.clone());
+    p
+}
