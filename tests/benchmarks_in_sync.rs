@@ -323,3 +323,56 @@ fn readme_decode_numbers_match_the_generated_table() {
         );
     }
 }
+
+/// The TurboQuant / QJL / Prod decode ratios the README's speed paragraph quotes are the
+/// generated TurboQuant table's at 32k (BENCHMARKS.md, `generated:turboquant`): the range over
+/// the TurboQuant-MSE and -RVQ rows, then the QJL row's and the Prod row's ratio.
+#[test]
+fn readme_turboquant_ratios_match_the_generated_table() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bench = std::fs::read_to_string(root.join("BENCHMARKS.md")).expect("BENCHMARKS.md");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let block = bench
+        .split("<!-- generated:turboquant -->")
+        .nth(1)
+        .and_then(|b| b.split("<!-- /generated:turboquant -->").next())
+        .expect("the generated turboquant table");
+    // (method, ratio) of the decode rows `| method / kivi-N | 32k | µs | µs | R× ... |`.
+    let rows: Vec<(String, f64)> = block
+        .lines()
+        .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
+        .filter(|c| c.len() > 5 && c[2] == "32k" && c[1].contains(" / kivi-"))
+        .map(|c| {
+            let r = c[5]
+                .split('×')
+                .next()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or_else(|| panic!("`{}` is not a ratio", c[5]));
+            (c[1].to_string(), r)
+        })
+        .collect();
+    let tq: Vec<f64> = rows
+        .iter()
+        .filter(|(m, _)| m.starts_with("turboquant-mse") || m.starts_with("turboquant-rvq"))
+        .map(|r| r.1)
+        .collect();
+    let one = |prefix: &str| -> f64 {
+        rows.iter()
+            .find(|(m, _)| m.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no 32k decode row for {prefix}"))
+            .1
+    };
+    assert!(!tq.is_empty(), "no TurboQuant decode rows at 32k");
+    let lo = tq.iter().copied().fold(f64::MAX, f64::min);
+    let hi = tq.iter().copied().fold(0f64, f64::max);
+    let phrase = format!(
+        "TurboQuant decode is within {lo:.2}–{hi:.2}× of KIVI at about equal bits, QJL keys {:.2}×, TurboQuant-Prod keys {:.2}×",
+        one("qjl:"),
+        one("turboquant-prod:")
+    );
+    let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        readme.contains(&phrase),
+        "README.md does not say \"{phrase}\" (what BENCHMARKS.md's TurboQuant table gives)"
+    );
+}
