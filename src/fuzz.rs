@@ -102,3 +102,48 @@ pub fn tokenizer_llama2c(data: &[u8]) {
         let _ = tok.decode(&ids);
     }
 }
+
+/// The calibration-file reader ([`crate::calib::Calibration::from_bytes`]): an error, or a
+/// calibration whose tables are finite (λ positive) and whose encoding parses back to the same
+/// bytes; its shape check and every layer's VecInfer tables (each preset the file holds, and
+/// the method presets) are values or typed errors, and the tables a layer hands out have the
+/// lengths the layout says.
+pub fn calibration(data: &[u8]) {
+    use crate::calib::Calibration;
+    use crate::cpu::vecinfer::Preset;
+    let Ok(c) = Calibration::from_bytes(data, "fuzz input") else {
+        return;
+    };
+    let bytes = c.to_bytes().expect("a parsed calibration encodes");
+    let again = Calibration::from_bytes(&bytes, "its encoding").expect("its encoding parses");
+    assert_eq!(
+        again.to_bytes().expect("encodes"),
+        bytes,
+        "a calibration's encoding does not round-trip"
+    );
+    let m = &c.meta.model;
+    c.check_shape(m.layers, m.kv_heads, m.head_dim)
+        .expect("a calibration fits its own shape");
+    let Some(v) = &c.vecinfer else {
+        return;
+    };
+    assert!(v.lambda.iter().all(|&x| x.is_finite() && x > 0.0), "λ");
+    let mut presets: Vec<(usize, usize)> = v.keys.keys().chain(v.values.keys()).copied().collect();
+    presets.extend([(8, 256), (4, 256)]);
+    for &(ds, cs) in &presets {
+        let Ok(p) = Preset::new(ds, cs) else {
+            continue;
+        };
+        // Every layer the file has and the one past it (a typed error).
+        for layer in [0, m.layers.saturating_sub(1), m.layers] {
+            if let Ok(t) = c.vecinfer_layer(layer, p, p) {
+                assert!(layer < m.layers, "layer {layer} of {} handed out", m.layers);
+                assert_eq!(t.lambda.len(), m.kv_heads * m.head_dim, "λ of one layer");
+                for cb in [&t.keys, &t.values] {
+                    assert_eq!(cb.len(), m.kv_heads * ds * cs, "a codebook of one layer");
+                    assert!(cb.iter().all(|x| x.is_finite()));
+                }
+            }
+        }
+    }
+}

@@ -105,6 +105,96 @@ fn fuzz_corpus_cache_file() {
     replay("cache_file", kvpack::fuzz::cache_file);
 }
 
+/// The calibration-file seeds: small calibrations made from fixed values (one with VecInfer
+/// tables only, one with Q-Filters too, two layers and two KV heads, tiny presets beside a
+/// method preset so that `vecinfer_layer` hands tables out).
+fn calibration_seeds() -> Vec<(String, Vec<u8>)> {
+    use kvpack::calib::{
+        Calibration, HeadReport, Meta, ModelIdentity, QfilterTables, VecinferTables,
+    };
+    use std::collections::BTreeMap;
+    let (l, h, hq, d) = (2, 2, 4, 8);
+    let wave = |n: usize, f: f32| -> Vec<f32> { (0..n).map(|i| (i as f32 * f).sin()).collect() };
+    let meta = Meta {
+        model: ModelIdentity {
+            name: "fuzz-seed".into(),
+            arch: "llama".into(),
+            layers: l,
+            q_heads: hq,
+            kv_heads: h,
+            head_dim: d,
+        },
+        seed: 7,
+        text_name: "seed".into(),
+        text_bytes: 4,
+        text_fnv1a64: kvpack::calib::file::fnv1a64(b"seed"),
+        tokens: 3,
+    };
+    let book = |ds: usize, c: usize, f: f32| wave(l * h * c * ds, f);
+    let vecinfer = VecinferTables {
+        lambda: (0..l * h * d)
+            .map(|i| 0.5 + (i % 5) as f32 * 0.25)
+            .collect(),
+        keys: BTreeMap::from([((8, 256), book(8, 256, 0.37)), ((2, 4), book(2, 4, 0.11))]),
+        values: BTreeMap::from([((8, 256), book(8, 256, 0.53)), ((4, 2), book(4, 2, 0.7))]),
+        vectors: BTreeMap::from([("keys".to_string(), 3)]),
+        iterations: BTreeMap::from([("keys".to_string(), vec![2, 3])]),
+    };
+    let qfilters = QfilterTables {
+        filters: wave(l * h * d, 0.29),
+        query_filters: wave(l * hq * d, 0.41),
+        rows: 3,
+        report: vec![HeadReport {
+            layer: 1,
+            head: 0,
+            positive_fraction: 0.75,
+            majority_sign: 1,
+            sum_sign: -1,
+            sigma_ratio: 2.5,
+        }],
+    };
+    let mut out = Vec::new();
+    for (name, q) in [("vecinfer", None), ("vecinfer-qfilters", Some(qfilters))] {
+        let c = Calibration {
+            meta: meta.clone(),
+            vecinfer: Some(vecinfer.clone()),
+            qfilters: q,
+        };
+        out.push((
+            format!("seed-{name}"),
+            c.to_bytes().expect("a seed encodes"),
+        ));
+    }
+    out
+}
+
+#[test]
+fn fuzz_corpus_calibration() {
+    let d = dir("corpus", "calibration");
+    let write = std::env::var("KVPACK_WRITE_SEEDS").is_ok_and(|v| v == "1");
+    for (name, bytes) in calibration_seeds() {
+        let p = d.join(&name);
+        if write {
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(&p, &bytes).unwrap();
+        }
+        let committed = std::fs::read(&p)
+            .unwrap_or_else(|e| panic!("{}: {e} (KVPACK_WRITE_SEEDS=1 writes it)", p.display()));
+        assert_eq!(
+            committed,
+            bytes,
+            "{} is not what this kvpack writes",
+            p.display()
+        );
+        let c = kvpack::calib::Calibration::from_bytes(&committed, &name)
+            .expect("a seed is a sound calibration file");
+        let p = kvpack::cpu::vecinfer::Preset::for_bits(1).unwrap();
+        c.vecinfer_layer(1, p, p)
+            .expect("a seed hands out a method preset's tables");
+    }
+    replay("calibration", kvpack::fuzz::calibration);
+}
+
 #[test]
 fn fuzz_corpus_method() {
     for (p, b) in inputs("method").iter().filter(|(p, _)| is_seed(p)) {
