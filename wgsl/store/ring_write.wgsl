@@ -54,10 +54,10 @@ fn main(
     for (var i = linear_workgroup(wg, nwg) * WORKGROUP_SIZE + lid; i < n; i += stride) {
         let s = a + i / rw;
         let w = i % rw;
-        var from = s - params.src_first;
+        var src_row = s - params.src_first;
         if (params.mode == 1u) {
-            from = s % params.src_cap;
+            src_row = s % params.src_cap;
         }
-        dst[(s % params.dst_cap) * rw + w] = src[from * rw + w];
+        dst[(s % params.dst_cap) * rw + w] = src[src_row * rw + w];
     }
 }
