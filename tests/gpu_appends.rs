@@ -501,6 +501,10 @@ fn frame_loop_runs() {
         assert_eq!(report.frames, 70);
         assert_eq!(report.tokens, 70);
         assert!(report.bytes_held > 0);
+        assert!(
+            report.matches_host,
+            "{method}: other words than host appends"
+        );
         // The same kernels over the same words: bit-identical.
         assert!(
             report.max_abs_err == 0.0,
