@@ -33,7 +33,9 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()>;
     /// [`KvLayer::append`] recorded into the caller's encoder (GPU layers). The layer counts
     /// the tokens at once: submit the encoder before the next call that reads or appends,
-    /// and never drop it unsubmitted.
+    /// and never drop it unsubmitted. Recorded while an [`KvLayer::encode_append_gpu`] is
+    /// unsynced, its window writes wait on that append's GPU check (and are rolled back with
+    /// it if it was rejected).
     fn encode_append(
         &mut self,
         encoder: &mut wgpu::CommandEncoder,
@@ -488,8 +490,11 @@ impl Layer {
         let row = self.g.token_elems();
         let kb = gpu_input::check_input(&self.ctx, "k", k, row)?;
         let vb = gpu_input::check_input(&self.ctx, "v", v, row)?;
-        gpu_input::check_device(&self.ctx, "k", &kb)?;
-        gpu_input::check_device(&self.ctx, "v", &vb)?;
+        if let Store::Gpu(s) = &self.store {
+            let placeholder = s.sides[0].placeholder();
+            gpu_input::check_device(&self.ctx, "k", &kb, placeholder)?;
+            gpu_input::check_device(&self.ctx, "v", &vb, placeholder)?;
+        }
         Ok([kb, vb])
     }
 
@@ -752,6 +757,9 @@ impl KvLayer for Layer {
                 )));
             }
         }
+        // From the first command recorded on, the layer reads the input status at its next
+        // sync (even if recording fails below: a conversion already recorded may flag it).
+        s.unsynced = true;
         gpu_input::record_convert(
             &self.ctx,
             enc,
@@ -772,7 +780,6 @@ impl KvLayer for Layer {
         let [pk, pv] = p;
         s.sides[0].apply(pk);
         s.sides[1].apply(pv);
-        s.unsynced = true;
         self.tokens += n;
         Ok(())
     }

@@ -329,7 +329,12 @@ fn plan(kernel: &'static KernelDef, uniform: &impl bytemuck::Pod, workgroups: u6
 /// Checks that `input`'s buffer belongs to this context's device (wgpu validates it when a
 /// bind group is made; here inside an error scope, before anything is recorded into the
 /// caller's encoder, so that a foreign buffer is a typed error and never an invalid encoder).
-pub(crate) fn check_device(ctx: &Context, what: &'static str, input: &Bound<'_>) -> Result<()> {
+pub(crate) fn check_device(
+    ctx: &Context,
+    what: &'static str,
+    input: &Bound<'_>,
+    placeholder: &wgpu::Buffer,
+) -> Result<()> {
     let pipeline = gpu::pipeline::pipeline(ctx, &INPUT_CONVERT, PATH, &Specialization(Vec::new()))?;
     let device = &ctx
         .gpu()
@@ -338,7 +343,6 @@ pub(crate) fn check_device(ctx: &Context, what: &'static str, input: &Bound<'_>)
             message: "this context has no GPU device".into(),
         })?
         .device;
-    let scratch = gpu::storage_buffer(ctx, "kvpack input check", 4)?;
     let uniform = gpu::uniform_buffer(ctx, "kvpack input check", &[0u8; 32])?;
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let _group = device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -359,11 +363,11 @@ pub(crate) fn check_device(ctx: &Context, what: &'static str, input: &Bound<'_>)
             },
             wgpu::BindGroupEntry {
                 binding: 2,
-                resource: scratch.as_entire_binding(),
+                resource: placeholder.as_entire_binding(),
             },
             wgpu::BindGroupEntry {
                 binding: 3,
-                resource: scratch.as_entire_binding(),
+                resource: placeholder.as_entire_binding(),
             },
         ],
     });
