@@ -484,6 +484,64 @@ fn gpu_append_bad_buffers() {
     assert!(snap.tokens == 40);
 }
 
+/// An allocation made to fail at every point of a GPU append (blocking and recorded) leaves
+/// the stored words, the memory report and the length as they were; the same append then
+/// stores what a host append stores.
+#[test]
+fn gpu_append_failed_allocation_loses_nothing() {
+    let Some(t) = common::target("wgsl_workgroup", "gpu_append_failed_allocation") else {
+        return;
+    };
+    let ctx = &t.ctx().with_fault_injection();
+    let spec = "kivi:bits=2,group=32,residual=64";
+    let mut rng = common::rng("gpu_append_failed_allocation");
+    let (k, v) = random(&mut rng, 300);
+    let (kb, vb) = (
+        app_buffer(ctx, 0, bytemuck::cast_slice(&k[90 * ROW..]), storage()),
+        app_buffer(ctx, 0, bytemuck::cast_slice(&v[90 * ROW..]), storage()),
+    );
+    let (ki, vi) = (GpuInput::f32(&kb, 0, 210), GpuInput::f32(&vb, 0, 210));
+    let mut host = layer(ctx, &t, spec);
+    append_host(&mut *host, &k, &v);
+    for recorded in [false, true] {
+        let mut l = layer(ctx, &t, spec);
+        append_host(&mut *l, &k[..90 * ROW], &v[..90 * ROW]);
+        let before = (l.snapshot().expect("snapshot"), l.memory(), l.len());
+        let mut failures = 0;
+        for n in 1.. {
+            ctx.fail_allocation_after(n);
+            let mut enc = encoder(ctx);
+            let r = if recorded {
+                l.encode_append_gpu(&mut enc, ki, vi)
+            } else {
+                l.append_gpu(ki, vi)
+            };
+            ctx.fail_allocation_after(0);
+            match r {
+                Err(Error::OutOfMemory { .. }) => {
+                    failures += 1;
+                    drop(enc);
+                    l.sync().expect("sync after a failed append");
+                    let after = (l.snapshot().expect("snapshot"), l.memory(), l.len());
+                    assert!(
+                        after == before,
+                        "recorded {recorded}: allocation {n} changed the layer"
+                    );
+                }
+                Err(e) => panic!("recorded {recorded}: allocation {n}: {e}"),
+                Ok(()) => {
+                    submit(ctx, enc);
+                    break;
+                }
+            }
+            assert!(n < 1000, "the append never stopped failing");
+        }
+        assert!(failures >= 3, "only {failures} allocations failed");
+        l.sync().expect("sync");
+        assert!(l.snapshot().expect("snapshot") == host.snapshot().expect("snapshot"));
+    }
+}
+
 /// The example's frame loop, a few frames, on the shared device.
 #[test]
 fn frame_loop_runs() {
