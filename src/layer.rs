@@ -68,7 +68,8 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     /// skipped; tokens stored before it keep their words. The layer learns it at its next
     /// sync: [`KvLayer::sync`] (or the blocking `append`/`append_gpu`, which sync first) rolls
     /// the layer back to the tokens it held before the rejected append, forgetting the
-    /// appends recorded after it, and returns the error the host append would have returned.
+    /// appends recorded after it (buffers they grew stay: `memory().held` may be larger), and
+    /// returns the error the host append would have returned.
     /// Until then `len()` and `memory()` count the rejected tokens, the readers that read
     /// stored words back (`snapshot`, `attend`, `reconstruct`, `attend_reference`) return
     /// that error without changing anything, and attention recorded with `encode_attend`

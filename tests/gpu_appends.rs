@@ -387,6 +387,9 @@ fn gpu_append_bad_values(t: &Target, spec: &str) {
 
 codec_tests!(gpu_append_bad_values);
 
+/// A bad-buffer case: its name, K, V and what the error must be.
+type BadCase<'a> = (&'static str, GpuInput<'a>, GpuInput<'a>, fn(&Error) -> bool);
+
 /// Bad buffers: typed errors, nothing stored changes, the app's encoder stays usable.
 #[test]
 fn gpu_append_bad_buffers() {
@@ -425,7 +428,7 @@ fn gpu_append_bad_buffers() {
     let foreign = app_buffer(other, 0, data, storage());
     let n = 20;
     let f32_in = |b, off| GpuInput::f32(b, off, n);
-    let cases: Vec<(&str, GpuInput<'_>, GpuInput<'_>, fn(&Error) -> bool)> = vec![
+    let cases: Vec<BadCase<'_>> = vec![
         (
             "no STORAGE usage",
             f32_in(&uniform_only, 0),
