@@ -387,6 +387,30 @@ fn gpu_append_bad_values(t: &Target, spec: &str) {
 
 codec_tests!(gpu_append_bad_values);
 
+/// `n` devices of one new wgpu instance, with no optional feature (no SUBGROUP, no
+/// TIMESTAMP_QUERY), or `None` after a visible skip.
+fn own_devices(test: &str, n: usize) -> Option<Vec<(wgpu::Device, wgpu::Queue)>> {
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle().with_env());
+    let Ok(adapter) =
+        pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))
+    else {
+        common::skip(test, "no adapter");
+        return None;
+    };
+    Some(
+        (0..n)
+            .map(|_| {
+                pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+                    required_limits: adapter.limits(),
+                    ..Default::default()
+                }))
+                .expect("device")
+            })
+            .collect(),
+    )
+}
+
 /// A bad-buffer case: its name, K, V and what the error must be.
 type BadCase<'a> = (&'static str, GpuInput<'a>, GpuInput<'a>, fn(&Error) -> bool);
 
@@ -396,22 +420,11 @@ fn gpu_append_bad_buffers() {
     // Two devices of one wgpu instance: the layer on the first, a foreign buffer on the
     // second (wgpu validates a buffer's device within an instance; a buffer of another
     // instance is beyond what its public API can tell).
-    let instance =
-        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle().with_env());
-    let Ok(adapter) =
-        pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))
-    else {
-        return common::skip("gpu_append_bad_buffers", "no adapter");
+    let Some(mut devices) = own_devices("gpu_append_bad_buffers", 2) else {
+        return;
     };
-    let device = || {
-        pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            required_limits: adapter.limits(),
-            ..Default::default()
-        }))
-        .expect("device")
-    };
-    let (da, qa) = device();
-    let (db, qb) = device();
+    let (db, qb) = devices.pop().expect("device");
+    let (da, qa) = devices.pop().expect("device");
     let ctx = &Context::from_device(da, qa).expect("context");
     let other = &Context::from_device(db, qb).expect("context");
     let t = Target::Wgsl(ctx.clone(), kvpack::PathChoice::WgslWorkgroup);
@@ -485,7 +498,105 @@ fn gpu_append_bad_buffers() {
         .expect("append");
     assert!(l.snapshot().expect("snapshot") == host.snapshot().expect("snapshot"));
     assert!(snap.tokens == 40);
+    // An input range beyond one storage binding: a typed Limit error (split the append).
+    let small = ctx.with_max_storage_binding_size(16 * 1024).expect("small");
+    let mut l = layer(&small, &t, spec);
+    let big = app_buffer(ctx, 0, bytemuck::cast_slice(&k), storage());
+    let e = l
+        .append_gpu(GpuInput::f32(&big, 0, 60), GpuInput::f32(&big, 0, 60))
+        .expect_err("beyond a binding");
+    assert!(matches!(e, Error::Limit { .. }), "{e:?}");
+    assert_eq!(l.len(), 0);
+    l.append_gpu(GpuInput::f32(&big, 0, 40), GpuInput::f32(&big, 0, 40))
+        .expect("within a binding");
+    assert_eq!(l.len(), 40);
 }
+
+/// The f32 → f16 rounding on the GPU is the host's, bit for bit: ties to even, subnormals,
+/// the edge of f16's range, signed zeros, and many random bit patterns (the f16 codec stores
+/// the rounded rows as they are).
+fn gpu_append_rounding(t: &Target) {
+    if !t.is_gpu() {
+        return;
+    }
+    let ctx = t.ctx();
+    let mut rng = common::rng("gpu_append_rounding");
+    let mut x: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        65504.0,
+        -65504.0,
+        65519.99,
+        -65519.99,
+        65505.0,
+        65519.0,
+        1.0 + 2f32.powi(-11),       // a tie: to even (1.0)
+        1.0 + 3.0 * 2f32.powi(-11), // a tie: to even (up)
+        2f32.powi(-14),
+        2f32.powi(-15),
+        2f32.powi(-24),
+        2f32.powi(-25),
+        -2f32.powi(-25),
+        2f32.powi(-25) * 1.0001,
+        3.0 * 2f32.powi(-25),
+        2f32.powi(-26),
+        1e-30,
+        f32::MIN_POSITIVE,
+        6.1e-5,
+        6.097555e-5,
+        0.1,
+        1.0 / 3.0,
+        2049.0,
+        2051.0,
+        4097.0,
+        32769.0,
+    ];
+    while x.len() < 40 * ROW {
+        let v = if rng.random_bool(0.5) {
+            f32::from_bits(rng.random::<u32>())
+        } else {
+            rng.random_range(-65519.0f32..65519.0)
+        };
+        if v.is_finite() && v.abs() < 65520.0 {
+            x.push(v);
+        }
+    }
+    x.truncate(40 * ROW);
+    let spec = "f16";
+    let mut host = layer(ctx, t, spec);
+    host.append(Input::F32(&x), Input::F32(&x)).expect("append");
+    let mut l = layer(ctx, t, spec);
+    let b = app_buffer(ctx, 20, bytemuck::cast_slice(&x), storage());
+    l.append_gpu(GpuInput::f32(&b, 20, 40), GpuInput::f32(&b, 20, 40))
+        .expect("append_gpu");
+    let (want, got) = (
+        host.snapshot().expect("snapshot"),
+        l.snapshot().expect("snapshot"),
+    );
+    let (w, g) = (
+        host.reconstruct().expect("reconstruct").0,
+        l.reconstruct().expect("reconstruct").0,
+    );
+    assert_eq!(w.len(), x.len());
+    assert_eq!(g.len(), x.len());
+    for (i, (a, b)) in w.iter().zip(g).enumerate() {
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "{}: f32 {:e} ({:#010x}) rounds to {:#06x} on the host, {:#06x} on the GPU",
+            t.name(),
+            x[i],
+            x[i].to_bits(),
+            a.to_bits(),
+            b.to_bits()
+        );
+    }
+    assert!(want == got);
+}
+
+parity_tests!(gpu_append_rounding);
 
 /// An allocation made to fail at every point of a GPU append (blocking and recorded) leaves
 /// the stored words, the memory report and the length as they were; the same append then
@@ -573,4 +684,16 @@ fn frame_loop_runs() {
             report.max_abs_err
         );
     }
+    // A device without TIMESTAMP_QUERY (nor SUBGROUP): wall time, and the same checks.
+    let Some(mut devices) = own_devices("frame_loop_runs (no timestamps)", 1) else {
+        return;
+    };
+    let (device, queue) = devices.pop().expect("device");
+    let report =
+        frame_loop::run(&device, &queue, "turboquant-mse:bits=4", 8, false).expect("frame loop");
+    assert!(report.timing.starts_with("wall time"), "{}", report.timing);
+    assert!(
+        report.matches_host && report.max_abs_err == 0.0,
+        "{report:?}"
+    );
 }
