@@ -332,7 +332,7 @@ pub fn run(
     };
     if print {
         println!(
-            "{} tokens in {} bytes ({:.2}x smaller than f16); same words as host appends: {}; \
+            "{} tokens in {} bytes (f16 would take {:.2}x that); same words as host appends: {}; \
              last frame's attention vs the host call: max |diff| {}",
             report.tokens,
             report.bytes_held,

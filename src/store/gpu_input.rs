@@ -61,7 +61,10 @@ impl GpuDtype {
 /// 4 for f32); the bytes read, `[offset, offset + tokens·H·D·size)` rounded out to whole
 /// 4-byte words, must lie inside the buffer and within the device's
 /// `max_storage_buffer_binding_size` (split larger appends). The buffer needs
-/// [`wgpu::BufferUsages::STORAGE`] and must belong to the layer's device. kvpack only reads it,
+/// [`wgpu::BufferUsages::STORAGE`] and must belong to the layer's device: a buffer of another
+/// device of the same `wgpu::Instance` is an [`Error::Config`] (wgpu's own validation, run in
+/// an error scope before anything is recorded); a buffer of another `Instance` is beyond what
+/// wgpu's public API can tell (wgpu itself panics on it). kvpack only reads the buffer,
 /// in the commands it records: the application must have written it before those run (an
 /// earlier command of the same encoder or an earlier submission).
 #[derive(Clone, Copy, Debug)]
