@@ -598,6 +598,106 @@ fn gpu_append_rounding(t: &Target) {
 
 parity_tests!(gpu_append_rounding);
 
+/// A rejected recorded append in the middle of a chain recorded into one encoder (GPU and
+/// host appends, the window growing several times after it): the appends before it are kept,
+/// it and everything after it are rolled back, and the layer goes on from there like a layer
+/// that never saw them.
+fn gpu_append_rejected_chain(t: &Target, spec: &str) {
+    if !t.is_gpu() {
+        return;
+    }
+    let ctx = t.ctx();
+    let mut rng = common::rng("gpu_append_rejected_chain");
+    let total = 3 + 10 + 5 + 20 + 7 + 60;
+    let (k, v) = random(&mut rng, total);
+    let mut bad_v = v.clone();
+    bad_v[(13 + 4) * ROW + 3] = f32::NAN; // the last token of the third append
+    let (kb, vb) = (
+        app_buffer(ctx, 0, bytemuck::cast_slice(&k), storage()),
+        app_buffer(ctx, 0, bytemuck::cast_slice(&bad_v), storage()),
+    );
+    let at = |from: usize, n: usize| {
+        (
+            GpuInput::f32(&kb, (from * ROW * 4) as u64, n),
+            GpuInput::f32(&vb, (from * ROW * 4) as u64, n),
+        )
+    };
+    let rows = |from: usize, n: usize| &k[from * ROW..(from + n) * ROW];
+    let mut l = layer(ctx, t, spec);
+    l.append(Input::F32(rows(0, 3)), Input::F32(&v[..3 * ROW]))
+        .expect("append");
+    let mut host = layer(ctx, t, spec);
+    host.append(Input::F32(rows(0, 3)), Input::F32(&v[..3 * ROW]))
+        .expect("append");
+    host.append(Input::F32(rows(3, 10)), Input::F32(&v[3 * ROW..13 * ROW]))
+        .expect("append");
+    let kept = host.snapshot().expect("snapshot");
+    let mut enc = encoder(ctx);
+    for (from, n) in [(3, 10), (13, 5), (18, 20)] {
+        let (ki, vi) = at(from, n);
+        match l.encode_append_gpu(&mut enc, ki, vi) {
+            Err(Error::Config(m)) if m.contains("status check") => return,
+            r => r.expect("encode_append_gpu"),
+        }
+    }
+    match l.encode_append(&mut enc, Input::F32(rows(38, 7)), Input::F32(rows(38, 7))) {
+        Err(Error::Config(m)) if m.contains("status check") => return,
+        r => r.expect("encode_append"),
+    }
+    let (ki, vi) = at(45, 60);
+    match l.encode_append_gpu(&mut enc, ki, vi) {
+        // A configuration that needs the blocking status check (1-bit KIVI with f16
+        // parameters) cannot record appends that quantize: nothing to chain.
+        Err(Error::Config(m)) if m.contains("status check") => return,
+        r => r.expect("encode_append_gpu"),
+    }
+    submit(ctx, enc);
+    assert_eq!(l.len(), total);
+    let e = l.sync().expect_err("the third append was rejected");
+    assert!(
+        matches!(e, Error::NonFinite { what: "v", index, .. } if index == 4 * ROW + 3),
+        "{} {spec}: {e:?}",
+        t.name()
+    );
+    assert_eq!(
+        l.len(),
+        13,
+        "{} {spec}: the appends before it stay",
+        t.name()
+    );
+    assert!(
+        l.snapshot().expect("snapshot") == kept,
+        "{} {spec}: words after the rollback",
+        t.name()
+    );
+    // Going on: the same good appends store what a host layer stores.
+    let mut enc = encoder(ctx);
+    let (ki, _) = at(13, 25);
+    l.encode_append_gpu(&mut enc, ki, ki)
+        .expect("encode_append_gpu");
+    submit(ctx, enc);
+    l.sync().expect("sync");
+    host.append(Input::F32(rows(13, 25)), Input::F32(rows(13, 25)))
+        .expect("append");
+    assert!(
+        l.snapshot().expect("snapshot") == host.snapshot().expect("snapshot"),
+        "{} {spec}: words after appending again",
+        t.name()
+    );
+    let q: Vec<f32> = (0..2 * H * D)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let opts = AttendOptions::default();
+    assert!(
+        bits(&l.attend(&q, 2 * H, &opts).expect("attend"))
+            == bits(&host.attend(&q, 2 * H, &opts).expect("attend")),
+        "{} {spec}: attention after appending again",
+        t.name()
+    );
+}
+
+codec_tests!(gpu_append_rejected_chain);
+
 /// An allocation made to fail at every point of a GPU append (blocking and recorded) leaves
 /// the stored words, the memory report and the length as they were; the same append then
 /// stores what a host append stores.
