@@ -491,7 +491,9 @@ impl Layer {
         let row = self.g.token_elems();
         let kb = gpu_input::check_input(&self.ctx, "k", k, row)?;
         let vb = gpu_input::check_input(&self.ctx, "v", v, row)?;
-        if let Store::Gpu(s) = &self.store {
+        if let Store::Gpu(s) = &self.store
+            && k.tokens > 0
+        {
             let placeholder = s.sides[0].placeholder();
             gpu_input::check_device(&self.ctx, "k", &kb, placeholder)?;
             gpu_input::check_device(&self.ctx, "v", &vb, placeholder)?;
