@@ -19,7 +19,8 @@ use crate::error::{Error, Result};
 use crate::gpu;
 use crate::method::Method;
 use crate::store::cpu::CpuSide;
-use crate::store::gpu::GpuSide;
+use crate::store::gpu::{GpuSide, NewRows};
+use crate::store::gpu_input::{self, GpuInput};
 use crate::store::{
     Geometry, Input, Memory, MemoryReport, Side, SideWords, Snapshot, check_token_limit,
     quantized_len,
@@ -32,13 +33,58 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()>;
     /// [`KvLayer::append`] recorded into the caller's encoder (GPU layers). The layer counts
     /// the tokens at once: submit the encoder before the next call that reads or appends,
-    /// and never drop it unsubmitted.
+    /// and never drop it unsubmitted. Recorded while an [`KvLayer::encode_append_gpu`] is
+    /// unsynced, its window writes wait on that append's GPU check (and are rolled back with
+    /// it if it was rejected).
     fn encode_append(
         &mut self,
         encoder: &mut wgpu::CommandEncoder,
         k: Input<'_>,
         v: Input<'_>,
     ) -> Result<()>;
+    /// Appends `n` tokens of K and V that live in the application's device buffers (see
+    /// [`GpuInput`] for the layout and what is checked), blocking like [`KvLayer::append`],
+    /// and with its exact result: the same stored words as the host append of the same
+    /// values, and the same errors, [`Error::NonFinite`] (NaN, ±Inf, beyond f16) with the
+    /// same index and value, and the codecs' own row checks (per-vector norms). The values are
+    /// converted and checked on the GPU; only a status word (and, for a rejected norm, one
+    /// token's row) is read back. Buffer problems are typed errors before anything runs:
+    /// [`Error::Config`] for a buffer without `STORAGE` usage or of another device,
+    /// [`Error::Shape`] for a misaligned offset or K and V of different token counts,
+    /// [`Error::LengthMismatch`] for a range past the buffer's end, [`Error::Limit`] for one
+    /// beyond a storage binding. On any error nothing changes. On the CPU path:
+    /// [`Error::PathUnavailable`] (kvpack never reads an app's buffer back behind its back).
+    fn append_gpu(&mut self, k: GpuInput<'_>, v: GpuInput<'_>) -> Result<()>;
+    /// [`KvLayer::append_gpu`] recorded into the caller's encoder: no submit, no readback.
+    /// The layer counts the tokens at once (submit the encoder before the next call that
+    /// reads or appends, never drop it unsubmitted). Buffer problems are the same typed errors,
+    /// returned before anything is recorded; a configuration that needs the blocking append's
+    /// status check is refused as by [`KvLayer::encode_append`].
+    ///
+    /// **Values are checked on the GPU.** If this append's input holds a value the host
+    /// append would refuse (NaN, ±Inf, beyond f16, or a vector norm the codec cannot store),
+    /// the GPU marks the layer's input status *rejected*, and every write to the residual
+    /// window of this append and of every append recorded after it (host or GPU input) is
+    /// skipped; tokens stored before it keep their words. The layer learns it at its next
+    /// sync: [`KvLayer::sync`] (or the blocking `append`/`append_gpu`, which sync first) rolls
+    /// the layer back to the tokens it held before the rejected append, forgetting the
+    /// appends recorded after it (buffers they grew stay: `memory().held` may be larger), and
+    /// returns the error the host append would have returned.
+    /// Until then `len()` and `memory()` count the rejected tokens, the readers that read
+    /// stored words back (`snapshot`, `attend`, `reconstruct`, `attend_reference`) return
+    /// that error without changing anything, and attention recorded with `encode_attend`
+    /// reads unspecified values for the rejected tokens.
+    fn encode_append_gpu(
+        &mut self,
+        encoder: &mut wgpu::CommandEncoder,
+        k: GpuInput<'_>,
+        v: GpuInput<'_>,
+    ) -> Result<()>;
+    /// Reads the input status of the appends recorded by [`KvLayer::encode_append_gpu`] since
+    /// the last sync (blocking; a no-op when there are none, and on the CPU path): `Ok` when
+    /// every one was stored, else rolls the layer back to the tokens it held before the first
+    /// rejected one and returns its error (see there). Their encoders must have been submitted.
+    fn sync(&mut self) -> Result<()>;
     /// Attention of host queries `[Tq, Hq, D]` (query row i at position T − Tq + i) over the
     /// cache as stored; `[Tq, Hq, D]` f32.
     fn attend(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>>;
@@ -92,6 +138,12 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
 struct GpuStore {
     sides: [GpuSide; 2],
     choice: PathChoice,
+    /// The input status of appends from device buffers (`store::gpu_input`).
+    input_status: wgpu::Buffer,
+    /// Appends recorded by `encode_append_gpu` since the last sync.
+    unsynced: bool,
+    /// Per side: whether its codec refuses rows whose per-vector norm f16 cannot hold.
+    norm_checks: [bool; 2],
 }
 
 enum Store {
@@ -212,9 +264,20 @@ impl Layer {
             }
             let side =
                 |c: &Arc<dyn Codec>| GpuSide::new(ctx, &**c, r, seg_tokens / c.block_tokens());
+            // A row of f16's largest value: a codec whose row check refuses it checks the
+            // per-vector norm (`crate::codec::check_row_norms`), which GPU input repeats.
+            let big = vec![f16::MAX; g.token_elems()];
+            let norm_checks = [0, 1].map(|i| g.dim > 1 && codecs[i].check_rows(0, &big).is_err());
             Store::Gpu(Box::new(GpuStore {
                 sides: [side(&codecs[0])?, side(&codecs[1])?],
                 choice,
+                input_status: gpu::storage_buffer(
+                    ctx,
+                    "kvpack input status",
+                    gpu_input::status_bytes(g),
+                )?,
+                unsynced: false,
+                norm_checks,
             }))
         } else {
             Store::Cpu([CpuSide::new(&*codecs[0]), CpuSide::new(&*codecs[1])])
@@ -347,12 +410,18 @@ impl Layer {
         Ok(())
     }
 
-    fn append_rows(&mut self, rows: [&[f16]; 2]) -> Result<()> {
+    fn append_rows(&mut self, rows: [NewRows<'_>; 2], n: usize) -> Result<()> {
         let (t, r) = (self.tokens, self.residual);
         match &mut self.store {
             Store::Cpu(sides) => {
-                let pk = sides[0].prepare(&self.ctx, &*self.codecs[0], r, t, rows[0])?;
-                let pv = sides[1].prepare(&self.ctx, &*self.codecs[1], r, t, rows[1])?;
+                let (NewRows::Host(k), NewRows::Host(v)) = (rows[0], rows[1]) else {
+                    return Err(Error::Gpu {
+                        during: "append",
+                        message: "device rows on the CPU path (a kvpack bug)".into(),
+                    });
+                };
+                let pk = sides[0].prepare(&self.ctx, &*self.codecs[0], r, t, k)?;
+                let pv = sides[1].prepare(&self.ctx, &*self.codecs[1], r, t, v)?;
                 sides[0].commit(pk);
                 sides[1].commit(pv);
             }
@@ -372,16 +441,16 @@ impl Layer {
                     }
                     Ok(())
                 };
-                let commit = |enc: &mut wgpu::CommandEncoder| {
+                let commit = |enc: &mut wgpu::CommandEncoder| -> Result<()> {
                     for (side, p) in sides.iter().zip(&p) {
-                        side.record_commit(p, enc);
+                        side.record_commit(p, enc, None)?;
                     }
+                    Ok(())
                 };
                 if checked.is_empty() {
                     gpu::submit_blocking(&ctx, "append", |enc| {
                         encode(enc)?;
-                        commit(enc);
-                        Ok(())
+                        commit(enc)
                     })?;
                 } else {
                     // Phase 1, then the status words, then the commit.
@@ -395,17 +464,93 @@ impl Layer {
                             ));
                         }
                     }
-                    gpu::submit_blocking(&ctx, "append (commit)", |enc| {
-                        commit(enc);
-                        Ok(())
-                    })?;
+                    gpu::submit_blocking(&ctx, "append (commit)", commit)?;
                 }
                 let [pk, pv] = p;
                 s.sides[0].apply(pk);
                 s.sides[1].apply(pv);
             }
         }
-        self.tokens += rows[0].len() / self.g.token_elems();
+        self.tokens += n;
+        Ok(())
+    }
+
+    /// Checks both sides' device inputs (see [`GpuInput`]) before anything is recorded.
+    fn check_gpu_inputs<'a>(
+        &self,
+        k: &GpuInput<'a>,
+        v: &GpuInput<'a>,
+    ) -> Result<[gpu_input::Bound<'a>; 2]> {
+        if v.tokens != k.tokens {
+            return Err(Error::Shape {
+                what: "v",
+                message: format!("v has {} tokens, k has {}", v.tokens, k.tokens),
+            });
+        }
+        check_token_limit(self.tokens, k.tokens)?;
+        let row = self.g.token_elems();
+        let kb = gpu_input::check_input(&self.ctx, "k", k, row)?;
+        let vb = gpu_input::check_input(&self.ctx, "v", v, row)?;
+        if let Store::Gpu(s) = &self.store
+            && k.tokens > 0
+        {
+            let placeholder = s.sides[0].placeholder();
+            gpu_input::check_device(&self.ctx, "k", &kb, placeholder)?;
+            gpu_input::check_device(&self.ctx, "v", &vb, placeholder)?;
+        }
+        Ok([kb, vb])
+    }
+
+    /// The CPU path's refusal of device input.
+    fn gpu_input_on_cpu(&self, call: &str) -> Error {
+        Error::PathUnavailable {
+            kernel: self.codecs[0].method(),
+            requested: PathChoice::Cpu.to_string(),
+            reason: format!(
+                "{call}() reads the application's GPU buffers; this layer runs on the CPU \
+                 (append host values with append())"
+            ),
+        }
+    }
+
+    /// One scratch buffer of f16 rows per side for `n` tokens.
+    fn scratch_rows(&self, n: usize) -> Result<[wgpu::Buffer; 2]> {
+        let bytes = (n * self.g.row_words() * 4) as u64;
+        Ok([
+            gpu::storage_buffer(&self.ctx, "kvpack converted keys", bytes)?,
+            gpu::storage_buffer(&self.ctx, "kvpack converted values", bytes)?,
+        ])
+    }
+
+    /// The input status's words (blocking).
+    fn read_input_status(&self, s: &GpuStore) -> Result<Vec<u32>> {
+        let bytes = gpu_input::status_bytes(self.g);
+        Ok(bytemuck::pod_collect_to_vec(&gpu::readback(
+            &self.ctx,
+            &s.input_status,
+            bytes,
+        )?))
+    }
+
+    /// The error of a rejected append, if the input status holds one.
+    fn status_error(&self, words: &[u32]) -> Option<Error> {
+        (words[gpu_input::status::REJECTED] != 0).then(|| {
+            gpu_input::rejected_error(words, self.g, |side, first, row| {
+                self.codecs[side].check_rows(first, row)
+            })
+        })
+    }
+
+    /// For the readers (`&self`): the error of a rejected unsynced append, if any.
+    fn check_unsynced(&self) -> Result<()> {
+        if let Store::Gpu(s) = &self.store
+            && s.unsynced
+        {
+            let words = self.read_input_status(s)?;
+            if let Some(e) = self.status_error(&words) {
+                return Err(e);
+            }
+        }
         Ok(())
     }
 
@@ -513,12 +658,155 @@ impl Layer {
 
 impl KvLayer for Layer {
     fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
+        self.sync()?;
         let (k16, v16) = self.validate(k, v)?;
         self.check_rows([&k16, &v16])?;
         if k16.is_empty() {
             return Ok(());
         }
-        self.append_rows([&k16, &v16])
+        let n = k16.len() / self.g.token_elems();
+        self.append_rows([NewRows::Host(&k16), NewRows::Host(&v16)], n)
+    }
+
+    fn append_gpu(&mut self, k: GpuInput<'_>, v: GpuInput<'_>) -> Result<()> {
+        if !matches!(self.store, Store::Gpu(_)) {
+            return Err(self.gpu_input_on_cpu("append_gpu"));
+        }
+        self.sync()?;
+        let bound = self.check_gpu_inputs(&k, &v)?;
+        let n = k.tokens;
+        if n == 0 {
+            return Ok(());
+        }
+        let rows = self.scratch_rows(n)?;
+        let Store::Gpu(s) = &self.store else {
+            unreachable!("checked above")
+        };
+        gpu::submit_blocking(&self.ctx, "append (convert input)", |enc| {
+            enc.clear_buffer(&s.input_status, 0, None);
+            gpu_input::record_convert(
+                &self.ctx,
+                enc,
+                self.g,
+                self.tokens,
+                n,
+                [&bound[0], &bound[1]],
+                [&rows[0], &rows[1]],
+                s.norm_checks,
+                &s.input_status,
+            )
+        })?;
+        let words = self.read_input_status(s)?;
+        if words[gpu_input::status::REJECTED] != 0 {
+            let e = self.status_error(&words);
+            gpu::submit_blocking(&self.ctx, "append (clear input status)", |enc| {
+                enc.clear_buffer(&s.input_status, 0, None);
+                Ok(())
+            })?;
+            return Err(e.unwrap_or_else(|| Error::Gpu {
+                during: "append",
+                message: "rejected input without an error (a kvpack bug)".into(),
+            }));
+        }
+        self.append_rows(
+            [
+                NewRows::Device {
+                    buffer: &rows[0],
+                    tokens: n,
+                },
+                NewRows::Device {
+                    buffer: &rows[1],
+                    tokens: n,
+                },
+            ],
+            n,
+        )
+    }
+
+    fn encode_append_gpu(
+        &mut self,
+        enc: &mut wgpu::CommandEncoder,
+        k: GpuInput<'_>,
+        v: GpuInput<'_>,
+    ) -> Result<()> {
+        if !matches!(self.store, Store::Gpu(_)) {
+            return Err(self.gpu_input_on_cpu("encode_append_gpu"));
+        }
+        let bound = self.check_gpu_inputs(&k, &v)?;
+        let n = k.tokens;
+        if n == 0 {
+            return Ok(());
+        }
+        let rows = self.scratch_rows(n)?;
+        let (t, r) = (self.tokens, self.residual);
+        let Store::Gpu(s) = &mut self.store else {
+            unreachable!("checked above")
+        };
+        let new = |i: usize| NewRows::Device {
+            buffer: &rows[i],
+            tokens: n,
+        };
+        let p = [
+            s.sides[0].prepare(&*self.codecs[0], r, t, new(0))?,
+            s.sides[1].prepare(&*self.codecs[1], r, t, new(1))?,
+        ];
+        for (codec, p) in self.codecs.iter().zip(&p) {
+            if codec.needs_status() && GpuSide::encodes(p) {
+                return Err(Error::Config(format!(
+                    "{} {}: this configuration can overflow its parameter storage and needs the status check of \
+                     the blocking append_gpu(); encode_append_gpu() records without reading back",
+                    codec.method(),
+                    codec.side().name()
+                )));
+            }
+        }
+        // From the first command recorded on, the layer reads the input status at its next
+        // sync (even if recording fails below: a conversion already recorded may flag it).
+        s.unsynced = true;
+        gpu_input::record_convert(
+            &self.ctx,
+            enc,
+            self.g,
+            t,
+            n,
+            [&bound[0], &bound[1]],
+            [&rows[0], &rows[1]],
+            s.norm_checks,
+            &s.input_status,
+        )?;
+        for ((side, codec), p) in s.sides.iter().zip(&self.codecs).zip(&p) {
+            side.record_encode(&**codec, p, enc)?;
+        }
+        for (side, p) in s.sides.iter().zip(&p) {
+            side.record_commit(p, enc, Some(&s.input_status))?;
+        }
+        let [pk, pv] = p;
+        s.sides[0].apply(pk);
+        s.sides[1].apply(pv);
+        self.tokens += n;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        let Store::Gpu(s) = &self.store else {
+            return Ok(());
+        };
+        if !s.unsynced {
+            return Ok(());
+        }
+        let words = self.read_input_status(s)?;
+        let err = self.status_error(&words);
+        if err.is_some() {
+            gpu::submit_blocking(&self.ctx, "sync (clear input status)", |enc| {
+                enc.clear_buffer(&s.input_status, 0, None);
+                Ok(())
+            })?;
+            self.tokens = words[gpu_input::status::T_OLD] as usize;
+        }
+        if let Store::Gpu(s) = &mut self.store {
+            s.unsynced = false;
+        }
+        err.map_or(Ok(()), Err)
     }
 
     fn encode_append(
@@ -542,8 +830,8 @@ impl KvLayer for Layer {
         let (t, r) = (self.tokens, self.residual);
         let rows = [&k16[..], &v16[..]];
         let p = [
-            s.sides[0].prepare(&*self.codecs[0], r, t, rows[0])?,
-            s.sides[1].prepare(&*self.codecs[1], r, t, rows[1])?,
+            s.sides[0].prepare(&*self.codecs[0], r, t, NewRows::Host(rows[0]))?,
+            s.sides[1].prepare(&*self.codecs[1], r, t, NewRows::Host(rows[1]))?,
         ];
         for (codec, p) in self.codecs.iter().zip(&p) {
             if codec.needs_status() && GpuSide::encodes(p) {
@@ -558,8 +846,11 @@ impl KvLayer for Layer {
         for ((side, codec), p) in s.sides.iter().zip(&self.codecs).zip(&p) {
             side.record_encode(&**codec, p, enc)?;
         }
+        // While a recorded GPU-input append is unsynced, the window's writes are conditional
+        // on its input status (see encode_append_gpu).
+        let conditional = s.unsynced.then_some(&s.input_status);
         for (side, p) in s.sides.iter().zip(&p) {
-            side.record_commit(p, enc);
+            side.record_commit(p, enc, conditional)?;
         }
         let [pk, pv] = p;
         s.sides[0].apply(pk);
@@ -569,6 +860,7 @@ impl KvLayer for Layer {
     }
 
     fn attend(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
+        self.check_unsynced()?;
         self.check_attend(q.len(), hq, opts)?;
         attention::check_finite(q)?;
         match &self.store {
@@ -668,6 +960,7 @@ impl KvLayer for Layer {
     }
 
     fn snapshot(&self) -> Result<Snapshot> {
+        self.check_unsynced()?;
         Ok(Snapshot {
             tokens: self.tokens,
             keys: self.side_words(0)?,
@@ -683,6 +976,7 @@ impl KvLayer for Layer {
     }
 
     fn reconstruct_side(&self, side: crate::store::Side) -> Result<Vec<f32>> {
+        self.check_unsynced()?;
         let row = self.g.token_elems();
         let mut out = vec![0f32; self.tokens * row];
         let gpu_side = match &self.store {
@@ -745,6 +1039,7 @@ impl KvLayer for Layer {
     }
 
     fn attend_reference(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
+        self.check_unsynced()?;
         self.check_attend(q.len(), hq, opts)?;
         attention::check_finite(q)?;
         self.cpu_attend(None, q, hq, opts)

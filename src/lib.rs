@@ -57,7 +57,7 @@ pub use layer::{KvLayer, Layer};
 pub use method::Method;
 pub use path::{KernelPath, PathChoice};
 pub use persist::SavedCache;
-pub use store::{Input, Memory, MemoryReport, Snapshot};
+pub use store::{GpuDtype, GpuInput, Input, Memory, MemoryReport, Snapshot};
 /// The wgpu kvpack is built on: an app on another wgpu release passes its device through
 /// `kvpack::wgpu` types instead of meeting two incompatible `wgpu::Device`s.
 pub use wgpu;

@@ -95,7 +95,20 @@ struct Piece {
     a: usize,
     b: usize,
     first: usize,
-    incoming: Option<wgpu::Buffer>,
+    /// The rows and the token of their first row.
+    incoming: Option<(wgpu::Buffer, usize)>,
+}
+
+/// One append's new f16 rows `[n][H][D]`: host values (uploaded by `GpuSide::prepare`) or
+/// rows already on the device (`[tokens][H·D/2 words]`, the first row the append's first
+/// token: what `super::gpu_input`'s conversion writes).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum NewRows<'a> {
+    Host(&'a [f16]),
+    Device {
+        buffer: &'a wgpu::Buffer,
+        tokens: usize,
+    },
 }
 
 /// Everything one append of one side allocated (see [`GpuSide::prepare`]).
@@ -109,8 +122,9 @@ pub(crate) struct GpuPending {
     pieces: Vec<Piece>,
     /// A grown ring (the live rows are copied into it by the commit).
     ring: Option<Ring>,
-    /// The rows that stay in the window, `[max(Q_new, T_old), T_new)`.
-    ring_rows: Option<wgpu::Buffer>,
+    /// The rows that stay in the window, `[max(Q_new, T_old), T_new)` (or more), and the
+    /// token of the buffer's first row.
+    ring_rows: Option<(wgpu::Buffer, usize)>,
 }
 
 impl GpuSide {
@@ -198,16 +212,38 @@ impl GpuSide {
         codec: &dyn Codec,
         r: usize,
         t_old: usize,
-        new: &[f16],
+        new: NewRows<'_>,
     ) -> Result<GpuPending> {
         let row = self.g.token_elems();
-        let n = new.len() / row;
+        let (host, n) = match new {
+            NewRows::Host(x) => (x, x.len() / row),
+            NewRows::Device { tokens, .. } => (&[][..], tokens),
+        };
+        let device = match new {
+            NewRows::Device { buffer, .. } => Some(buffer),
+            NewRows::Host(_) => None,
+        };
         let gb = codec.block_tokens();
         let t_new = t_old + n;
         let (q_old, q_new) = (quantized_len(t_old, r, gb), quantized_len(t_new, r, gb));
         let ctx = &self.ctx;
-        let rows =
-            |a: usize, b: usize| f16_rows_to_words(row, &new[(a - t_old) * row..(b - t_old) * row]);
+        // The rows of tokens [a, b) and the token of their first row.
+        let rows = |label: &'static str, a: usize, b: usize| -> Result<(wgpu::Buffer, usize)> {
+            match device {
+                Some(buf) => Ok((buf.clone(), t_old)),
+                None => Ok((
+                    gpu::upload(
+                        ctx,
+                        label,
+                        bytemuck::cast_slice(&f16_rows_to_words(
+                            row,
+                            &host[(a - t_old) * row..(b - t_old) * row],
+                        )),
+                    )?,
+                    a,
+                )),
+            }
+        };
         // Pieces: within one segment, and their uploads within the binding limit.
         let seg_tokens = self.seg_blocks * gb;
         let per_upload = (ctx.max_storage_binding_size() / self.row_bytes()) as usize / gb * gb;
@@ -226,11 +262,7 @@ impl GpuSide {
                 .min(a + per_upload);
             let first = a.max(t_old);
             let incoming = if first < b {
-                Some(gpu::upload(
-                    ctx,
-                    "kvpack incoming rows",
-                    bytemuck::cast_slice(&rows(first, b)),
-                )?)
+                Some(rows("kvpack incoming rows", first, b)?)
             } else {
                 None
             };
@@ -272,11 +304,7 @@ impl GpuSide {
         };
         let first_kept = q_new.max(t_old);
         let ring_rows = if first_kept < t_new {
-            Some(gpu::upload(
-                ctx,
-                "kvpack residual rows",
-                bytemuck::cast_slice(&rows(first_kept, t_new)),
-            )?)
+            Some(rows("kvpack residual rows", first_kept, t_new)?)
         } else {
             None
         };
@@ -344,8 +372,8 @@ impl GpuSide {
             let src = EncodeSource {
                 ring,
                 ring_tokens,
-                incoming: piece.incoming.as_ref().unwrap_or(&self.placeholder),
-                inc_start: piece.first,
+                incoming: piece.incoming.as_ref().map_or(&self.placeholder, |i| &i.0),
+                inc_start: piece.incoming.as_ref().map_or(piece.first, |i| i.1),
                 t_old: p.t_old,
                 start: piece.a,
                 tables: &self.tables,
@@ -370,38 +398,77 @@ impl GpuSide {
     }
 
     /// Records phase 2: the live rows re-laid into a grown ring, then the rows that stay in
-    /// the window written into the (new) ring.
-    pub(crate) fn record_commit(&self, p: &GpuPending, enc: &mut wgpu::CommandEncoder) {
+    /// the window written into the (new) ring. With `conditional` (the layer's input status,
+    /// while a recorded GPU-input append is unsynced) both go through `ring_write`, which
+    /// skips them once an append was rejected (`super::gpu_input`).
+    pub(crate) fn record_commit(
+        &self,
+        p: &GpuPending,
+        enc: &mut wgpu::CommandEncoder,
+        conditional: Option<&wgpu::Buffer>,
+    ) -> Result<()> {
         let rb = self.row_bytes();
+        let rw = self.g.row_words();
         let (dst, cap) = match (&p.ring, &self.ring) {
             (Some(r), _) | (None, Some(r)) => (&r.buffer, r.cap),
-            (None, None) => return,
+            (None, None) => return Ok(()),
         };
         if let (Some(new), Some(old)) = (&p.ring, &self.ring) {
             // Live rows [Q_new, T_old) move from slot s % C to s % C'.
-            let mut s = p.q_new;
-            while s < p.t_old {
-                let run = (p.t_old - s)
-                    .min(old.cap - s % old.cap)
-                    .min(new.cap - s % new.cap);
-                enc.copy_buffer_to_buffer(
+            if let Some(status) = conditional {
+                super::gpu_input::record_ring_write(
+                    &self.ctx,
+                    enc,
+                    true,
+                    (p.q_new.min(p.t_old), p.t_old),
                     &old.buffer,
-                    (s % old.cap) as u64 * rb,
+                    old.cap,
+                    0,
                     &new.buffer,
-                    (s % new.cap) as u64 * rb,
-                    run as u64 * rb,
-                );
-                s += run;
+                    new.cap,
+                    rw,
+                    status,
+                )?;
+            } else {
+                let mut s = p.q_new;
+                while s < p.t_old {
+                    let run = (p.t_old - s)
+                        .min(old.cap - s % old.cap)
+                        .min(new.cap - s % new.cap);
+                    enc.copy_buffer_to_buffer(
+                        &old.buffer,
+                        (s % old.cap) as u64 * rb,
+                        &new.buffer,
+                        (s % new.cap) as u64 * rb,
+                        run as u64 * rb,
+                    );
+                    s += run;
+                }
             }
         }
-        if let Some(rows) = &p.ring_rows {
+        if let Some((rows, row0)) = &p.ring_rows {
             let first = p.q_new.max(p.t_old);
+            if let Some(status) = conditional {
+                return super::gpu_input::record_ring_write(
+                    &self.ctx,
+                    enc,
+                    false,
+                    (first, p.t_new),
+                    rows,
+                    0,
+                    *row0,
+                    dst,
+                    cap,
+                    rw,
+                    status,
+                );
+            }
             let mut s = first;
             while s < p.t_new {
                 let run = (p.t_new - s).min(cap - s % cap);
                 enc.copy_buffer_to_buffer(
                     rows,
-                    (s - first) as u64 * rb,
+                    (s - *row0) as u64 * rb,
                     dst,
                     (s % cap) as u64 * rb,
                     run as u64 * rb,
@@ -409,6 +476,7 @@ impl GpuSide {
                 s += run;
             }
         }
+        Ok(())
     }
 
     /// Swaps in what the append allocated (after its commands were recorded).

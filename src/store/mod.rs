@@ -1,8 +1,9 @@
 //! What every codec shares (DESIGN.md, "one store, many codecs"): input conversion
 //! ([`input`]), memory accounting ([`memory`]), the stored words of one side of a layer on the
 //! CPU ([`cpu`]) or the GPU ([`gpu`]: growable segments sized from the binding limit and a
-//! residual ring that grows with the cache), the two-phase append with its status word, and
-//! snapshots of the stored words ([`snapshot`]).
+//! residual ring that grows with the cache), the two-phase append with its status word,
+//! appends from the application's GPU buffers ([`gpu_input`]), and snapshots of the stored
+//! words ([`snapshot`]).
 //!
 //! A layer has two **sides**, keys and values, each stored by its own codec
 //! ([`crate::codec::Codec`]). A side quantizes whole blocks of `G` tokens (its codec's block
@@ -18,10 +19,12 @@
 
 pub mod cpu;
 pub mod gpu;
+pub mod gpu_input;
 pub mod input;
 pub mod memory;
 pub mod snapshot;
 
+pub use gpu_input::{GpuDtype, GpuInput};
 pub use input::Input;
 pub use memory::{Memory, MemoryReport};
 pub use snapshot::{SideWords, Snapshot};
