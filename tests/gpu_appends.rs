@@ -32,7 +32,7 @@ const D: usize = 40;
 const ROW: usize = H * D;
 
 fn layer(ctx: &Context, t: &Target, spec: &str) -> Box<dyn KvLayer> {
-    Method::parse(spec)
+    common::parse_method(spec, H, D)
         .and_then(|m| m.layer(ctx, H, D, t.path()))
         .unwrap_or_else(|e| panic!("{} {spec}: layer: {e}", t.name()))
 }
