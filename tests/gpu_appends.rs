@@ -24,7 +24,7 @@ mod frame_loop;
 
 use common::Target;
 use half::f16;
-use kvpack::{AttendOptions, Context, Error, GpuInput, Input, KvLayer, Method};
+use kvpack::{AttendOptions, Context, Error, GpuInput, Input, KvLayer};
 use rand::Rng;
 
 const H: usize = 2;

@@ -68,6 +68,19 @@ pub fn transpose_signed(s: &[f32], cols: usize, row: &[u32]) -> Result<Vec<f32>>
     Ok(out)
 }
 
+/// The GPU table of a sketch S `[m][cols]` (row-major f32): Sᵀ `[cols][m]` as f32 bits, so
+/// that invocations computing consecutive sketch rows read consecutive words (the attention's
+/// `S q` and the encode kernels' staged chunks are coalesced loads).
+pub fn gpu_sketch_table(s: &[f32], m: usize, cols: usize) -> Vec<u32> {
+    let mut t = vec![0u32; m * cols];
+    for (i, row) in s.chunks_exact(cols).take(m).enumerate() {
+        for (d, x) in row.iter().enumerate() {
+            t[d * m + i] = x.to_bits();
+        }
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,15 +108,3 @@ mod tests {
     }
 }
 
-/// The GPU table of a sketch S `[m][cols]` (row-major f32): Sᵀ `[cols][m]` as f32 bits, so
-/// that invocations computing consecutive sketch rows read consecutive words (the attention's
-/// `S q` and the encode kernels' staged chunks are coalesced loads).
-pub fn gpu_sketch_table(s: &[f32], m: usize, cols: usize) -> Vec<u32> {
-    let mut t = vec![0u32; m * cols];
-    for (i, row) in s.chunks_exact(cols).take(m).enumerate() {
-        for (d, x) in row.iter().enumerate() {
-            t[d * m + i] = x.to_bits();
-        }
-    }
-    t
-}
