@@ -107,4 +107,3 @@ mod tests {
         assert!(transpose_signed(&s, 2, &[]).is_err());
     }
 }
-
