@@ -122,8 +122,10 @@ fn turboquant_specs() -> Vec<Specialization> {
             ("TQ_LOG2P", lg),
             ("TQ_BITS", b),
             ("TQ_STAGES", s),
-            // TurboQuant-Prod's sketch rows (the other kernels ignore it): P rounded up to 32.
+            // TurboQuant-Prod's sketch rows (the other kernels ignore it): P rounded up to 32,
+            // and its tokens per workgroup (plans::prod_tokens_per_workgroup: 4 at P ≤ 128).
             ("PQ_M", p.next_multiple_of(32)),
+            ("PQ_TOKENS_PER_WG", (512 / p).clamp(1, 4)),
         ])
     })
     .collect()

@@ -753,13 +753,13 @@ fn prod_planted_bugs_are_caught(t: &Target) {
         ),
         (
             "rho_from_n_wgsl",
-            "tq_f16_bits(rr.x) | (tq_f16_bits(rr.y) << 16u)",
-            "tq_f16_bits(nn.x) | (tq_f16_bits(nn.y) << 16u)",
+            "tq_f16_bits(nr[t].z) | (tq_f16_bits(nr[t].w) << 16u)",
+            "tq_f16_bits(nr[t].x) | (tq_f16_bits(nr[t].y) << 16u)",
         ),
         (
             "rho_from_n_msl",
-            "tq_f16_bits(rr[0]) | (tq_f16_bits(rr[1]) << 16u)",
-            "tq_f16_bits(nn[0]) | (tq_f16_bits(nn[1]) << 16u)",
+            "tq_f16_bits(rr[2u * t]) | (tq_f16_bits(rr[2u * t + 1u]) << 16u)",
+            "tq_f16_bits(nn[2u * t]) | (tq_f16_bits(nn[2u * t + 1u]) << 16u)",
         ),
     ];
     let mut rng = common::rng("prod_planted_bugs_are_caught");

@@ -12,32 +12,21 @@ fn main(
     if (item >= P.items) {
         return; // uniform: depends on the workgroup only
     }
-    let tok = item / P.norm_words;
+    let g = item / P.norm_words;
     let pair = item % P.norm_words;
-    let row = P.seg_token + tok;
     tq_load_codebook(lid);
-    var nn = vec2<f32>(0.0);
-    var rr = vec2<f32>(0.0);
-    for (var v = 0u; v < 2u; v++) {
-        let h = 2u * pair + v;
-        let live = h < P.heads;
-        let hs = min(h, P.heads - 1u);
-        let nr = pq_residual(P.src_start + tok, h, hs, live, (row * P.heads + hs) * TRW, lid);
-        for (var it = 0u; it < PQ_IT; it++) {
-            let j = it * WORKGROUP_SIZE + lid;
-            let dot = pq_row_dot(j);
-            if (j < PQ_M && dot >= 0.0) {
-                sgn_or(j, 1u);
+    sgn_clear(lid); // (barriers follow in the residuals' steps)
+    let nr = pq_residuals(g, pair, lid);
+    for (var it = 0u; it < PQ_IT; it++) {
+        let j = it * WORKGROUP_SIZE + lid;
+        let dots = pq_row_dots(j);
+        // @unroll 8
+        for (var v = 0u; v < PQ_SL; v++) {
+            if (j < PQ_M && dots[v] >= 0.0) {
+                sgn_or(v * PQ_M + j, 1u);
             }
         }
-        workgroupBarrier();
-        pq_store_signs(row, hs, live, lid);
-        nn[v] = nr.x;
-        rr[v] = select(0.0, nr.y, live); // an absent head's half stays 0 (its residual is not)
-        workgroupBarrier(); // the next vector reuses tq_x, tq_c, pq_u and the sign row
     }
-    if (lid == 0u) {
-        norms[row * P.norm_words + pair] = tq_f16_bits(nn.x) | (tq_f16_bits(nn.y) << 16u);
-        rhos[row * P.norm_words + pair] = tq_f16_bits(rr.x) | (tq_f16_bits(rr.y) << 16u);
-    }
+    workgroupBarrier();
+    pq_store(g, pair, nr, lid);
 }

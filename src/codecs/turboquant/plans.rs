@@ -36,7 +36,8 @@ pub struct TqParams {
     pub row_words: u32,
     /// u32 words of the norms of one token (ceil(H / 2)).
     pub norm_words: u32,
-    /// Work items: quantize, (token, head pair)s; dequantize, (token, head)s.
+    /// Work items: quantize, (token, head pair)s (Prod: (group of PQ_TT tokens, head pair)s);
+    /// dequantize, (token, head)s.
     pub items: u32,
     /// c = the f32 nearest to 1/√P.
     pub inv_sqrt_p: f32,
@@ -152,18 +153,27 @@ pub fn quant_workgroup_bytes(l: &Layout, path: KernelPath) -> usize {
     }
 }
 
+/// Tokens per workgroup of `turboquant_prod_quant` (`PQ_TOKENS_PER_WG`, its PQ_TT): its 2·PQ_TT residuals (a head
+/// pair of each token) stay in workgroup memory, 4 KiB of them (P = 128: 4 tokens, P = 512: 1),
+/// so that each sketch word read from the tables serves 2·PQ_TT vectors.
+pub fn prod_tokens_per_workgroup(l: &Layout) -> usize {
+    (512 / l.padded).clamp(1, 4)
+}
+
 /// The specialization of `turboquant_prod_quant`: the stage-1 layout's (b − 1 bits, one
-/// stage) and m.
+/// stage), m and the tokens per workgroup.
 pub fn prod_specialization(l: &Layout, m: usize) -> registry::Specialization {
     let mut s = specialization(l);
     s.0.push(("PQ_M", m as u32));
+    s.0.push(("PQ_TOKENS_PER_WG", prod_tokens_per_workgroup(l) as u32));
     s
 }
 
 /// TurboQuant-Prod quantization of `tokens` tokens from `src` into a segment from token
-/// `seg_token`: one workgroup per (token, head pair) on every path. `l` is the stage-1 layout
-/// (b − 1 bits, one stage), `m` the sketch rows. Storage bindings: ring, incoming, codes,
-/// signs, norms, residual norms, tables (the stage-1 tables, then Sᵀ `[P][m]`).
+/// `seg_token`: one workgroup per ([`prod_tokens_per_workgroup`] tokens, head pair) on every
+/// path. `l` is the stage-1 layout (b − 1 bits, one stage), `m` the sketch rows. Storage
+/// bindings: ring, incoming, codes, signs, norms, residual norms, tables (the stage-1 tables,
+/// then Sᵀ `[P][m]`).
 pub fn plan_prod_quant(
     l: &Layout,
     m: usize,
@@ -171,7 +181,7 @@ pub fn plan_prod_quant(
     src: QuantSource,
     seg_token: usize,
 ) -> DispatchPlan {
-    let items = (tokens * l.norm_words()) as u32;
+    let items = (tokens.div_ceil(prod_tokens_per_workgroup(l)) * l.norm_words()) as u32;
     let p = TqParams {
         count: tokens as u32,
         src_start: src.start as u32,
@@ -191,7 +201,9 @@ pub fn plan_prod_quant(
 }
 
 /// Workgroup memory (bytes) `turboquant_prod_quant` takes (both WGSL variants and MSL): the
-/// codebook, the vector, u and the codes (P each), the norm, the sign row.
+/// codebook, the vector, u and the codes (P each), the norm, then per vector of the workgroup
+/// (2·PQ_TT) its residual (P) and sign row (m/32).
 pub fn prod_quant_workgroup_bytes(l: &Layout, m: usize) -> usize {
-    2 * l.levels() * 4 + 3 * l.padded * 4 + 4 + m / 32 * 4
+    let vectors = 2 * prod_tokens_per_workgroup(l);
+    2 * l.levels() * 4 + 3 * l.padded * 4 + 4 + vectors * (l.padded + m / 32) * 4
 }
