@@ -181,6 +181,13 @@ impl VecInferCodec {
         self.n_sub
     }
 
+    /// What its quantize kernel is specialized on: the layout [`plans::plan_quant`] plans a
+    /// `vecinfer_quant` dispatch of (with [`Codec::tables`] bound as the tables and
+    /// [`Codec::path`] the kernel's path), e.g. for a bench that dispatches it directly.
+    pub fn quant_layout(&self) -> &QuantLayout {
+        &self.quant
+    }
+
     /// Whether its GPU attention LUT is f16 (keys; see the module docs).
     pub fn lut_is_f16(&self) -> bool {
         self.lut16
