@@ -102,7 +102,9 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f16 LUT)", Wgsl, "attend_vecinfer", "vec2<u32>(pack2x16float(x.xy), pack2x16float(x.zw))", None, "vec2<u32>(pack2x16float(x.zw), pack2x16float(x.xy))"), VecInfer, S),
         (m("wgsl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f32 LUT)", Wgsl, "attend_vecinfer", "kvi_lut[e] = x;", None, "kvi_lut[e] = x.yzwx;"), VecInfer, S),
         (m("wgsl vecinfer: lambda applied on the wrong side (q / lambda)", Wgsl, "attend_vecinfer", "x = qs[i] * bitcast<f32>(ktab[h * DIM + i]);", None, "x = qs[i] / bitcast<f32>(ktab[h * DIM + i]);"), VecInfer, SW),
-        (m("wgsl vecinfer: index of the next sub-vector (s + 1)", Wgsl, "attend_vecinfer", "a += kvi_entry(s * KVI_C + bits_code(kseg[w], hi, at & 31u, KVI_B));", None, "a += kvi_entry(min(s + 1u, KVI_NSUB - 1u) * KVI_C + bits_code(kseg[w], hi, at & 31u, KVI_B));"), VecInfer, S),
+        (m("wgsl vecinfer: codebook form reads the centroid's first coordinate only", Wgsl, "attend_vecinfer", "x += qp[s * KVI_DS + i] * kvi_cb[c * KVI_DS + i];", None, "x += qp[s * KVI_DS + i] * kvi_cb[c * KVI_DS];"), VecInfer, S),
+        (m("msl vecinfer: codebook form staged from the wrong KV head", Msl, "attend_vecinfer", "S.kvi_cb[e] = as_type<float>(ktab[cb0 + e]);", None, "S.kvi_cb[e] = as_type<float>(ktab[cb0 + (e + KVI_C * KVI_DS) % (A.hkv * KVI_C * KVI_DS)]);"), VecInfer, MSL),
+        (m("wgsl vecinfer: index of the next sub-vector (s + 1)", Wgsl, "attend_vecinfer", "a += kvi_score(s, bits_code(kseg[w], hi, at & 31u, KVI_B));", None, "a += kvi_score(min(s + 1u, KVI_NSUB - 1u), bits_code(kseg[w], hi, at & 31u, KVI_B));"), VecInfer, S),
         // ---- KIVI ----
         (m("msl kivi values: min butterfly turned into max", Msl, "kivi_quant_values", "lo = min(lo, simd_shuffle_xor(lo, off));", None, "lo = max(lo, simd_shuffle_xor(lo, off));"), Kivi, MSL),
         (m("msl kivi values: barrier before assembling words removed", Msl, "kivi_quant_values", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Kivi, MSL),

@@ -74,7 +74,11 @@ fn attend_specs() -> Vec<Specialization> {
                 (name("C"), c.to_bits()),
             ]);
         }
-        s.push(("ATT_KVI_LUT16", lut16));
+        // The codebook form (no LUT) at D ≥ 128 with the 4-bit set, where the f16 LUT stands
+        // otherwise.
+        let cb = u32::from(lut16 == 1 && dim >= 128);
+        s.push(("ATT_KVI_LUT16", lut16 & (1 - cb)));
+        s.push(("ATT_KVI_CB", cb));
         // QJL keys: m = 64 (a lane's 8 bits inside a word) by masked sums, or 256 (a whole
         // word per lane) by the nibble table.
         s.extend([

@@ -327,12 +327,14 @@ parity_tests!(gpu_layer_quantizes_like_the_reference);
 /// f16 LUT (vecinfer.md): on the story fixture (D = 64) VecInfer on both sides and paired with
 /// KIVI either way; on the synthetic D = 32 model with the device's limit (an f32 LUT where it
 /// fits) and with the limit lowered to 24 KiB (f16 forced, said by `describe()`). Where not
-/// even the f16 LUT fits the device (bits=2 at D = 64 on a 32 KiB device), attention is a
-/// typed `Limit` error and the cache is untouched (it still reconstructs as before).
+/// even the f16 LUT fits (bits=2 at D = 64 on a 32 KiB device; bits=2 at D = 32 on a context
+/// lowered to 16 KiB), the keys are scored from the codebook, within 1e-4; where not even that
+/// fits, attention is a typed `Limit` error and the cache is untouched (it still reconstructs
+/// as before).
 fn gpu_lut_attention_matches_reference(t: &common::Target) {
     use common::vecinfer_calib::{shared_calib, story, synthetic, synthetic_calib};
     use kvpack::attention::plan::workgroup_bytes;
-    use kvpack::codecs::vecinfer::codec::{lut_bytes, lut_needs_f16};
+    use kvpack::codecs::vecinfer::codec::{LutForm, codebook_bytes, lut_bytes, lut_form};
     if !t.is_gpu() {
         eprintln!(
             "gpu_lut_attention_matches_reference[{}]: GPU layers only (the CPU reference: story_attention_through_the_lut_hooks; kernels on every path: lut_attention_kernels_match_reference)",
@@ -347,6 +349,7 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
     let (ps, ss) = (p.display(), synthetic_calib().display());
     let limit = t.ctx().max_workgroup_storage_size();
     let forced = t.ctx().with_max_workgroup_storage_size(24 << 10).unwrap();
+    let forced16 = t.ctx().with_max_workgroup_storage_size(16 << 10).unwrap();
     let dev = t.ctx().clone();
     let specs = [
         (
@@ -375,8 +378,13 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
             &forced,
             true,
         ),
+        (
+            format!("vecinfer:bits=2,residual=16,calib={ss}"),
+            &forced16,
+            true,
+        ),
     ];
-    let mut ran = [false; 2];
+    let mut ran = [false; 3];
     for (spec, ctx, synth) in &specs {
         let (q, k, v, (hq, h, d)) = if *synth {
             synthetic(3, tk, tq)
@@ -397,10 +405,11 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
         let desc = layer.describe();
         let keys_vi = spec.starts_with("vecinfer");
         let lut16 = desc.contains("GPU LUT f16");
+        let cb = desc.contains("GPU scores from the codebook");
         assert_eq!(
             keys_vi,
-            lut16 || desc.contains("GPU LUT f32"),
-            "{spec}: describe() names the LUT of VecInfer keys: {desc}"
+            lut16 || cb || desc.contains("GPU LUT f32"),
+            "{spec}: describe() names the form of VecInfer keys' scores: {desc}"
         );
         let lim = ctx.max_workgroup_storage_size() as usize;
         let (p_, n_sub) = (
@@ -413,15 +422,25 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
         );
         let mut fits = true;
         if keys_vi {
+            let form = lut_form(d, p_, n_sub, 256, lim);
             assert_eq!(
-                lut16,
-                lut_needs_f16(d, p_, n_sub, 256, lim),
+                (lut16, cb),
+                (form == LutForm::F16, form == LutForm::Codebook),
                 "{spec}: {desc}"
             );
-            fits = workgroup_bytes(d, p_, p_) + lut_bytes(n_sub, 256, lut16) <= lim;
+            let ds = if n_sub == d / 8 { 8 } else { 4 };
+            let own = if cb {
+                codebook_bytes(256, ds)
+            } else {
+                lut_bytes(n_sub, 256, lut16)
+            };
+            fits = workgroup_bytes(d, p_, p_) + own <= lim;
         }
         if std::ptr::eq(*ctx, &forced) {
             assert!(lut16, "the lowered limit must force the f16 LUT: {desc}");
+        }
+        if std::ptr::eq(*ctx, &forced16) {
+            assert!(cb, "16 KiB must force the codebook form: {desc}");
         }
         for (rows, opts) in [
             (1, AttendOptions::default()),
@@ -451,7 +470,7 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
             let err = common::rel_l2_rows(&out, &reference, d);
             let tol = if lut16 { 1e-3 } else { 1e-4 };
             if keys_vi {
-                ran[usize::from(lut16)] = true;
+                ran[usize::from(lut16) + 2 * usize::from(cb)] = true;
             }
             eprintln!(
                 "gpu_lut[{}] {spec} Tq={rows} (device limit {limit}, planned {lim}): {desc}: worst row rel L2 {err:.2e} (bound {tol:e})",
@@ -466,8 +485,8 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
     }
     assert_eq!(
         ran,
-        [true, true],
-        "{}: both LUT precisions ran on the device",
+        [true, true, true],
+        "{}: both LUT precisions and the codebook form ran on the device",
         t.name()
     );
 }
@@ -479,13 +498,18 @@ fn lut_attention_kernels_match_reference(t: &common::Target) {
     let Some(p) = common::vecinfer_calib::shared_calib() else {
         return;
     };
-    let mut seen = [false; 2];
+    let mut seen = [false; 3];
     for lc in common::vecinfer_calib::lut_cases(Some(p), true) {
-        let lut16 = common::vecinfer_calib::check_lut_case(t, &lc);
+        let form = common::vecinfer_calib::check_lut_case(t, &lc);
         if lc.case.method.starts_with("vecinfer") {
-            seen[usize::from(lut16)] = true;
+            seen[form] = true;
         }
     }
-    assert_eq!(seen, [true, true], "{}: both LUT precisions ran", t.name());
+    assert_eq!(
+        seen,
+        [true, true, true],
+        "{}: both LUT precisions and the codebook form ran",
+        t.name()
+    );
 }
 parity_tests!(lut_attention_kernels_match_reference, msl);

@@ -24,7 +24,9 @@ struct KViParams {
 typedef KViParams KParams;
 #define K_PREP true
 #define K_PREP_W KVI_P
-#if ATT_KVI_LUT16
+#if ATT_KVI_CB
+#define K_SHARED float kvi_cb[KVI_C * KVI_DS];
+#elif ATT_KVI_LUT16
 #define K_SHARED half4 kvi_lut[KVI_N];
 #else
 #define K_SHARED float4 kvi_lut[KVI_N];
@@ -58,6 +60,11 @@ static inline void k_prepare(constant AttendParams& A, constant KParams& KP, dev
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     const uint cb0 = A.hkv * ATTEND_DIM + h * KVI_C * KVI_DS;
+#if ATT_KVI_CB
+    for (uint e = lid; e < KVI_C * KVI_DS; e += WORKGROUP_SIZE) {
+        S.kvi_cb[e] = as_type<float>(ktab[cb0 + e]);
+    }
+#else
     for (uint e = lid; e < KVI_N; e += WORKGROUP_SIZE) {
         const uint s = e / KVI_C;
         const uint cw = cb0 + (e % KVI_C) * KVI_DS;
@@ -71,6 +78,22 @@ static inline void k_prepare(constant AttendParams& A, constant KParams& KP, dev
         S.kvi_lut[e] = x;
 #endif
     }
+#endif
+}
+
+// The 4 vectors' score of index c at sub-vector s: the LUT's entry, or (ATT_KVI_CB) the same
+// sum from the codebook.
+template <typename Sh>
+static inline float4 kvi_score(threadgroup const Sh& S, uint s, uint c) {
+#if ATT_KVI_CB
+    float4 x = float4(0.0f);
+    for (uint i = 0u; i < KVI_DS; ++i) {
+        x += S.qp[s * KVI_DS + i] * S.kvi_cb[c * KVI_DS + i];
+    }
+    return x;
+#else
+    return float4(S.kvi_lut[s * KVI_C + c]);
+#endif
 }
 
 template <typename Sh>
@@ -85,7 +108,7 @@ static inline void k_score(constant AttendParams& A, constant KParams& KP, devic
                 const uint at = s * KVI_B;
                 const uint w = base + (at >> 5u);
                 const uint hi = (at & 31u) + KVI_B > 32u ? kseg[w + 1u] : 0u;
-                a += float4(S.kvi_lut[s * KVI_C + bits_code(kseg[w], hi, at & 31u, KVI_B)]);
+                a += kvi_score(S, s, bits_code(kseg[w], hi, at & 31u, KVI_B));
             }
         }
         acc[j] = a;

@@ -206,6 +206,17 @@ pub fn lut_cases(story_calib: Option<&std::path::Path>, full: bool) -> Vec<LutCa
             limit: 24 << 10,
             synthetic: true,
         },
+        LutCase {
+            case: Case {
+                what: "D=32 vecinfer-2 keys from the codebook (its f16 LUT is 16 KiB) / vecinfer-1 values, splits merged",
+                method: leak(format!("vecinfer:kbits=2,vbits=1,residual=8,calib={sc}")),
+                seg_tokens: 128,
+                ring_extra: 3,
+                ..synth
+            },
+            limit: 16 << 10,
+            synthetic: true,
+        },
     ];
     if !full {
         return out;
@@ -272,8 +283,9 @@ pub fn lut_cases(story_calib: Option<&std::path::Path>, full: bool) -> Vec<LutCa
 /// Runs one case on `t` (`cpu`: the reference against exact f64 attention on the layer's
 /// reconstruction; elsewhere the kernels against the reference on the same words, within
 /// 1e-4, or 1e-3 where the layer's LUT is f16). WGSL targets plan for no more than their
-/// device's limit. Returns whether the LUT was f16.
-pub fn check_lut_case(t: &super::Target, lc: &LutCase) -> bool {
+/// device's limit. Returns the form of the key scores: 0 the f32 LUT, 1 the f16 LUT, 2 the
+/// codebook (VecInfer keys; 0 otherwise).
+pub fn check_lut_case(t: &super::Target, lc: &LutCase) -> usize {
     use kvpack::cpu::attend::attend_exact;
     use kvpack::{Context, Input, KvLayer, Layer, Method, PathChoice};
     let c = &lc.case;
@@ -301,6 +313,11 @@ pub fn check_lut_case(t: &super::Target, lc: &LutCase) -> bool {
         .append(Input::F32(&k[cut..]), Input::F32(&v[cut..]))
         .expect("append");
     let lut16 = layer.describe().contains("GPU LUT f16");
+    let form = if layer.describe().contains("GPU scores from the codebook") {
+        2
+    } else {
+        usize::from(lut16)
+    };
     let reference = layer.attend(&q, hq, &c.opts).expect("reference");
     if let super::Target::Cpu(_) = t {
         let (kh, vh) = layer.reconstruct().expect("reconstruct");
@@ -311,7 +328,7 @@ pub fn check_lut_case(t: &super::Target, lc: &LutCase) -> bool {
             c.what
         );
         assert!(err <= 1e-4, "cpu {}: worst row rel L2 {err:e}", c.what);
-        return lut16;
+        return form;
     }
     let tol = if lut16 { 1e-3 } else { 1e-4 };
     eprintln!(
@@ -321,7 +338,7 @@ pub fn check_lut_case(t: &super::Target, lc: &LutCase) -> bool {
         layer.describe()
     );
     super::attend_plans::check_case_within(t, c, &layer, &q, &reference, tol);
-    lut16
+    form
 }
 
 /// The placeholder `codec_tests!` writes for a VecInfer calibration file (`calib=@synthetic`):

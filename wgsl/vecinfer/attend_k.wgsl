@@ -18,8 +18,12 @@
 // output at 1e-3 relative L2 per row for this variant (1e-4 for the f32 one). An entry beyond
 // f16's range (|x| > 65504, a score of that size) is not representable: the codec picks f16 only
 // when f32 does not fit (src/codecs/vecinfer/codec.rs).
+// Where not even the f16 LUT fits (ATT_KVI_CB = 1, e.g. bits=2 at D = 128: 64 KiB), k_prepare
+// stages the head's codebook [C][d_s] (f32) instead and k_score computes each sub-vector's
+// Σ_i q̃[s·d_s + i]·cb_h[c][i] per token: the f32 LUT's entry, same products in the same order,
+// d_s vec4 multiply-adds instead of one lookup.
 // Specialized on ATT_KVI_P, ATT_KVI_LOG2P, ATT_KVI_DS, ATT_KVI_BITS (log2 C), ATT_KVI_LUT16,
-// ATT_KVI_C (the bits of c = f32(1/√P)).
+// ATT_KVI_CB, ATT_KVI_C (the bits of c = f32(1/√P)).
 
 // Keep in sync with `VecInferCodec::attend_uniform` in src/codecs/vecinfer/codec.rs.
 struct KViParams {
@@ -39,13 +43,16 @@ const KVI_RW: u32 = (KVI_NSUB * KVI_B + 31u) / 32u;   // words per index row
 const KVI_SPL: u32 = (KVI_NSUB + 7u) / 8u;            // sub-vectors per lane
 const KVI_N: u32 = KVI_NSUB * KVI_C;                  // LUT entries
 const KVI_LUT16: bool = ATT_KVI_LUT16 == 1u;
+const KVI_CB: bool = ATT_KVI_CB == 1u;
 
 const K_PREP: bool = true;
 const K_PREP_W: u32 = KVI_P;
 
-// The LUT [n_sub][C], one of the two (the other a single entry).
-var<workgroup> kvi_lut: array<vec4<f32>, select(KVI_N, 1u, KVI_LUT16)>;
+// The LUT [n_sub][C] in one of its two precisions, or the codebook [C][d_s] (the others a
+// single entry).
+var<workgroup> kvi_lut: array<vec4<f32>, select(KVI_N, 1u, KVI_LUT16 || KVI_CB)>;
 var<workgroup> kvi_lut16: array<vec2<u32>, select(1u, KVI_N, KVI_LUT16)>;
+var<workgroup> kvi_cb: array<f32, select(1u, KVI_C * KVI_DS, KVI_CB)>;
 
 fn k_prepare(lid: u32, h: u32) {
     for (var i = lid; i < KVI_P; i += WORKGROUP_SIZE) {
@@ -73,6 +80,12 @@ fn k_prepare(lid: u32, h: u32) {
     }
     workgroupBarrier();
     let cb0 = A.hkv * DIM + h * KVI_C * KVI_DS;
+    if (KVI_CB) {
+        for (var e = lid; e < KVI_C * KVI_DS; e += WORKGROUP_SIZE) {
+            kvi_cb[e] = bitcast<f32>(ktab[cb0 + e]);
+        }
+        return;
+    }
     for (var e = lid; e < KVI_N; e += WORKGROUP_SIZE) {
         let s = e / KVI_C;
         let cw = cb0 + (e % KVI_C) * KVI_DS;
@@ -97,6 +110,20 @@ fn kvi_entry(e: u32) -> vec4<f32> {
     return kvi_lut[e];
 }
 
+// The 4 vectors' score of index c at sub-vector s: the LUT's entry, or (KVI_CB) the same sum
+// from the codebook.
+fn kvi_score(s: u32, c: u32) -> vec4<f32> {
+    if (KVI_CB) {
+        var x = vec4<f32>(0.0);
+        // @unroll 8
+        for (var i = 0u; i < KVI_DS; i++) {
+            x += qp[s * KVI_DS + i] * kvi_cb[c * KVI_DS + i];
+        }
+        return x;
+    }
+    return kvi_entry(s * KVI_C + c);
+}
+
 fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
     var acc: array<vec4<f32>, 8>;
     // @unroll 8
@@ -113,7 +140,7 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
                 if ((at & 31u) + KVI_B > 32u) {
                     hi = kseg[w + 1u];
                 }
-                a += kvi_entry(s * KVI_C + bits_code(kseg[w], hi, at & 31u, KVI_B));
+                a += kvi_score(s, bits_code(kseg[w], hi, at & 31u, KVI_B));
             }
         }
         acc[j] = a;

@@ -14,7 +14,9 @@
 //! else f16 (error stated in wgsl/vecinfer/attend_k.wgsl; the layer's `describe()` names the
 //! variant). A CPU context reports WebGPU's default limit (16 KiB): the kernels of a CPU-built
 //! codec (the kernel tests) are specialized as on such a device. Where not even the f16 LUT
-//! fits, attention on that device is [`Error::Limit`] (checked when a call is planned).
+//! fits, the keys are scored from the head's codebook in workgroup memory ([`LutForm`]);
+//! where not even that fits, attention on that device is [`Error::Limit`] (checked when a call
+//! is planned).
 
 use crate::attention::kernel::AttendHooks;
 use crate::attention::plan::VALUE_HOOK_RESERVE;
@@ -55,8 +57,22 @@ pub struct VecInferCodec {
     /// Codebooks `[H][C][d_s]`.
     codebooks: Vec<f32>,
     tables: Vec<u32>,
-    /// Whether the GPU attention's LUT is f16 (keys only; see the module docs).
-    lut16: bool,
+    /// How the GPU attention scores keys (keys only; see the module docs).
+    form: LutForm,
+}
+
+/// How VecInfer's GPU attention scores its keys, chosen at construction from the device's
+/// workgroup storage ([`lut_form`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LutForm {
+    /// The LUT in f32 (16 bytes an entry).
+    F32,
+    /// The LUT in f16 (8 bytes an entry; vecinfer.md's 1e-3 bound).
+    F16,
+    /// No LUT: the head's codebook `[C][d_s]` f32 in workgroup memory, each sub-vector's score
+    /// ⟨q̃_s, c⟩ computed per token as the f32 LUT's entry would be (same products, same
+    /// order): where not even the f16 LUT fits (e.g. bits=2 at D = 128: 64 KiB).
+    Codebook,
 }
 
 /// Workgroup memory (bytes) of the GPU LUT: n_sub·C entries of the 4 query vectors a
@@ -65,9 +81,34 @@ pub fn lut_bytes(n_sub: usize, centroids: usize, f16: bool) -> usize {
     n_sub * centroids * if f16 { 8 } else { 16 }
 }
 
-/// Whether the LUT must be f16 on a device with `limit` bytes of workgroup storage: the
-/// attention kernel's own storage (D wide, prepared query P wide, values up to P wide), the
-/// reserve for a value hook and the f32 LUT exceed it.
+/// Workgroup memory (bytes) of the codebook form: `[C][d_s]` f32.
+pub fn codebook_bytes(centroids: usize, sub_dim: usize) -> usize {
+    centroids * sub_dim * 4
+}
+
+/// The form of the key scores on a device with `limit` bytes of workgroup storage: the f32
+/// LUT where it fits beside the attention kernel's own storage (D wide, prepared query P wide,
+/// values up to P wide) and the reserve for a value hook, else the f16 LUT where that fits,
+/// else the codebook (which may not fit either: attention is then a typed `Limit` error).
+pub fn lut_form(
+    dim: usize,
+    padded: usize,
+    n_sub: usize,
+    centroids: usize,
+    limit: usize,
+) -> LutForm {
+    let core = crate::attention::plan::workgroup_bytes(dim, padded, padded.max(dim));
+    let fits = |bytes: usize| core + VALUE_HOOK_RESERVE + bytes <= limit;
+    if fits(lut_bytes(n_sub, centroids, false)) {
+        LutForm::F32
+    } else if fits(lut_bytes(n_sub, centroids, true)) {
+        LutForm::F16
+    } else {
+        LutForm::Codebook
+    }
+}
+
+/// Whether the LUT must be f16 or smaller ([`lut_form`] is not [`LutForm::F32`]).
 pub fn lut_needs_f16(
     dim: usize,
     padded: usize,
@@ -75,8 +116,7 @@ pub fn lut_needs_f16(
     centroids: usize,
     limit: usize,
 ) -> bool {
-    let core = crate::attention::plan::workgroup_bytes(dim, padded, padded.max(dim));
-    core + VALUE_HOOK_RESERVE + lut_bytes(n_sub, centroids, false) > limit
+    lut_form(dim, padded, n_sub, centroids, limit) != LutForm::F32
 }
 
 impl VecInferCodec {
@@ -142,16 +182,18 @@ impl VecInferCodec {
                 });
             }
         }
-        let lut16 = cfg.side == Side::Keys
-            && lut_needs_f16(
+        let form = match cfg.side {
+            Side::Keys => lut_form(
                 g.dim,
                 padded,
                 n_sub,
                 cfg.preset.centroids,
                 ctx.max_workgroup_storage_size() as usize,
-            );
+            ),
+            Side::Values => LutForm::F32,
+        };
         Ok(Self {
-            lut16,
+            form,
             quant,
             encode,
             streams: [Stream {
@@ -190,7 +232,22 @@ impl VecInferCodec {
 
     /// Whether its GPU attention LUT is f16 (keys; see the module docs).
     pub fn lut_is_f16(&self) -> bool {
-        self.lut16
+        self.form == LutForm::F16
+    }
+
+    /// How its GPU attention scores keys ([`lut_form`]).
+    pub fn lut_form(&self) -> LutForm {
+        self.form
+    }
+
+    /// Workgroup memory (bytes) its key scores take in their form.
+    fn score_bytes(&self) -> usize {
+        let p = self.cfg.preset;
+        match self.form {
+            LutForm::F32 => lut_bytes(self.n_sub, p.centroids, false),
+            LutForm::F16 => lut_bytes(self.n_sub, p.centroids, true),
+            LutForm::Codebook => codebook_bytes(p.centroids, p.sub_dim),
+        }
     }
 
     fn head_lambda(&self, h: usize) -> &[f32] {
@@ -398,7 +455,8 @@ impl Codec for VecInferCodec {
                 ("ATT_KVI_LOG2P", lg),
                 ("ATT_KVI_DS", ds),
                 ("ATT_KVI_BITS", b),
-                ("ATT_KVI_LUT16", u32::from(self.lut16)),
+                ("ATT_KVI_LUT16", u32::from(self.form == LutForm::F16)),
+                ("ATT_KVI_CB", u32::from(self.form == LutForm::Codebook)),
                 ("ATT_KVI_C", c),
             ],
             Side::Values => vec![
@@ -424,18 +482,23 @@ impl Codec for VecInferCodec {
 
     fn attend_workgroup_bytes(&self) -> usize {
         match self.cfg.side {
-            Side::Keys => lut_bytes(self.n_sub, self.cfg.preset.centroids, self.lut16),
+            Side::Keys => self.score_bytes(),
             Side::Values => 0,
         }
     }
 
     fn attend_note(&self) -> Option<String> {
-        (self.cfg.side == Side::Keys).then(|| {
-            format!(
+        (self.cfg.side == Side::Keys).then(|| match self.form {
+            LutForm::Codebook => format!(
+                "GPU scores from the codebook ({} bytes of workgroup memory; the f16 LUT's {} do not fit)",
+                self.score_bytes(),
+                lut_bytes(self.n_sub, self.cfg.preset.centroids, true)
+            ),
+            f => format!(
                 "GPU LUT {} ({} bytes of workgroup memory)",
-                if self.lut16 { "f16" } else { "f32" },
-                lut_bytes(self.n_sub, self.cfg.preset.centroids, self.lut16)
-            )
+                if f == LutForm::F16 { "f16" } else { "f32" },
+                self.score_bytes()
+            ),
         })
     }
 }
