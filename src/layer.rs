@@ -532,9 +532,7 @@ impl Layer {
         let row = self.g.token_elems();
         let kb = gpu_input::check_input(&self.ctx, "k", k, row)?;
         let vb = gpu_input::check_input(&self.ctx, "v", v, row)?;
-        if let Store::Gpu(s) = &self.store
-            && k.tokens > 0
-        {
+        if let (Store::Gpu(s), true) = (&self.store, k.tokens > 0) {
             let placeholder = s.sides[0].placeholder();
             gpu_input::check_device(&self.ctx, "k", &kb, placeholder)?;
             gpu_input::check_device(&self.ctx, "v", &vb, placeholder)?;
@@ -584,9 +582,11 @@ impl Layer {
 
     /// For the readers (`&self`): the error of a rejected unsynced append, if any.
     fn check_unsynced(&self) -> Result<()> {
-        if let Store::Gpu(s) = &self.store
-            && s.unsynced
-        {
+        let unsynced = match &self.store {
+            Store::Gpu(s) if s.unsynced => Some(s),
+            _ => None,
+        };
+        if let Some(s) = unsynced {
             let words = self.read_input_status(s)?;
             if let Some(e) = self.status_error(&words) {
                 return Err(e);
