@@ -268,4 +268,26 @@ fn prepare_async_returns_at_once() {
         "prepare_async returned after {returned:?}, the work took {total:?}: it waited"
     );
     assert!(!ctx.built_pipelines().is_empty());
+
+    // The hitch it removes, measured (printed, not asserted: timings vary): the first append
+    // and decode attention of a prepared layer against those of a layer that builds its
+    // pipelines on first use (each on a pipeline cache of its own).
+    let first_calls = |prepared: bool| {
+        let ctx = t.ctx().with_own_pipeline_cache();
+        let mut l = layer(&ctx, &t, "kivi:bits=2,group=32,residual=64");
+        if prepared {
+            l.prepare().expect("prepare");
+        }
+        let mut rng = common::rng("prepare_async_returns_at_once");
+        let (k, v) = (random(&mut rng, 100 * ROW), random(&mut rng, 100 * ROW));
+        let q = random(&mut rng, HQ * D);
+        let start = std::time::Instant::now();
+        l.append(Input::F32(&k), Input::F32(&v)).expect("append");
+        l.attend(&q, HQ, &AttendOptions::default()).expect("attend");
+        start.elapsed()
+    };
+    let (cold, warm) = (first_calls(false), first_calls(true));
+    eprintln!(
+        "first append + attention: {cold:?} building pipelines on first use, {warm:?} after prepare()"
+    );
 }
