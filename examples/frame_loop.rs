@@ -110,6 +110,9 @@ pub fn run(
     // kvpack on the app's device (clones of its handles; kvpack reads features and limits).
     let ctx = Context::from_device(device.clone(), queue.clone())?;
     let mut cache = Method::parse(method)?.layer(&ctx, HKV, D, PathChoice::Auto)?;
+    // Every pipeline the frames will use, built before the first one (no shader compilation
+    // on frame 1; `cache.prepare_async()` would build them on kvpack's thread meanwhile).
+    cache.prepare()?;
     if print {
         println!("{}", cache.describe());
     }

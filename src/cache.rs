@@ -82,6 +82,14 @@ impl Cache {
             .attend(q, hq, opts)
     }
 
+    /// [`KvLayer::prepare`] for every layer (blocking): every pipeline the cache's appends and
+    /// attention will use is built. Layers of the same method share their pipelines, so the
+    /// first of them does the work. For the background form, call
+    /// [`KvLayer::prepare_async`] on one layer of each distinct method ([`Cache::layer`]).
+    pub fn prepare(&self) -> Result<()> {
+        self.layers.iter().try_for_each(|l| l.prepare())
+    }
+
     /// Bytes held by all layers, and the ratio against f16 K and V.
     pub fn memory(&self) -> MemoryReport {
         let mut total = MemoryReport::default();

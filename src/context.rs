@@ -175,6 +175,10 @@ pub(crate) struct Gpu {
     pub subgroup_order: Arc<std::sync::OnceLock<bool>>,
     /// Shared by every handle made from this one (`with_path` and friends).
     pub pipelines: Arc<Mutex<PipelineCache>>,
+    /// Every pipeline built into `pipelines` (kernel, path, specialization), in order: for
+    /// tests that a call after [`crate::KvLayer::prepare`] builds nothing
+    /// ([`Context::built_pipelines`]).
+    pub built: Arc<Mutex<Vec<String>>>,
     /// wgpu's reason once the device is lost (set by the device-lost callback kvpack installs
     /// on devices it creates; an application's own device keeps its own callback, so kvpack
     /// sees its loss only as failed operations, [`crate::Error::Gpu`]).
@@ -246,6 +250,7 @@ impl Context {
             features,
             limits,
             pipelines: Arc::default(),
+            built: Arc::default(),
             subgroup_order: Arc::default(),
             lost: Arc::default(),
         };
@@ -316,8 +321,26 @@ impl Context {
                 PathChoice::Cpu,
             ));
         };
+        Self::from_adapter_async(&adapter, opts.withhold_features).await
+    }
+
+    /// A context on a device kvpack creates on `adapter` (blocking; see
+    /// [`Self::from_adapter_async`]). For tools that look at every adapter (`kvpack devices`)
+    /// and apps that pick the adapter themselves but let kvpack own the device.
+    pub fn from_adapter(adapter: &wgpu::Adapter) -> Result<Self> {
+        pollster::block_on(Self::from_adapter_async(adapter, wgpu::Features::empty()))
+    }
+
+    /// A context on a device kvpack creates on `adapter` with the features it can use
+    /// ([`wanted_features`]) less `withhold_features`, and the adapter's own limits; as
+    /// [`Self::headless_async`] does for the adapter it picks. Its origin is
+    /// [`Origin::Headless`].
+    pub async fn from_adapter_async(
+        adapter: &wgpu::Adapter,
+        withhold_features: wgpu::Features,
+    ) -> Result<Self> {
         let info = adapter.get_info();
-        let features = adapter.features() & wanted_features(info.backend) & !opts.withhold_features;
+        let features = adapter.features() & wanted_features(info.backend) & !withhold_features;
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -339,6 +362,7 @@ impl Context {
             features,
             limits,
             pipelines: Arc::default(),
+            built: Arc::default(),
             subgroup_order: Arc::default(),
             lost: Arc::default(),
         };
@@ -499,6 +523,35 @@ impl Context {
                 v.push((kernel, x, y));
             }
         }
+    }
+
+    /// A handle to the same device with a pipeline cache of its own (empty), shared by its
+    /// clones and the layers built on it but not by the handle it was made from: every
+    /// pipeline a call through it needs is built again, and [`Self::built_pipelines`] lists
+    /// exactly those. For tests that [`crate::KvLayer::prepare`] leaves nothing to build
+    /// (other handles of the device, e.g. tests running in parallel, cannot hide a pipeline
+    /// it missed). The same handle on a CPU context.
+    #[doc(hidden)]
+    pub fn with_own_pipeline_cache(&self) -> Self {
+        let mut inner = self.clone_inner();
+        if let Some(g) = &mut inner.gpu {
+            g.pipelines = Arc::default();
+            g.built = Arc::default();
+        }
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Every pipeline built into this handle's pipeline cache so far, in order, as
+    /// `kernel path [SPEC=V, ...]` (empty without a GPU). With
+    /// [`Self::with_own_pipeline_cache`], the pipelines built through that handle; else those
+    /// of every handle of the device.
+    #[doc(hidden)]
+    pub fn built_pipelines(&self) -> Vec<String> {
+        self.gpu()
+            .map(|g| g.built.lock().map(|v| v.clone()).unwrap_or_default())
+            .unwrap_or_default()
     }
 
     /// A handle to the same device with its own allocation-failure switch (see

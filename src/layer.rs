@@ -133,6 +133,28 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     fn attend_kernels(&self) -> Result<Vec<(&'static str, crate::path::KernelPath)>>;
     /// The method, the path of each side and the residual window, in words.
     fn describe(&self) -> String;
+    /// Builds every GPU pipeline this layer's appends and attention calls will use, so that
+    /// none of them compiles a shader (and waits for it) later: the store's kernels (GPU-input
+    /// conversion and checks, the conditional ring writes), each codec's encode kernels, and
+    /// the attention kernels (decode, prefill where the key codec serves it, merge) with the
+    /// one specialization every call of this layer gets (head width, the device's subgroup
+    /// width class, whether the layer has a ring, the codecs' constants: never a length).
+    /// Blocking; [`KvLayer::prepare_async`] builds them on a thread of its own. Call it once
+    /// after making the layer (layers of the same method and geometry on one context share
+    /// their pipelines: preparing the first prepares them all). `Ok` with nothing to do on
+    /// the CPU path. Not covered: the GPU reconstruction kernels of
+    /// [`KvLayer::reconstruct`] (a tool, built on its first call). A kernel the device
+    /// rejects is [`Error::Shader`].
+    fn prepare(&self) -> Result<()> {
+        Ok(())
+    }
+    /// [`KvLayer::prepare`] on a thread of kvpack's own: returns at once with a
+    /// [`crate::Preparing`], a future of prepare's result (await it, poll it once per frame,
+    /// or [`crate::Preparing::wait`]). Calls made before it finishes stay correct: a pipeline
+    /// not yet built is built by the call that needs it (which may then wait for it).
+    fn prepare_async(&self) -> crate::Preparing {
+        crate::Preparing::ready(self.prepare())
+    }
 }
 
 struct GpuStore {
@@ -330,6 +352,25 @@ impl Layer {
         Ok(layer)
     }
 
+    /// The work of [`KvLayer::prepare`], owning what it needs (for a thread of its own);
+    /// `None` on the CPU path.
+    fn prepare_job(&self) -> Option<impl FnOnce() -> Result<()> + Send + 'static> {
+        let Store::Gpu(s) = &self.store else {
+            return None;
+        };
+        let ctx = self.ctx.clone();
+        let codecs = self.codecs.clone();
+        let (choice, norms, ring, dim) = (s.choice, s.norm_checks, self.has_ring(), self.g.dim);
+        Some(move || {
+            gpu::gpu_of(&ctx, "prepare")?;
+            gpu_input::prepare(&ctx, norms, ring)?;
+            for c in &codecs {
+                crate::store::gpu::prepare_encode(&ctx, &**c)?;
+            }
+            attention::gpu::prepare(&ctx, &*codecs[0], &*codecs[1], choice, dim, ring)
+        })
+    }
+
     /// Whether either side can hold rows in a residual ring (`R + G − 1 > 0`; fixed for the
     /// layer's life).
     pub fn has_ring(&self) -> bool {
@@ -491,9 +532,7 @@ impl Layer {
         let row = self.g.token_elems();
         let kb = gpu_input::check_input(&self.ctx, "k", k, row)?;
         let vb = gpu_input::check_input(&self.ctx, "v", v, row)?;
-        if let Store::Gpu(s) = &self.store
-            && k.tokens > 0
-        {
+        if let (Store::Gpu(s), true) = (&self.store, k.tokens > 0) {
             let placeholder = s.sides[0].placeholder();
             gpu_input::check_device(&self.ctx, "k", &kb, placeholder)?;
             gpu_input::check_device(&self.ctx, "v", &vb, placeholder)?;
@@ -543,9 +582,11 @@ impl Layer {
 
     /// For the readers (`&self`): the error of a rejected unsynced append, if any.
     fn check_unsynced(&self) -> Result<()> {
-        if let Store::Gpu(s) = &self.store
-            && s.unsynced
-        {
+        let unsynced = match &self.store {
+            Store::Gpu(s) if s.unsynced => Some(s),
+            _ => None,
+        };
+        if let Some(s) = unsynced {
             let words = self.read_input_status(s)?;
             if let Some(e) = self.status_error(&words) {
                 return Err(e);
@@ -1078,6 +1119,17 @@ impl KvLayer for Layer {
         }
         out.push((attention::kernel::merge(kh, vh).name, paths.merge));
         Ok(out)
+    }
+
+    fn prepare(&self) -> Result<()> {
+        self.prepare_job().map_or(Ok(()), |job| job())
+    }
+
+    fn prepare_async(&self) -> crate::Preparing {
+        match self.prepare_job() {
+            Some(job) => crate::Preparing::spawn(job),
+            None => crate::Preparing::ready(Ok(())),
+        }
     }
 
     fn describe(&self) -> String {

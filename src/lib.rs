@@ -42,6 +42,7 @@ pub mod method;
 pub mod model;
 pub mod path;
 pub mod persist;
+pub mod prepare;
 pub mod store;
 
 pub use attention::{AttendKernel, AttendOptions};
@@ -49,7 +50,8 @@ pub use bitpack::{BitPacker, packed_words};
 pub use cache::Cache;
 pub use codecs::kivi::{KiviConfig, ParamStorage};
 pub use context::{
-    Context, HeadlessOptions, Origin, optional_features, required_features, required_limits,
+    Context, HeadlessOptions, Origin, missing_capabilities, optional_features, required_features,
+    required_limits,
 };
 pub use describe::Description;
 pub use error::{Error, Result};
@@ -57,6 +59,7 @@ pub use layer::{KvLayer, Layer};
 pub use method::Method;
 pub use path::{KernelPath, PathChoice};
 pub use persist::SavedCache;
+pub use prepare::Preparing;
 pub use store::{GpuDtype, GpuInput, Input, Memory, MemoryReport, Snapshot};
 /// The wgpu kvpack is built on: an app on another wgpu release passes its device through
 /// `kvpack::wgpu` types instead of meeting two incompatible `wgpu::Device`s.

@@ -421,3 +421,107 @@ fn roundtrip_qjl_keys_refuses_key_reconstruction() {
         stderr.trim()
     );
 }
+
+/// `kvpack devices --json`: every adapter with its facts, whether kvpack's requirements are
+/// met, and each kernel's path; on lavapipe (CI) the Vulkan adapter has subgroups of 8 and
+/// runs the WGSL kernels (the subgroup variant where a kernel has one), never MSL.
+#[test]
+fn devices_json_lists_adapters_and_kernel_paths() {
+    let out = kvpack(&["devices", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "kvpack devices --json failed: {stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stderr}"));
+    let adapters = v["adapters"].as_array().expect("an adapters array");
+    for a in adapters {
+        for key in ["name", "backend", "device_type", "driver", "driver_info"] {
+            assert!(a[key].is_string(), "`{key}` of {a}");
+        }
+        for key in [
+            "subgroup_min_size",
+            "subgroup_max_size",
+            "max_compute_workgroup_storage_size",
+        ] {
+            assert!(a[key].is_u64(), "`{key}` of {a}");
+        }
+        assert!(a["meets_requirements"].is_boolean(), "{a}");
+        assert_eq!(
+            a["meets_requirements"] == true,
+            a["missing"].as_array().is_some_and(|m| m.is_empty()),
+            "{a}"
+        );
+        assert!(
+            a["device_error"].is_string() || a["kernels"].is_array(),
+            "neither kernels nor a device error: {a}"
+        );
+    }
+    let Some(vk) = adapters
+        .iter()
+        .find(|a| a["backend"] == "Vulkan" && a["device_type"] == "Cpu")
+    else {
+        let names: Vec<String> = adapters
+            .iter()
+            .map(|a| format!("{} ({})", a["name"], a["backend"]))
+            .collect();
+        common::skip(
+            "devices_json_lists_adapters_and_kernel_paths",
+            &format!("no Vulkan CPU adapter (lavapipe) among {names:?}"),
+        );
+        return;
+    };
+    let name = vk["name"].as_str().unwrap_or_default();
+    assert!(name.contains("llvmpipe"), "lavapipe's name: {name}");
+    assert_eq!(vk["meets_requirements"], true, "{vk}");
+    let (min, max) = (
+        vk["subgroup_min_size"].as_u64().unwrap_or(0),
+        vk["subgroup_max_size"].as_u64().unwrap_or(0),
+    );
+    assert!(min >= 1 && min <= max, "subgroup range {min}..{max}");
+    assert!(vk["max_compute_workgroup_storage_size"].as_u64() >= Some(16384));
+    assert!(
+        vk["features"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "SUBGROUP")),
+        "{vk}"
+    );
+    let kernels = vk["kernels"].as_array().expect("kernels");
+    assert!(kernels.len() > 20, "{} kernels", kernels.len());
+    for k in kernels {
+        for choice in ["auto", "wgsl"] {
+            let p = k[choice].as_str().unwrap_or_default();
+            assert!(
+                p == "wgsl-subgroup" || p == "wgsl-workgroup",
+                "{} on {choice}: {p}",
+                k["kernel"]
+            );
+        }
+        assert_eq!(k["auto"], k["wgsl"], "off Metal, auto is WGSL: {k}");
+    }
+    // Lavapipe lays subgroups out in invocation order: every kernel takes the subgroup
+    // variant (a kernel with one source names it too).
+    assert_eq!(vk["subgroups_in_order"], true, "{vk}");
+    for kind in [
+        "codec encode",
+        "attention decode",
+        "attention prefill",
+        "attention merge",
+    ] {
+        assert_eq!(
+            vk["kinds"][kind]["auto"],
+            serde_json::json!(["wgsl-subgroup"]),
+            "{kind}: {}",
+            vk["kinds"]
+        );
+    }
+    // The text form names the adapter and the kinds.
+    let text = kvpack(&["devices"]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(name) && text.contains("attention decode"),
+        "{text}"
+    );
+}

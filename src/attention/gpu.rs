@@ -97,6 +97,63 @@ pub fn specialization(
     registry::Specialization(spec)
 }
 
+/// Builds the attention pipelines a layer's calls will use ([`crate::KvLayer::prepare`]): for
+/// the (key, value) codec pair on `choice`, the decode kernel (every call of
+/// [`super::AttendKernel::Auto`] and `Decode`), the prefill kernel where the key codec does not
+/// transform the query, and the merge, each with the one specialization every call of the layer
+/// gets ([`specialization`]: head width `dim`, the device's subgroup width class, whether the
+/// layer has a ring (`ring`, fixed for its life) and the codecs' constants; never a length). A
+/// kernel that no call could run (the pair has no GPU hooks, or its workgroup storage exceeds
+/// the device's, as [`plan_for`] checks) is not built: such calls fail before any pipeline.
+pub fn prepare(
+    ctx: &Context,
+    k: &dyn Codec,
+    v: &dyn Codec,
+    choice: PathChoice,
+    dim: usize,
+    ring: bool,
+) -> Result<()> {
+    let paths = match AttendPaths::resolve(ctx, k, v, choice) {
+        Ok(p) => p,
+        // Every call is refused the same way, before any pipeline: nothing to build.
+        Err(Error::PathUnavailable { .. }) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let value_dim = v.value_dim();
+    // Only `dim` and the options' defaults matter to the checks and the specialization.
+    let call = Call {
+        tq: 1,
+        hq: 1,
+        hkv: 1,
+        dim,
+        tokens: 1,
+        opts: Default::default(),
+    };
+    if call.check(value_dim).is_err() {
+        return Ok(());
+    }
+    let spec = specialization(&call, k, v, wide_subgroups(ctx), ring);
+    let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
+    let limit = ctx.max_workgroup_storage_size() as usize;
+    let decode = plan::workgroup_bytes(dim, k.attend_prep_width(), value_dim)
+        + k.attend_workgroup_bytes()
+        + v.attend_workgroup_bytes();
+    let mut any = false;
+    if decode <= limit {
+        gpu::pipeline::pipeline(ctx, kernel::partials(kh, vh), paths.partials, &spec)?;
+        any = true;
+    }
+    let prefill_fits = plan::prefill_workgroup_bytes(value_dim.max(dim)) <= limit;
+    if let (Some(def), Some(path), true) = (kernel::prefill(kh, vh), paths.prefill, prefill_fits) {
+        gpu::pipeline::pipeline(ctx, def, path, &spec)?;
+        any = true;
+    }
+    if any {
+        gpu::pipeline::pipeline(ctx, kernel::merge(kh, vh), paths.merge, &spec)?;
+    }
+    Ok(())
+}
+
 /// Plans a call on `ctx`'s device (the decode or the prefill kernel: [`Call::prefill`]).
 pub fn plan_for(
     ctx: &Context,

@@ -17,6 +17,7 @@
 //!     [--seed N] [--max-tokens N]
 //! kvpack methods        # every method, its options and defaults
 //! kvpack describe
+//! kvpack devices [--json] [--backends vulkan,gl]   # every adapter and each kernel's path on it
 //! ```
 //! (`--k-bits`, `--v-bits`, `--group`, `--residual`, `--params` remain as aliases of
 //! `kivi` options; `--methods a,b` of repeated `--method`.)
@@ -29,6 +30,8 @@ mod attend;
 mod cache;
 #[path = "kvpack/calibrate.rs"]
 mod calibrate;
+#[path = "kvpack/devices.rs"]
+mod devices;
 #[path = "kvpack/dump_kv.rs"]
 mod dump_kv;
 #[path = "kvpack/eval.rs"]
@@ -123,6 +126,18 @@ fn method_of(spec: &str, f: &KiviFlags) -> Result<kvpack::Method, String> {
 enum Command {
     /// Print the device, its features and limits, and the path each kernel runs on.
     Describe,
+    /// List every adapter wgpu finds (all backends of this build): name, backend, type,
+    /// driver, subgroup sizes, workgroup storage, whether kvpack's required features and
+    /// limits are met, and the path each kind of kernel takes there with `--path auto` and
+    /// `--path wgsl` (kvpack creates a device on each adapter to resolve them).
+    Devices {
+        /// Print JSON (`{"adapters": [...]}`, one object per adapter) instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Only these backends (comma-separated: vulkan, metal, dx12, gl); default all.
+        #[arg(long)]
+        backends: Option<String>,
+    },
     /// List every cache method, its options and their defaults.
     Methods,
     /// Compress K and V of a safetensors file, reconstruct them, and report size and error.
@@ -353,6 +368,17 @@ fn run(command: Command) -> Result<(), String> {
         Command::Describe => {
             let ctx = Context::headless().map_err(|e| e.to_string())?;
             print!("{}", ctx.describe());
+            Ok(())
+        }
+        Command::Devices { json, backends } => {
+            let adapters = devices::list(backends.as_deref());
+            if json {
+                let v = serde_json::json!({ "adapters": adapters });
+                let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+                println!("{text}");
+            } else {
+                print!("{}", devices::text(&adapters));
+            }
             Ok(())
         }
         Command::Methods => {

@@ -64,6 +64,8 @@ pub fn pipeline(
     }
     let built = Arc::new(build(gpu, def, path, spec)?);
     lock(&gpu.pipelines).insert(key, built.clone());
+    let spec_text: Vec<String> = spec.0.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    lock(&gpu.built).push(format!("{} {path} [{}]", def.name, spec_text.join(", ")));
     Ok(built)
 }
 

@@ -100,8 +100,10 @@ fn expand(s: &str, cx: &Ctx) -> Option<(String, usize)> {
     let line_end = s.find('\n')?;
     let mut words = s[MARKER.len()..line_end].split_whitespace();
     let n: u64 = words.next()?.parse().ok()?;
-    if let Some(tag) = words.next()
-        && cx.skip.iter().any(|t| t == tag)
+    // (No `let` chain here: rust-version 1.87 predates them.)
+    if words
+        .next()
+        .is_some_and(|tag| cx.skip.iter().any(|t| t == tag))
     {
         // Left as written: the marker is a comment.
         return Some((s[..line_end].to_string(), line_end));

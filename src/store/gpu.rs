@@ -28,6 +28,53 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::gpu;
 
+/// Builds the pipelines `codec`'s GPU encode uses ([`crate::KvLayer::prepare`]) by recording
+/// the encode of one block from scratch buffers into an encoder that is dropped unsubmitted:
+/// the codec picks its kernels and their specialization as every append does (both are fixed
+/// for its life; only the uniform and the workgroup count change with the tokens), and nothing
+/// runs. A shader the device rejects is [`Error::Shader`].
+pub(crate) fn prepare_encode(ctx: &Context, codec: &dyn Codec) -> Result<()> {
+    let gpu = gpu::gpu_of(ctx, "prepare")?;
+    let g = codec.geometry();
+    let words: Vec<usize> = codec.streams().iter().map(|s| s.words_per_block).collect();
+    let (ranges, size) = layout(&words, 1, ctx.storage_offset_alignment());
+    let segment = gpu::storage_buffer(ctx, "kvpack prepare segment", size)?;
+    let rows_bytes = (codec.block_tokens() * g.row_words() * 4) as u64;
+    let rows = gpu::storage_buffer(ctx, "kvpack prepare rows", rows_bytes)?;
+    let tables_bytes = (codec.tables().len() * 4) as u64;
+    let tables = gpu::storage_buffer(ctx, "kvpack prepare tables", tables_bytes)?;
+    let status = gpu::storage_buffer(ctx, "kvpack prepare status", 4)?;
+    let src = EncodeSource {
+        ring: &rows,
+        ring_tokens: 1,
+        incoming: &rows,
+        inc_start: 0,
+        t_old: 0,
+        start: 0,
+        tables: &tables,
+    };
+    let dst = SegmentRef {
+        buffer: &segment,
+        ranges: &ranges,
+        block: 0,
+        tables: &tables,
+    };
+    // Whatever the dry recording itself trips over (nothing is submitted) stays in this scope;
+    // a pipeline the device rejects is returned by `encode_gpu` as `Error::Shader`.
+    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut enc = gpu
+        .device
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("kvpack prepare (never submitted)"),
+        });
+    let recorded = codec.encode_gpu(ctx, &mut enc, &src, &dst, 1, &status);
+    drop(enc);
+    if let Some(e) = pollster::block_on(scope.pop()) {
+        log::debug!("kvpack: prepare's dry encode of {}: {e}", codec.method());
+    }
+    recorded
+}
+
 /// One segment buffer and its stream ranges.
 #[derive(Debug)]
 pub(crate) struct Segment {

@@ -329,6 +329,25 @@ fn plan(kernel: &'static KernelDef, uniform: &impl bytemuck::Pod, workgroups: u6
     }
 }
 
+/// Builds the pipelines of this module that a layer's appends use
+/// ([`crate::KvLayer::prepare`]): the conversion and the finish of GPU input, the norm checks
+/// where a side's codec asks for them (`norms`), and the conditional ring writes of recorded
+/// appends where the layer has a residual ring (`ring`). Their specialization is empty: the
+/// same pipelines every append uses.
+pub(crate) fn prepare(ctx: &Context, norms: [bool; 2], ring: bool) -> Result<()> {
+    let mut defs: Vec<&'static KernelDef> = vec![&INPUT_CONVERT, &INPUT_FINISH];
+    if norms.iter().any(|&n| n) {
+        defs.push(&INPUT_NORMS);
+    }
+    if ring {
+        defs.push(&RING_WRITE);
+    }
+    for def in defs {
+        gpu::pipeline::pipeline(ctx, def, PATH, &Specialization(Vec::new()))?;
+    }
+    Ok(())
+}
+
 /// Checks that `input`'s buffer belongs to this context's device (wgpu validates it when a
 /// bind group is made; here inside an error scope, before anything is recorded into the
 /// caller's encoder, so that a foreign buffer is a typed error and never an invalid encoder).
