@@ -224,6 +224,57 @@ fn copy_arm(ctx: &Context, size: u64, l2: u64, rng: &mut Rng) -> kvpack::Result<
     })
 }
 
+/// An encode arm's GPU side: per rotation instance the incoming rows (a copy of `rows`) and one
+/// buffer per output stream (`streams` bytes each), the placeholder ring and the codec's
+/// `tables`; the plan run once on the first instance, whose streams are read back (each arm
+/// checks them against the CPU reference).
+fn encode_work(
+    ctx: &Context,
+    path: KernelPath,
+    plan: DispatchPlan,
+    rows: &[u32],
+    streams: &[u64],
+    tables: &[u32],
+    l2: u64,
+) -> kvpack::Result<(Work, Vec<Vec<u32>>)> {
+    let in_bytes = (rows.len() * 4) as u64;
+    let out_bytes: u64 = streams.iter().sum();
+    let seed = gpu::upload(ctx, "bench encode rows", bytemuck::cast_slice(rows))?;
+    let mut bufs = Vec::new();
+    for _ in 0..rotation(l2, in_bytes + out_bytes) {
+        let i = gpu::storage_buffer(ctx, "bench encode incoming", in_bytes)?;
+        fill_from(ctx, &seed, &i)?;
+        let mut b = vec![i];
+        for &n in streams {
+            b.push(gpu::storage_buffer(ctx, "bench encode stream", n)?);
+        }
+        bufs.push(b);
+    }
+    let ring = gpu::storage_buffer(ctx, "bench encode ring", 4)?;
+    let tables = gpu::upload(ctx, "bench encode tables", bytemuck::cast_slice(tables))?;
+    gpu::submit_blocking(ctx, "bench encode check", |enc| {
+        let binds: Vec<&wgpu::Buffer> = std::iter::once(&ring)
+            .chain(&bufs[0])
+            .chain(std::iter::once(&tables))
+            .collect();
+        gpu::encode_plan(ctx, enc, path, &plan, &binds)
+    })?;
+    let mut first = Vec::new();
+    for (b, &n) in bufs[0][1..].iter().zip(streams) {
+        first.push(bytemuck::pod_collect_to_vec(&gpu::readback(ctx, b, n)?));
+    }
+    Ok((
+        Work::Quant {
+            path,
+            plan,
+            bufs,
+            ring,
+            tables,
+        },
+        first,
+    ))
+}
+
 /// A quantize arm of `variant`/`bits` over `t` tokens on `choice`, checked once.
 #[allow(clippy::too_many_arguments)]
 fn quant_arm(
@@ -259,35 +310,10 @@ fn quant_arm(
         0,
     );
     let in_bytes = (rows.len() * 4) as u64;
-    let out_bytes = (t * (l.code_words() + l.norm_words()) * 4) as u64;
-    let seed = gpu::upload(ctx, "bench tq rows", bytemuck::cast_slice(&rows))?;
-    let mut bufs = Vec::new();
-    for _ in 0..rotation(l2, in_bytes + out_bytes) {
-        let i = gpu::storage_buffer(ctx, "bench tq incoming", in_bytes)?;
-        fill_from(ctx, &seed, &i)?;
-        bufs.push(vec![
-            i,
-            gpu::storage_buffer(ctx, "bench tq codes", (t * l.code_words() * 4) as u64)?,
-            gpu::storage_buffer(ctx, "bench tq norms", (t * l.norm_words() * 4) as u64)?,
-        ]);
-    }
-    let ring = gpu::storage_buffer(ctx, "bench tq ring", 4)?;
-    let tables = gpu::upload(ctx, "bench tq tables", bytemuck::cast_slice(codec.tables()))?;
-    // Check once against the CPU reference.
-    gpu::submit_blocking(ctx, "bench tq check", |enc| {
-        gpu::encode_plan(
-            ctx,
-            enc,
-            path,
-            &plan,
-            &[&ring, &bufs[0][0], &bufs[0][1], &bufs[0][2], &tables],
-        )
-    })?;
-    let got: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(
-        ctx,
-        &bufs[0][1],
-        (t * l.code_words() * 4) as u64,
-    )?);
+    let streams = [t * l.code_words() * 4, t * l.norm_words() * 4].map(|b| b as u64);
+    let out_bytes: u64 = streams.iter().sum();
+    let (work, first) = encode_work(ctx, path, plan, &rows, &streams, codec.tables(), l2)?;
+    let got = &first[0];
     let cpu = TurboQuantCodec::new(&Context::cpu(), cfg, g, 0, PathChoice::Cpu)?;
     let f = |tok: usize, h: usize, d: usize| x[(tok * HKV + h) * DIM + d].to_f32();
     let mut want = vec![Vec::new(), Vec::new()];
@@ -298,7 +324,7 @@ fn quant_arm(
         for i in 0..l.padded {
             let c =
                 |w: &[u32]| kvpack::codecs::turboquant::layout::code_at(&w[row * rw..], i, l.bits);
-            differ += usize::from(c(&want[0]) != c(&got));
+            differ += usize::from(c(&want[0]) != c(got));
         }
     }
     let total = t * HKV * l.stages * l.padded;
@@ -310,13 +336,7 @@ fn quant_arm(
     Ok(Arm {
         name: format!("quantize {}:bits={bits} T={t} [{path}]", variant.name()),
         bytes: in_bytes + out_bytes,
-        work: Work::Quant {
-            path,
-            plan,
-            bufs,
-            ring,
-            tables,
-        },
+        work,
         ns: Vec::new(),
     })
 }
@@ -349,46 +369,18 @@ fn qjl_arm(
         ring_tokens: 1,
     };
     let plan = plan_encode(&l, t, from, 0);
-    let (sign_bytes, norm_bytes) = (
-        (t * HKV * l.sign_words() * 4) as u64,
-        (t * HKV.div_ceil(2) * 4) as u64,
-    );
+    let streams = [t * HKV * l.sign_words() * 4, t * HKV.div_ceil(2) * 4].map(|b| b as u64);
     let in_bytes = (rows.len() * 4) as u64;
-    let out_bytes = sign_bytes + norm_bytes;
-    let seed = gpu::upload(ctx, "bench qjl rows", bytemuck::cast_slice(&rows))?;
-    let mut bufs = Vec::new();
-    for _ in 0..rotation(l2, in_bytes + out_bytes) {
-        let i = gpu::storage_buffer(ctx, "bench qjl incoming", in_bytes)?;
-        fill_from(ctx, &seed, &i)?;
-        bufs.push(vec![
-            i,
-            gpu::storage_buffer(ctx, "bench qjl signs", sign_bytes)?,
-            gpu::storage_buffer(ctx, "bench qjl norms", norm_bytes)?,
-        ]);
-    }
-    let ring = gpu::storage_buffer(ctx, "bench qjl ring", 4)?;
-    let tables = gpu::upload(
-        ctx,
-        "bench qjl sketch",
-        bytemuck::cast_slice(codec.tables()),
-    )?;
-    gpu::submit_blocking(ctx, "bench qjl check", |enc| {
-        gpu::encode_plan(
-            ctx,
-            enc,
-            path,
-            &plan,
-            &[&ring, &bufs[0][0], &bufs[0][1], &bufs[0][2], &tables],
-        )
-    })?;
-    let got: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &bufs[0][1], sign_bytes)?);
+    let out_bytes: u64 = streams.iter().sum();
+    let (work, first) = encode_work(ctx, path, plan, &rows, &streams, codec.tables(), l2)?;
+    let got = &first[0];
     let cpu = QjlCodec::new(&Context::cpu(), cfg, g, 0, PathChoice::Cpu)?;
     let f = |tok: usize, h: usize, d: usize| x[(tok * HKV + h) * DIM + d].to_f32();
     let mut want = vec![Vec::new(), Vec::new()];
     cpu.encode(0, t, &f, &mut want)?;
     let differ: u32 = want[0]
         .iter()
-        .zip(&got)
+        .zip(got)
         .map(|(a, b)| (a ^ b).count_ones())
         .sum();
     let total = t * HKV * m;
@@ -400,13 +392,7 @@ fn qjl_arm(
     Ok(Arm {
         name: format!("encode qjl:m={m} T={t} [{path}]"),
         bytes: in_bytes + out_bytes,
-        work: Work::Quant {
-            path,
-            plan,
-            bufs,
-            ring,
-            tables,
-        },
+        work,
         ns: Vec::new(),
     })
 }
@@ -450,50 +436,24 @@ fn prod_arm(
     .map(|b| b as u64);
     let in_bytes = (rows.len() * 4) as u64;
     let out_bytes: u64 = stream_bytes.iter().sum();
-    let seed = gpu::upload(ctx, "bench prod rows", bytemuck::cast_slice(&rows))?;
-    let mut bufs = Vec::new();
-    for _ in 0..rotation(l2, in_bytes + out_bytes) {
-        let i = gpu::storage_buffer(ctx, "bench prod incoming", in_bytes)?;
-        fill_from(ctx, &seed, &i)?;
-        let mut b = vec![i];
-        for n in stream_bytes {
-            b.push(gpu::storage_buffer(ctx, "bench prod stream", n)?);
-        }
-        bufs.push(b);
-    }
-    let ring = gpu::storage_buffer(ctx, "bench prod ring", 4)?;
-    let tables = gpu::upload(
-        ctx,
-        "bench prod tables",
-        bytemuck::cast_slice(codec.tables()),
-    )?;
-    gpu::submit_blocking(ctx, "bench prod check", |enc| {
-        let binds: Vec<&wgpu::Buffer> = std::iter::once(&ring)
-            .chain(&bufs[0])
-            .chain(std::iter::once(&tables))
-            .collect();
-        gpu::encode_plan(ctx, enc, path, &plan, &binds)
-    })?;
+    let (work, first) = encode_work(ctx, path, plan, &rows, &stream_bytes, codec.tables(), l2)?;
     let cpu = ProdCodec::new(&Context::cpu(), cfg, g, 0, PathChoice::Cpu)?;
     let f = |tok: usize, h: usize, d: usize| x[(tok * HKV + h) * DIM + d].to_f32();
     let mut want = vec![Vec::new(); 4];
     cpu.encode(0, t, &f, &mut want)?;
-    let codes: Vec<u32> =
-        bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &bufs[0][1], stream_bytes[0])?);
-    let signs: Vec<u32> =
-        bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &bufs[0][2], stream_bytes[1])?);
+    let (codes, signs) = (&first[0], &first[1]);
     let rw = l.row_words();
     let mut code_differ = 0usize;
     for row in 0..t * HKV {
         for i in 0..l.padded {
             let c =
                 |w: &[u32]| kvpack::codecs::turboquant::layout::code_at(&w[row * rw..], i, l.bits);
-            code_differ += usize::from(c(&want[0]) != c(&codes));
+            code_differ += usize::from(c(&want[0]) != c(codes));
         }
     }
     let sign_differ: u32 = want[1]
         .iter()
-        .zip(&signs)
+        .zip(signs)
         .map(|(a, b)| (a ^ b).count_ones())
         .sum();
     let (nc, ns) = (t * HKV * l.padded, t * HKV * m);
@@ -505,13 +465,7 @@ fn prod_arm(
     Ok(Arm {
         name: format!("encode turboquant-prod:bits={bits} T={t} [{path}]"),
         bytes: in_bytes + out_bytes,
-        work: Work::Quant {
-            path,
-            plan,
-            bufs,
-            ring,
-            tables,
-        },
+        work,
         ns: Vec::new(),
     })
 }
@@ -630,32 +584,8 @@ fn vecinfer_arm(
     let plan = kvpack::codecs::vecinfer::plans::plan_quant(&l, t, from, 0);
     let in_bytes = (rows.len() * 4) as u64;
     let out_bytes = (t * HKV * rw * 4) as u64;
-    let seed = gpu::upload(ctx, "bench vecinfer rows", bytemuck::cast_slice(&rows))?;
-    let mut bufs = Vec::new();
-    for _ in 0..rotation(l2, in_bytes + out_bytes) {
-        let i = gpu::storage_buffer(ctx, "bench vecinfer incoming", in_bytes)?;
-        fill_from(ctx, &seed, &i)?;
-        bufs.push(vec![
-            i,
-            gpu::storage_buffer(ctx, "bench vecinfer codes", out_bytes)?,
-        ]);
-    }
-    let ring = gpu::storage_buffer(ctx, "bench vecinfer ring", 4)?;
-    let tables = gpu::upload(
-        ctx,
-        "bench vecinfer tables",
-        bytemuck::cast_slice(codec.tables()),
-    )?;
-    gpu::submit_blocking(ctx, "bench vecinfer check", |enc| {
-        gpu::encode_plan(
-            ctx,
-            enc,
-            path,
-            &plan,
-            &[&ring, &bufs[0][0], &bufs[0][1], &tables],
-        )
-    })?;
-    let got: Vec<u32> = bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &bufs[0][1], out_bytes)?);
+    let (work, first) = encode_work(ctx, path, plan, &rows, &[out_bytes], codec.tables(), l2)?;
+    let got = &first[0];
     if cpu_ref.is_none() {
         let cpu = VecInferCodec::new(&Context::cpu(), cfg, g, 0, PathChoice::Cpu)?;
         let f = |tok: usize, h: usize, d: usize| x[(tok * HKV + h) * DIM + d].to_f32();
@@ -681,13 +611,7 @@ fn vecinfer_arm(
     Ok(Arm {
         name: format!("quantize vecinfer:bits={bits} T={t} [{path}]"),
         bytes: in_bytes + out_bytes,
-        work: Work::Quant {
-            path,
-            plan,
-            bufs,
-            ring,
-            tables,
-        },
+        work,
         ns: Vec::new(),
     })
 }

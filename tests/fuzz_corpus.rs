@@ -81,11 +81,12 @@ fn cache_seeds() -> Vec<(String, Vec<u8>)> {
     out
 }
 
-#[test]
-fn fuzz_corpus_cache_file() {
-    let d = dir("corpus", "cache_file");
+/// The seeds of `target` made by this kvpack must equal the committed files
+/// (`KVPACK_WRITE_SEEDS=1` writes them); each committed seed is then handed to `sound`.
+fn check_seeds(target: &str, seeds: Vec<(String, Vec<u8>)>, sound: impl Fn(&str, &[u8])) {
+    let d = dir("corpus", target);
     let write = std::env::var("KVPACK_WRITE_SEEDS").is_ok_and(|v| v == "1");
-    for (name, bytes) in cache_seeds() {
+    for (name, bytes) in seeds {
         let p = d.join(&name);
         if write {
             std::fs::create_dir_all(&d).unwrap();
@@ -93,15 +94,22 @@ fn fuzz_corpus_cache_file() {
         }
         let committed = std::fs::read(&p)
             .unwrap_or_else(|e| panic!("{}: {e} (KVPACK_WRITE_SEEDS=1 writes it)", p.display()));
-        // The writer string names the kvpack version; everything else is the format's.
         assert_eq!(
             committed,
             bytes,
             "{} is not what this kvpack writes",
             p.display()
         );
-        SavedCache::from_bytes(&committed).expect("a seed is a sound cache file");
+        sound(&name, &committed);
     }
+}
+
+#[test]
+fn fuzz_corpus_cache_file() {
+    // (The writer string names the kvpack version; everything else is the format's.)
+    check_seeds("cache_file", cache_seeds(), |_, b| {
+        SavedCache::from_bytes(b).expect("a seed is a sound cache file");
+    });
     replay("cache_file", kvpack::fuzz::cache_file);
 }
 
@@ -170,28 +178,13 @@ fn calibration_seeds() -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn fuzz_corpus_calibration() {
-    let d = dir("corpus", "calibration");
-    let write = std::env::var("KVPACK_WRITE_SEEDS").is_ok_and(|v| v == "1");
-    for (name, bytes) in calibration_seeds() {
-        let p = d.join(&name);
-        if write {
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(&p, &bytes).unwrap();
-        }
-        let committed = std::fs::read(&p)
-            .unwrap_or_else(|e| panic!("{}: {e} (KVPACK_WRITE_SEEDS=1 writes it)", p.display()));
-        assert_eq!(
-            committed,
-            bytes,
-            "{} is not what this kvpack writes",
-            p.display()
-        );
-        let c = kvpack::calib::Calibration::from_bytes(&committed, &name)
+    check_seeds("calibration", calibration_seeds(), |name, b| {
+        let c = kvpack::calib::Calibration::from_bytes(b, name)
             .expect("a seed is a sound calibration file");
         let p = kvpack::cpu::vecinfer::Preset::for_bits(1).unwrap();
         c.vecinfer_layer(1, p, p)
             .expect("a seed hands out a method preset's tables");
-    }
+    });
     replay("calibration", kvpack::fuzz::calibration);
 }
 
