@@ -628,11 +628,21 @@ fn copy_target_pct(arm: &str) -> u32 {
 
 /// VecInfer's decode arms (`calib=F`: the bench's calibration), each against kivi-4 with issue
 /// 15's target: no slower than KIVI-4 (ratio ≤ 1.0).
-const VECINFER_DECODE: [&str; 3] = [
+const VECINFER_DECODE: [&str; 4] = [
     "vecinfer:bits=2,calib=F",
     "vecinfer:bits=1,calib=F",
     "vecinfer:kbits=2,calib=F/kivi:bits=4,group=32,residual=128",
+    // bits=1 with its keys scored from the codebook (the layer built on a context lowered to
+    // CODEBOOK_LIMIT bytes of workgroup storage, where its f16 LUT does not fit): A/B against
+    // the f16 LUT the device's own limit gives it.
+    "vecinfer:bits=1,calib=F [codebook form]",
 ];
+
+/// The workgroup storage (bytes) the `[codebook form]` arm's layer is planned for: below what
+/// bits=1's f16 LUT needs at D = 128 (47.7 KiB with the kernel's own), above the codebook
+/// form's (22.6 KiB).
+const CODEBOOK_LIMIT: u32 = 40 << 10;
+const CODEBOOK_SUFFIX: &str = " [codebook form]";
 
 /// A decode arm of `spec` (its name written as `label`: a VecInfer spec's calibration path
 /// reads `F`), checked once against the CPU reference: rel. L2 ≤ 1e-4 per row, 1e-3 where
@@ -804,12 +814,22 @@ fn run() -> Result<(), String> {
             arms.push(attend_arm(&ctx, m, m, t, k, v, &mut rng).map_err(e)?);
         }
         for label in vc.as_ref().map_or(&[][..], |_| &VECINFER_DECODE[..]) {
-            let spec = vc.as_ref().map_or(String::new(), |c| c.spec(label));
-            match attend_arm(&ctx, label, &spec, t, k, v, &mut vrng) {
+            let forced = label.strip_suffix(CODEBOOK_SUFFIX);
+            let spec = vc
+                .as_ref()
+                .map_or(String::new(), |c| c.spec(forced.unwrap_or(label)));
+            let actx = match forced {
+                Some(_) => ctx.with_max_workgroup_storage_size(CODEBOOK_LIMIT).map_err(e)?,
+                None => ctx.clone(),
+            };
+            match attend_arm(&actx, label, &spec, t, k, v, &mut vrng) {
                 Ok(a) => {
                     if let Work::Attend { layer, .. } = &a.work {
                         // Records which LUT (f32 or f16) the device's workgroup storage allowed.
                         let d = layer.describe();
+                        if forced.is_some() && !d.contains("from the codebook") {
+                            return Err(format!("{label} T={t}: not the codebook form: {d}"));
+                        }
                         say!("{label} T={t}: {d}");
                         vecinfer_layers.push(serde_json::json!({
                             "method": label, "tokens": t, "describe": d,
