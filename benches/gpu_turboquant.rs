@@ -819,7 +819,9 @@ fn run() -> Result<(), String> {
                 .as_ref()
                 .map_or(String::new(), |c| c.spec(forced.unwrap_or(label)));
             let actx = match forced {
-                Some(_) => ctx.with_max_workgroup_storage_size(CODEBOOK_LIMIT).map_err(e)?,
+                Some(_) => ctx
+                    .with_max_workgroup_storage_size(CODEBOOK_LIMIT)
+                    .map_err(e)?,
                 None => ctx.clone(),
             };
             match attend_arm(&actx, label, &spec, t, k, v, &mut vrng) {
