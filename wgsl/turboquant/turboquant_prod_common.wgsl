@@ -77,9 +77,12 @@ fn pq_token(g: u32, t: u32) -> vec2<u32> {
     return vec2<u32>(min(tok, P.count - 1u), u32(tok < P.count));
 }
 
-// Steps 1–3 of every vector of the workgroup (group g, head pair `pair`), each residual into
-// pq_r; returns per token (n, ρ) of both heads as (n₀, n₁, ρ₀, ρ₁) (ρ 0 for an absent head).
+// The codebook loaded and the sign rows cleared, then steps 1–3 of every vector of the
+// workgroup (group g, head pair `pair`), each residual into pq_r (barriers follow each);
+// returns per token (n, ρ) of both heads as (n₀, n₁, ρ₀, ρ₁) (ρ 0 for an absent head).
 fn pq_residuals(g: u32, pair: u32, lid: u32) -> array<vec4<f32>, PQ_TT> {
+    tq_load_codebook(lid);
+    sgn_clear(lid);
     var nr: array<vec4<f32>, PQ_TT>;
     for (var t = 0u; t < PQ_TT; t++) {
         let tk = pq_token(g, t);

@@ -14,8 +14,6 @@ fn main(
     }
     let g = item / P.norm_words;
     let pair = item % P.norm_words;
-    tq_load_codebook(lid);
-    sgn_clear(lid); // (barriers follow in the residuals' steps)
     let nr = pq_residuals(g, pair, lid);
     for (var it = 0u; it < PQ_IT; it++) {
         let j = it * WORKGROUP_SIZE + lid;

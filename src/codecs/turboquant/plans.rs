@@ -98,16 +98,7 @@ pub fn plan_quant(
     seg_token: usize,
 ) -> DispatchPlan {
     let items = (tokens * l.norm_words()) as u32;
-    let p = TqParams {
-        count: tokens as u32,
-        src_start: src.start as u32,
-        t_old: src.t_old as u32,
-        inc_start: src.inc_start as u32,
-        ring_tokens: src.ring_tokens.max(1) as u32,
-        seg_token: seg_token as u32,
-        items,
-        ..base(l)
-    };
+    let p = quant_params(l, tokens, src, seg_token, items);
     DispatchPlan {
         kernel: &kernels::TURBOQUANT_QUANT,
         spec: specialization(l),
@@ -169,6 +160,27 @@ pub fn prod_specialization(l: &Layout, m: usize) -> registry::Specialization {
     s
 }
 
+/// The uniform of a quantize dispatch (`turboquant_quant`, `turboquant_prod_quant`): `tokens`
+/// tokens from `src` into a segment from token `seg_token`, `items` work items.
+fn quant_params(
+    l: &Layout,
+    tokens: usize,
+    src: QuantSource,
+    seg_token: usize,
+    items: u32,
+) -> TqParams {
+    TqParams {
+        count: tokens as u32,
+        src_start: src.start as u32,
+        t_old: src.t_old as u32,
+        inc_start: src.inc_start as u32,
+        ring_tokens: src.ring_tokens.max(1) as u32,
+        seg_token: seg_token as u32,
+        items,
+        ..base(l)
+    }
+}
+
 /// TurboQuant-Prod quantization of `tokens` tokens from `src` into a segment from token
 /// `seg_token`: one workgroup per ([`prod_tokens_per_workgroup`] tokens, head pair) on every
 /// path. `l` is the stage-1 layout (b − 1 bits, one stage), `m` the sketch rows. Storage
@@ -182,16 +194,7 @@ pub fn plan_prod_quant(
     seg_token: usize,
 ) -> DispatchPlan {
     let items = (tokens.div_ceil(prod_tokens_per_workgroup(l)) * l.norm_words()) as u32;
-    let p = TqParams {
-        count: tokens as u32,
-        src_start: src.start as u32,
-        t_old: src.t_old as u32,
-        inc_start: src.inc_start as u32,
-        ring_tokens: src.ring_tokens.max(1) as u32,
-        seg_token: seg_token as u32,
-        items,
-        ..base(l)
-    };
+    let p = quant_params(l, tokens, src, seg_token, items);
     DispatchPlan {
         kernel: &kernels::TURBOQUANT_PROD_QUANT,
         spec: prod_specialization(l, m),
