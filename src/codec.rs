@@ -30,6 +30,13 @@ use crate::store::{Geometry, Side};
 
 /// One stream of a codec's stored form: `words_per_block` u32 words per block of
 /// [`Codec::block_tokens`] tokens (all heads), blocks stored one after another.
+///
+/// **Per-head layout** (what eviction's compaction moves, `crate::store::compact`): a block
+/// is `rows` rows of `words_per_block / rows` words each; row r holds every head's bits one
+/// after another, head h at bits `[h·head_bits, (h+1)·head_bits)` from the row's first bit
+/// (LSB-first), the rest of the row padding. Every codec's stream is of this form: head-major
+/// blocks (`rows` 1: KIVI keys, TurboQuant, QJL, VecInfer, f16) or a block of token rows each
+/// head-major (`rows` = G: KIVI values); f16 norms take 16 bits per head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stream {
     /// What it holds (`codes`, `params`, `norms`, ...).
@@ -38,6 +45,41 @@ pub struct Stream {
     pub kind: StreamKind,
     /// u32 words per block.
     pub words_per_block: usize,
+    /// Rows per block (each row: every head's bits, head-major).
+    pub rows: usize,
+    /// Bits of one head in one row.
+    pub head_bits: usize,
+}
+
+impl Stream {
+    /// A stream of `rows` rows per block, each `heads` × `head_words` whole words.
+    pub const fn words(
+        name: &'static str,
+        kind: StreamKind,
+        heads: usize,
+        rows: usize,
+        head_words: usize,
+    ) -> Self {
+        Self {
+            name,
+            kind,
+            words_per_block: rows * heads * head_words,
+            rows,
+            head_bits: 32 * head_words,
+        }
+    }
+
+    /// A stream of one row per block holding `halves` f16 values per head, two per word
+    /// (the row padded to a whole word).
+    pub const fn halves(name: &'static str, kind: StreamKind, heads: usize, halves: usize) -> Self {
+        Self {
+            name,
+            kind,
+            words_per_block: (heads * halves).div_ceil(2),
+            rows: 1,
+            head_bits: 16 * halves,
+        }
+    }
 }
 
 /// Where a GPU encode reads the f16 rows `[H·D/2 words]` of the tokens it quantizes: token

@@ -14,7 +14,7 @@ use half::f16;
 use crate::attention::{self, AttendOptions};
 use crate::codec::Codec;
 use crate::context::{Context, PathChoice};
-use crate::cpu::attend::SideView;
+use crate::cpu::attend::{Positions, SideView};
 use crate::error::{Error, Result};
 use crate::gpu;
 use crate::method::Method;
@@ -101,8 +101,13 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     ) -> Result<()>;
     /// Bytes held and the ratio against f16.
     fn memory(&self) -> MemoryReport;
-    /// Tokens held.
+    /// Tokens held (per KV head: under eviction, every head holds the same number).
     fn len(&self) -> usize;
+    /// Tokens appended: the position of the next token ([`KvLayer::len`] unless the layer
+    /// evicts, [`crate::policy`]).
+    fn appended(&self) -> usize {
+        self.len()
+    }
     /// True before the first append.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -196,6 +201,14 @@ impl Method {
         dim: usize,
         path: PathChoice,
     ) -> Result<Box<dyn KvLayer>> {
+        if self.eviction().is_some() {
+            let layer = Layer::new_at(ctx, index, heads, dim, &self.with_eviction(None), path)?;
+            return Ok(Box::new(crate::policy::EvictingLayer::new(
+                layer,
+                self.clone(),
+                index,
+            )?));
+        }
         Ok(Box::new(Layer::new_at(ctx, index, heads, dim, self, path)?))
     }
 }
@@ -257,6 +270,13 @@ impl Layer {
         method: &Method,
         choice: PathChoice,
     ) -> Result<Self> {
+        if let Some(e) = method.eviction() {
+            return Err(Error::Config(format!(
+                "`{method}`: a Layer does not evict; make a layer under eviction ({}) with \
+                 Method::layer / Method::layer_at",
+                e.policy.name()
+            )));
+        }
         let g = Geometry::new(heads, dim)?;
         let r = method.residual();
         let codecs = [
@@ -665,10 +685,30 @@ impl Layer {
         hq: usize,
         opts: &AttendOptions,
     ) -> Result<Vec<f32>> {
+        self.cpu_attend_at(snap, None, q, hq, opts)
+    }
+
+    /// The CPU reference of attention, the held tokens at `positions` (`None`: token j at j).
+    fn cpu_attend_at(
+        &self,
+        snap: Option<&Snapshot>,
+        positions: Option<&Positions<'_>>,
+        q: &[f32],
+        hq: usize,
+        opts: &AttendOptions,
+    ) -> Result<Vec<f32>> {
         let views = |s: &Snapshot| -> Result<Vec<f32>> {
             let k = SideView::new(&*self.codecs[0], &s.keys);
             let v = SideView::new(&*self.codecs[1], &s.values);
-            Ok(crate::cpu::attend::attend(&k, &v, self.tokens, q, hq, opts))
+            Ok(crate::cpu::attend::attend_at(
+                &k,
+                &v,
+                self.tokens,
+                positions,
+                q,
+                hq,
+                opts,
+            ))
         };
         match (&self.store, snap) {
             (Store::Cpu(sides), None) => {
@@ -682,10 +722,11 @@ impl Layer {
                     ),
                     residual: &sides[i].resid,
                 };
-                Ok(crate::cpu::attend::attend(
+                Ok(crate::cpu::attend::attend_at(
                     &side(0),
                     &side(1),
                     self.tokens,
+                    positions,
                     q,
                     hq,
                     opts,
@@ -694,6 +735,74 @@ impl Layer {
             (_, Some(s)) => views(s),
             (Store::Gpu(_), None) => views(&self.snapshot()?),
         }
+    }
+
+    /// Whether the layer's words live on the GPU.
+    pub(crate) fn on_gpu(&self) -> bool {
+        matches!(self.store, Store::Gpu(_))
+    }
+
+    /// Eviction (`crate::policy`): the CPU reference of attention over the held tokens at
+    /// `positions` (query rows at the last positions of `positions.appended`). Checks the
+    /// query like [`KvLayer::attend`], the row count against the tokens appended.
+    pub(crate) fn attend_positions(
+        &self,
+        q: &[f32],
+        hq: usize,
+        opts: &AttendOptions,
+        positions: &Positions<'_>,
+    ) -> Result<Vec<f32>> {
+        self.check_unsynced()?;
+        attention::check_query(
+            q.len(),
+            hq,
+            self.g.heads,
+            self.g.dim,
+            positions.appended,
+            opts,
+        )?;
+        attention::check_finite(q)?;
+        self.cpu_attend_at(None, Some(positions), q, hq, opts)
+    }
+
+    /// Eviction (`crate::policy`): drops whole units of `unit` tokens (a multiple of both
+    /// sides' block sizes) from the quantized tokens of both sides: of the first `keep_of`
+    /// units (all quantized on both sides), head h keeps `keep[h]` (ascending, one count for
+    /// every head); later tokens move down; the residual window stays. CPU path only: on a
+    /// GPU path [`Error::PathUnavailable`] (no GPU compaction kernel yet), nothing changed.
+    pub(crate) fn evict_units(
+        &mut self,
+        unit: usize,
+        keep_of: usize,
+        keep: &[Vec<usize>],
+    ) -> Result<()> {
+        let kept = keep.first().map_or(keep_of, Vec::len);
+        let ok = keep.len() == self.g.heads
+            && keep.iter().all(|k| {
+                k.len() == kept && k.windows(2).all(|w| w[0] < w[1]) && k.iter().all(|&u| u < keep_of)
+            })
+            && self
+                .codecs
+                .iter()
+                .all(|c| unit.is_multiple_of(c.block_tokens()))
+            && keep_of * unit <= Side::ALL.iter().map(|&s| self.quantized_len(s)).min().unwrap_or(0);
+        if !ok {
+            return Err(Error::Config(format!(
+                "eviction: a keep list that this layer cannot apply (unit {unit}, of {keep_of}); a kvpack bug"
+            )));
+        }
+        let Store::Cpu(sides) = &mut self.store else {
+            return Err(Error::PathUnavailable {
+                kernel: "evict",
+                requested: self.codecs[0].path().to_string(),
+                reason: "eviction's compaction runs on the CPU path only in this version".into(),
+            });
+        };
+        for (side, codec) in sides.iter_mut().zip(&self.codecs) {
+            side.compact(&**codec, unit, keep_of, keep);
+        }
+        self.tokens -= (keep_of - kept) * unit;
+        Ok(())
     }
 }
 

@@ -42,6 +42,7 @@ pub mod method;
 pub mod model;
 pub mod path;
 pub mod persist;
+pub mod policy;
 pub mod prepare;
 pub mod store;
 

@@ -36,6 +36,8 @@ mod devices;
 mod dump_kv;
 #[path = "kvpack/eval.rs"]
 mod eval;
+#[path = "kvpack/eval_evict.rs"]
+mod eval_evict;
 #[path = "kvpack/io.rs"]
 mod io;
 #[path = "kvpack/roundtrip.rs"]
@@ -237,6 +239,16 @@ enum Command {
         /// Use only the first N tokens.
         #[arg(long, value_parser = clap::value_parser!(u64).range(2..))]
         max_tokens: Option<u64>,
+        /// An eviction policy (repeat for several): each adds a row METHOD+POLICY for every
+        /// method, e.g. `qfilters:budget=128,calib=FILE`, `streaming:budget=128`,
+        /// `knorm:budget=128` (CPU path). Q-Filters rows also report the Spearman correlation
+        /// of the filter's scores with the attention each key receives (and the flipped
+        /// filter's, a negative control).
+        #[arg(long)]
+        evict: Vec<String>,
+        /// Write a PNG of perplexity against tokens held per KV head, one line per policy.
+        #[arg(long)]
+        evict_plot: Option<PathBuf>,
     },
     /// Run a real model over a text and write every layer's post-RoPE q, k and v as
     /// safetensors in the layout `roundtrip` and `attend` read (plus `token_ids` and
@@ -514,6 +526,8 @@ fn run(command: Command) -> Result<(), String> {
             json,
             plot,
             max_tokens,
+            evict,
+            evict_plot,
         } => {
             let methods: Vec<String> = method.into_iter().chain(methods).collect();
             if methods.is_empty() {
@@ -533,6 +547,8 @@ fn run(command: Command) -> Result<(), String> {
                 json,
                 plot,
                 max_tokens: max_tokens.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+                evict,
+                evict_plot,
             };
             eval::run(&opts, context)
         }

@@ -475,3 +475,28 @@ impl Calibration {
         })
     }
 }
+
+/// [`Calibration::read`], shared: a file read once per process is handed out again while its
+/// path, length and modification time are unchanged (every layer of a model reads it).
+pub fn load_cached(path: &Path) -> Result<std::sync::Arc<Calibration>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    type Key = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Calibration>>>> = OnceLock::new();
+    let md = std::fs::metadata(path).map_err(|e| Error::Calibration {
+        path: path.display().to_string(),
+        message: format!("cannot read it: {e}"),
+    })?;
+    let key = (path.to_path_buf(), md.len(), md.modified().ok());
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(c) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(Calibration::read(path)?);
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, c.clone());
+    Ok(c)
+}
+

@@ -64,6 +64,18 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// The absolute positions of a cache that evicted tokens (spec/attention.md, "Which keys a
+/// query sees"): the cache holds `tokens` of the `appended` tokens; held token j of head h
+/// sits at position `table[j·H + h]` for `j < table.len() / H`, and at `j + appended −
+/// tokens` after that (tokens never evicted: the newest).
+#[derive(Clone, Copy, Debug)]
+pub struct Positions<'a> {
+    /// `[rows][H]` u32 positions of the first held tokens, per head.
+    pub table: &'a [u32],
+    /// Tokens appended (the position of the next token).
+    pub appended: usize,
+}
+
 /// `q` is `[Tq, Hq, D]`; query row i sits at position `T − Tq + i`. Returns `[Tq, Hq, D]`.
 /// A row that sees no key (impossible under the causal rule with T ≥ 1) is all zeros.
 pub fn attend(
@@ -74,8 +86,30 @@ pub fn attend(
     hq: usize,
     opts: &AttendOptions,
 ) -> Vec<f32> {
+    attend_at(k, v, tokens, None, q, hq, opts)
+}
+
+/// [`attend`] over a cache holding `tokens` tokens at `positions` (`None`: token j at
+/// position j): query row i sits at position `appended − Tq + i`, and the masks read each
+/// held token's own position.
+pub fn attend_at(
+    k: &SideView<'_>,
+    v: &SideView<'_>,
+    tokens: usize,
+    positions: Option<&Positions<'_>>,
+    q: &[f32],
+    hq: usize,
+    opts: &AttendOptions,
+) -> Vec<f32> {
     let g = k.codec.geometry();
     let (t, hkv, d) = (tokens, g.heads, g.dim);
+    let appended = positions.map_or(t, |p| p.appended);
+    let pos = |j: usize, h: usize| -> usize {
+        match positions {
+            Some(p) if j * hkv < p.table.len() => p.table[j * hkv + h] as usize,
+            _ => j + appended - t,
+        }
+    };
     let tq = q.len() / (hq * d);
     let group = hq / hkv;
     let scale = opts.scale.unwrap_or(1.0 / (d as f32).sqrt());
@@ -86,7 +120,7 @@ pub fn attend(
     let mut fin = vec![0f32; d];
     let (mut raw, mut scratch) = (vec![0f32; group], Vec::new());
     for i in 0..tq {
-        let p = t - tq + i;
+        let p = appended - tq + i;
         for h in 0..hkv {
             let qrow = |gi: usize| &q[(i * hq + h * group + gi) * d..][..d];
             for (gi, pr) in prep.iter_mut().enumerate() {
@@ -99,7 +133,7 @@ pub fn attend(
             let mut acc_r = vec![0f32; group * d]; // residual rows (f16)
             let (mut lazy_c, mut lazy_r) = (vec![1f32; group], vec![1f32; group]);
             for j in 0..t {
-                if !visible(j, p, opts) {
+                if !visible(pos(j, h), p, opts) {
                     continue;
                 }
                 if j < k.quantized {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use super::types::{Method, MethodRow, Options, SideConfig, Sides};
 use crate::error::{Error, Result};
@@ -97,10 +98,27 @@ fn take_residual(method: &str, opts: &mut Options) -> Result<Option<usize>> {
     Ok(r)
 }
 
+/// Splits `SPEC+POLICY` at the last `+` that a policy name follows (a calibration path may
+/// hold `+` too).
+fn split_eviction(s: &str) -> (&str, Option<&str>) {
+    for (i, _) in s.rmatch_indices('+') {
+        let rest = &s[i + 1..];
+        let name = rest.split(':').next().unwrap_or("");
+        if crate::policy::POLICY_NAMES.contains(&name) {
+            return (&s[..i], Some(rest));
+        }
+    }
+    (s, None)
+}
+
 impl FromStr for Method {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
+        let (s, policy) = split_eviction(s);
+        let eviction = policy
+            .map(|p| p.parse::<crate::policy::Eviction>().map(Arc::new))
+            .transpose()?;
         let (key, value, residual) = match split_pair(s) {
             None => {
                 let (r, mut opts) = parse_side(s)?;
@@ -150,6 +168,7 @@ impl FromStr for Method {
             key,
             value,
             residual,
+            eviction,
         })
     }
 }
@@ -167,16 +186,34 @@ impl fmt::Display for Method {
         let (k, v) = (side(&*self.key), side(&*self.value));
         let default = |c: &dyn SideConfig| row(c.method()).map_or(0, |r| r.default_residual);
         let sep = |s: &str| if s.contains(':') { "," } else { ":" };
+        let ev = self
+            .eviction
+            .as_ref()
+            .map_or(String::new(), |e| format!("+{e}"));
+        self.fmt_sides(f, &k, &v, default, sep)?;
+        write!(f, "{ev}")
+    }
+}
+
+impl Method {
+    fn fmt_sides(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        k: &str,
+        v: &str,
+        default: impl Fn(&dyn SideConfig) -> usize,
+        sep: impl Fn(&str) -> &'static str,
+    ) -> fmt::Result {
         if k == v {
             if self.residual == default(&*self.key) {
                 write!(f, "{k}")
             } else {
-                write!(f, "{k}{}residual={}", sep(&k), self.residual)
+                write!(f, "{k}{}residual={}", sep(k), self.residual)
             }
         } else if self.residual == default(&*self.key).max(default(&*self.value)) {
             write!(f, "{k}/{v}")
         } else {
-            write!(f, "{k}{}residual={}/{v}", sep(&k), self.residual)
+            write!(f, "{k}{}residual={}/{v}", sep(k), self.residual)
         }
     }
 }

@@ -121,6 +121,8 @@ pub struct Method {
     pub(crate) key: Arc<dyn SideConfig>,
     pub(crate) value: Arc<dyn SideConfig>,
     pub(crate) residual: usize,
+    /// An eviction policy over the layer (`SPEC+POLICY`, [`crate::policy`]).
+    pub(crate) eviction: Option<Arc<crate::policy::Eviction>>,
 }
 
 impl PartialEq for Method {
@@ -155,9 +157,22 @@ impl Method {
         self.residual
     }
 
-    /// True for the uncompressed baseline (`f16` on both sides, no window).
+    /// True for the uncompressed baseline (`f16` on both sides, no window, no eviction).
     pub fn is_f16(&self) -> bool {
-        self.key.method() == "f16" && self.value.method() == "f16"
+        self.key.method() == "f16" && self.value.method() == "f16" && self.eviction.is_none()
+    }
+
+    /// The eviction policy, if any.
+    pub fn eviction(&self) -> Option<&crate::policy::Eviction> {
+        self.eviction.as_deref()
+    }
+
+    /// This method under eviction policy `ev` (`None`: without eviction).
+    pub fn with_eviction(&self, ev: Option<crate::policy::Eviction>) -> Self {
+        Self {
+            eviction: ev.map(Arc::new),
+            ..self.clone()
+        }
     }
 
     /// Nominal bits per value held once the cache is long (both sides' stored forms,

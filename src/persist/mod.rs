@@ -146,6 +146,14 @@ impl SavedCache {
         let layers = layers
             .into_iter()
             .map(|l| {
+                if let Some(e) = l.method().eviction() {
+                    return Err(Error::Config(format!(
+                        "layer {}: saving a cache under eviction ({}) is not supported yet: the \
+                         file format has no section for its positions and scores",
+                        l.index(),
+                        e.policy.name()
+                    )));
+                }
                 Ok(SavedLayer {
                     index: l.index(),
                     method: l.method().clone(),

@@ -160,6 +160,29 @@ impl CpuSide {
         })
     }
 
+    /// Evicts whole units of `unit` tokens (a multiple of the codec's block size) from the
+    /// quantized tokens: of the first `keep_of` units, head h keeps `keep[h]` (ascending, the
+    /// same count for every head, see [`super::compact::compact_stream`]); the quantized
+    /// blocks after them move down for every head alike; the residual rows stay. Capacity is
+    /// kept (the next appends reuse it: held bytes stay flat under a budget).
+    pub(crate) fn compact(
+        &mut self,
+        codec: &dyn Codec,
+        unit: usize,
+        keep_of: usize,
+        keep: &[Vec<usize>],
+    ) {
+        let g = codec.geometry();
+        let bpu = unit / codec.block_tokens();
+        let kept = keep.first().map_or(keep_of, Vec::len);
+        for (words, st) in self.streams.iter_mut().zip(codec.streams()) {
+            super::compact::compact_stream(words, st, g.heads, bpu, keep);
+            let unit_words = bpu * st.words_per_block;
+            words.copy_within(keep_of * unit_words.., kept * unit_words);
+            words.truncate(words.len() - (keep_of - kept) * unit_words);
+        }
+    }
+
     /// Bytes held per stream (capacities) and by the residual.
     pub(crate) fn held(&self) -> (Vec<u64>, u64) {
         (

@@ -19,6 +19,8 @@ pub struct Memory {
     pub residual: u64,
     /// Per-layer constants uploaded once (sign tables, sketch matrices, codebooks).
     pub tables: u64,
+    /// Eviction's per (token, head) scores and positions ([`crate::policy`]).
+    pub eviction: u64,
 }
 
 impl Memory {
@@ -30,6 +32,7 @@ impl Memory {
             + self.value_params
             + self.residual
             + self.tables
+            + self.eviction
     }
 
     /// Adds another's bytes kind by kind.
@@ -40,6 +43,7 @@ impl Memory {
         self.value_params += o.value_params;
         self.residual += o.residual;
         self.tables += o.tables;
+        self.eviction += o.eviction;
     }
 
     /// `bytes` counted as codes or params of `side`.

@@ -17,6 +17,7 @@
 //! (bad input, an allocation that fails, a codec's status word) leaves every stored word, the
 //! token count and the memory report as they were.
 
+pub(crate) mod compact;
 pub mod cpu;
 pub mod gpu;
 pub mod gpu_input;
@@ -39,6 +40,9 @@ pub enum Side {
 }
 
 impl Side {
+    /// Keys, then values.
+    pub const ALL: [Side; 2] = [Side::Keys, Side::Values];
+
     /// `keys` / `values`.
     pub fn name(self) -> &'static str {
         match self {

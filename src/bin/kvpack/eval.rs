@@ -34,6 +34,10 @@ pub struct Options {
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
     pub max_tokens: Option<usize>,
+    /// Eviction policies: each adds a row `METHOD+POLICY` for every method.
+    pub evict: Vec<String>,
+    /// A PNG of perplexity against tokens held per KV head, one line per eviction policy.
+    pub evict_plot: Option<PathBuf>,
 }
 
 /// One method's result.
@@ -44,6 +48,15 @@ pub struct Row {
     pub delta_pct: f64,
     pub kl: f64,
     pub top1: f64,
+    /// Tokens held per KV head at the end, the mean over layers.
+    pub tokens_held_per_head: f64,
+    /// Bytes the caches hold at the end (all layers).
+    pub bytes_held: u64,
+    /// The eviction policy's name and budget, for rows under one.
+    pub eviction: Option<(String, usize)>,
+    /// Q-Filters rows: Spearman ρ per (layer, KV head) of the filter's scores with the
+    /// attention mass each key receives (mean, worst) and the flipped filter's mean.
+    pub spearman: Option<(f64, f64, f64)>,
 }
 
 /// Runs the evaluation: the table on stdout, the progress on stderr, the JSON and PNG files.
@@ -52,11 +65,11 @@ pub fn run(
     context: impl Fn(PathChoice) -> kvpack::Result<Context>,
 ) -> Result<(), String> {
     // Everything that can be checked before the (long) decoding is checked first.
-    let methods = parse_methods(&opts.methods)?;
+    let methods = parse_methods(&opts.methods, &opts.evict)?;
     if let Some(p) = &opts.json {
         check_output(p, None)?;
     }
-    if let Some(p) = &opts.plot {
+    for p in opts.plot.iter().chain(&opts.evict_plot) {
         check_output(p, Some("png"))?;
     }
     let input = match &opts.source {
@@ -117,6 +130,9 @@ pub fn run(
     if let Some(p) = &opts.plot {
         plot(p, &model.name, ids.len(), opts.path, &rows)?;
     }
+    if let Some(p) = &opts.evict_plot {
+        super::eval_evict::plot(p, &model.name, ids.len(), &rows)?;
+    }
     Ok(())
 }
 
@@ -125,8 +141,9 @@ enum Input {
     Ids(Vec<u32>),
 }
 
-/// Parses the method list; f16 (the reference) goes first, and is added when missing.
-fn parse_methods(names: &[String]) -> Result<Vec<(String, Method)>, String> {
+/// Parses the method list; f16 (the reference) goes first, and is added when missing; each
+/// eviction policy then adds `METHOD+POLICY` for every method.
+fn parse_methods(names: &[String], evict: &[String]) -> Result<Vec<(String, Method)>, String> {
     let mut out: Vec<(String, Method)> = Vec::new();
     for name in names {
         let name = name.trim();
@@ -151,6 +168,16 @@ fn parse_methods(names: &[String]) -> Result<Vec<(String, Method)>, String> {
         None => {
             eprintln!("kvpack eval: adding f16, the reference the others are compared with");
             out.insert(0, ("f16".into(), Method::f16()));
+        }
+    }
+    let base = out.clone();
+    for e in evict {
+        let ev: kvpack::policy::Eviction = e.trim().parse().map_err(|e: kvpack::Error| e.to_string())?;
+        for (name, m) in &base {
+            if m.eviction().is_some() {
+                continue;
+            }
+            out.push((format!("{name}+{}", e.trim()), m.with_eviction(Some(ev.clone()))));
         }
     }
     Ok(out)
@@ -343,12 +370,25 @@ fn decode_all(
     let mut reference: Vec<f32> = Vec::new();
     let mut ref_top: Vec<usize> = Vec::with_capacity(steps);
     let (mut lp, mut lq) = (Vec::new(), Vec::new());
+    // Q-Filters rows: the f16 run records q and k for the Spearman check.
+    let mut spearman = methods
+        .iter()
+        .any(|(_, m)| {
+            matches!(
+                m.eviction().map(|e| &e.policy),
+                Some(kvpack::policy::Policy::QFilters { .. })
+            )
+        })
+        .then(|| super::eval_evict::Spearman::new(c.heads, c.kv_heads, c.head_dim));
     let mut rows: Vec<Row> = Vec::with_capacity(methods.len());
     for (name, method) in methods {
         bar.set_message(name.clone());
         let is_ref = rows.is_empty();
         let mut s = Session::new(weights.clone(), ctx, method.clone(), path)
             .map_err(|e| format!("{name}: {e}"))?;
+        if is_ref && spearman.is_some() {
+            s.capture_qkv(true);
+        }
         let t0 = Instant::now();
         let (mut nll, mut kl_sum, mut agree) = (0.0f64, 0.0f64, 0usize);
         for (i, w) in ids.windows(2).enumerate() {
@@ -372,6 +412,11 @@ fn decode_all(
         let secs = t0.elapsed().as_secs_f64();
         let mean = nll / steps as f64;
         let ppl = mean.exp();
+        if is_ref && let Some(sp) = spearman.as_mut() {
+            if let Some(cap) = s.take_qkv() {
+                sp.capture(cap);
+            }
+        }
         let mem = s.memory();
         let values = 2 * s.pos() * c.kv_heads * c.head_dim * c.layers;
         let bits = mem.held.total() as f64 * 8.0 / values as f64;
@@ -387,10 +432,23 @@ fn decode_all(
             },
             kl: kl_sum / steps as f64,
             top1: agree as f64 / steps as f64,
+            tokens_held_per_head: mem.tokens as f64 / c.layers as f64,
+            bytes_held: mem.held.total(),
+            eviction: method
+                .eviction()
+                .map(|e| (e.policy.name().to_string(), e.budget)),
+            spearman: match (method.eviction(), spearman.as_ref()) {
+                (Some(e), Some(sp)) => sp.of(e, c.kv_heads, c.head_dim)?,
+                _ => None,
+            },
         };
+        let sp = row.spearman.map_or(String::new(), |(m, w, f)| {
+            format!(", Spearman mean {m:+.3} worst {w:+.3} (flipped {f:+.3})")
+        });
         let line = format!(
             "{name:>14}: perplexity {ppl:.4} (mean NLL {mean:.4}), {bits:.2} bits/value held, \
-             {:.1} tok/s",
+             {:.1} tokens held per KV head, {:.1} tok/s{sp}",
+            row.tokens_held_per_head,
             steps as f64 / secs
         );
         // Shown even when the bar is hidden (stderr not a terminal).
@@ -482,6 +540,13 @@ fn write_json(p: &Path, rows: &[Row]) -> Result<(), String> {
                 "delta_pct": r.delta_pct,
                 "kl": r.kl,
                 "top1": r.top1,
+                "tokens_held_per_head": r.tokens_held_per_head,
+                "bytes_held": r.bytes_held,
+                "policy": r.eviction.as_ref().map(|e| e.0.clone()),
+                "budget": r.eviction.as_ref().map(|e| e.1),
+                "spearman_mean": r.spearman.map(|s| s.0),
+                "spearman_worst": r.spearman.map(|s| s.1),
+                "spearman_flipped_mean": r.spearman.map(|s| s.2),
             })
         })
         .collect();

@@ -91,11 +91,7 @@ impl F16Codec {
             side,
             g,
             path,
-            streams: [Stream {
-                name: "rows",
-                kind: StreamKind::Codes,
-                words_per_block: g.row_words(),
-            }],
+            streams: [Stream::halves("rows", StreamKind::Codes, g.heads, g.dim)],
         })
     }
 }

@@ -51,11 +51,17 @@ impl KiviCodec {
         if quant.is_gpu() {
             crate::codec::require_gpu(ctx, "kivi cache")?;
         }
-        let (codes, params) = match cfg.side {
-            Side::Keys => (l.key_block_words(), l.key_block_param_words()),
+        // Keys: one head-major row per block; values: G token rows, each head-major.
+        let (rows, codes, params) = match cfg.side {
+            Side::Keys => (
+                1,
+                l.key_block_words() / l.heads,
+                l.key_block_param_words() / l.heads,
+            ),
             Side::Values => (
-                l.key_group * l.value_token_words(),
-                l.key_group * l.value_token_param_words(),
+                l.key_group,
+                l.value_token_words() / l.heads,
+                l.value_token_param_words() / l.heads,
             ),
         };
         Ok(Self {
@@ -64,16 +70,8 @@ impl KiviCodec {
             quant,
             dequant,
             streams: [
-                Stream {
-                    name: "codes",
-                    kind: StreamKind::Codes,
-                    words_per_block: codes,
-                },
-                Stream {
-                    name: "params",
-                    kind: StreamKind::Params,
-                    words_per_block: params,
-                },
+                Stream::words("codes", StreamKind::Codes, l.heads, rows, codes),
+                Stream::words("params", StreamKind::Params, l.heads, rows, params),
             ],
         })
     }

@@ -116,16 +116,8 @@ impl QjlCodec {
             layer,
             encode,
             streams: [
-                Stream {
-                    name: "signs",
-                    kind: StreamKind::Codes,
-                    words_per_block: l.heads * l.sign_words(),
-                },
-                Stream {
-                    name: "norms",
-                    kind: StreamKind::Params,
-                    words_per_block: l.heads.div_ceil(2),
-                },
+                Stream::words("signs", StreamKind::Codes, l.heads, 1, l.sign_words()),
+                Stream::halves("norms", StreamKind::Params, l.heads, 1),
             ],
             sketch,
             tables,

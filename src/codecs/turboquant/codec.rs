@@ -80,16 +80,14 @@ impl TurboQuantCodec {
             quant,
             dequant,
             streams: [
-                Stream {
-                    name: "codes",
-                    kind: StreamKind::Codes,
-                    words_per_block: l.code_words(),
-                },
-                Stream {
-                    name: "norms",
-                    kind: StreamKind::Params,
-                    words_per_block: l.norm_words(),
-                },
+                Stream::words(
+                    "codes",
+                    StreamKind::Codes,
+                    l.heads,
+                    1,
+                    l.code_words() / l.heads,
+                ),
+                Stream::halves("norms", StreamKind::Params, l.heads, 1),
             ],
             centroids: books.iter().map(|b| b.centroids.clone()).collect(),
             books,

@@ -154,7 +154,6 @@ impl ProdCodec {
             std::slice::from_ref(&book),
         );
         tables.extend(gpu_sketch_table(&sketch, prod.m, l.padded));
-        let nw = l.norm_words();
         let lut = sketch_lut(ctx, l.dim, mse_prep_width(&l), l.levels() * 4, prod.m);
         Ok(Self {
             lut,
@@ -163,26 +162,16 @@ impl ProdCodec {
             quant,
             l,
             streams: [
-                Stream {
-                    name: "codes",
-                    kind: StreamKind::Codes,
-                    words_per_block: l.code_words(),
-                },
-                Stream {
-                    name: "signs",
-                    kind: StreamKind::Codes,
-                    words_per_block: l.heads * prod.sign_words(),
-                },
-                Stream {
-                    name: "norms",
-                    kind: StreamKind::Params,
-                    words_per_block: nw,
-                },
-                Stream {
-                    name: "residual_norms",
-                    kind: StreamKind::Params,
-                    words_per_block: nw,
-                },
+                Stream::words(
+                    "codes",
+                    StreamKind::Codes,
+                    l.heads,
+                    1,
+                    l.code_words() / l.heads,
+                ),
+                Stream::words("signs", StreamKind::Codes, l.heads, 1, prod.sign_words()),
+                Stream::halves("norms", StreamKind::Params, l.heads, 1),
+                Stream::halves("residual_norms", StreamKind::Params, l.heads, 1),
             ],
             centroids: vec![book.centroids.clone()],
             book,

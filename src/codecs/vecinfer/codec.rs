@@ -196,11 +196,7 @@ impl VecInferCodec {
             form,
             quant,
             encode,
-            streams: [Stream {
-                name: "codes",
-                kind: StreamKind::Codes,
-                words_per_block: g.heads * rw,
-            }],
+            streams: [Stream::words("codes", StreamKind::Codes, g.heads, 1, rw)],
             cfg,
             g,
             layer,

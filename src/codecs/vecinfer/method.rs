@@ -4,13 +4,11 @@
 //! `calib`, a missing or malformed file, or a file without the preset's codebooks is an error
 //! then, before any cache exists.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::codec::VecInferCodec;
 use super::config::VecSide;
-use crate::calib::Calibration;
 use crate::codec::Codec;
 use crate::context::{Context, PathChoice};
 use crate::cpu::vecinfer::Preset;
@@ -53,26 +51,6 @@ pub static ROW: MethodRow = MethodRow {
 /// Calibration files read by this process, by path (a spec parsed once per layer or per
 /// method does not read the file again; a changed file is read again when its length or
 /// modification time differs).
-fn load(path: &Path) -> Result<Arc<Calibration>> {
-    type Key = (PathBuf, u64, Option<std::time::SystemTime>);
-    static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Calibration>>>> = OnceLock::new();
-    let md = std::fs::metadata(path).map_err(|e| Error::Calibration {
-        path: path.display().to_string(),
-        message: format!("cannot read it: {e}"),
-    })?;
-    let key = (path.to_path_buf(), md.len(), md.modified().ok());
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(c) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(c.clone());
-    }
-    let c = Arc::new(Calibration::read(path)?);
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(key, c.clone());
-    Ok(c)
-}
-
 fn parse(side: Side, both: bool, o: &Options) -> Result<Arc<dyn SideConfig>> {
     let (own, other) = match side {
         Side::Keys => ("kbits", "vbits"),
@@ -97,7 +75,7 @@ fn parse(side: Side, both: bool, o: &Options) -> Result<Arc<dyn SideConfig>> {
         )
     })?;
     let calib_path = PathBuf::from(path);
-    let calib = load(&calib_path)?;
+    let calib = crate::calib::file::load_cached(&calib_path)?;
     // The preset's codebooks must be in the file (layer 0 checks what every layer has).
     calib
         .vecinfer_layer(0, preset, preset)

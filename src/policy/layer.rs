@@ -1,0 +1,354 @@
+//! [`EvictingLayer`]: any layer ([`crate::layer::Layer`], any key and value codec) under an
+//! eviction policy. It keeps, per held (token, KV head), the token's score and its absolute
+//! position (`[held][H]` f32 and u32 tables, 8 bytes per token-head, counted in
+//! [`crate::Memory::eviction`]); after an append that brings a head past its budget (checked
+//! every `stride` appended tokens) every head evicts the same number of whole units (a unit is
+//! one block of both sides' codecs: 1 token for per-token codecs, G for KIVI) from its
+//! candidates: quantized on both sides, not a sink (the first `sinks` tokens), not among the
+//! `window` newest; the residual window is never touched. The layer's stored words move down
+//! ([`crate::store::compact`]) so memory is really reclaimed, and attention reads each held
+//! token's true position for causality, windows and sinks.
+//!
+//! CPU path only in this version: on a GPU path the layer is refused at construction
+//! ([`Error::PathUnavailable`]).
+
+use std::sync::Arc;
+
+use crate::attention::AttendOptions;
+use crate::codec::Codec;
+use crate::cpu::attend::Positions;
+use crate::error::{Error, Result};
+use crate::layer::{KvLayer, Layer};
+use crate::method::Method;
+use crate::store::{Geometry, GpuInput, Input, MemoryReport, Side, Snapshot};
+
+use super::config::{Eviction, Policy};
+use super::score::Scorer;
+use super::select::{self, Held, Order};
+
+/// A layer under an eviction policy: see the module docs.
+pub struct EvictingLayer {
+    inner: Layer,
+    method: Method,
+    ev: Arc<Eviction>,
+    scorer: Scorer,
+    /// Tokens per unit (the lcm of both sides' block sizes).
+    unit: usize,
+    /// `[held][H]` scores and absolute positions.
+    scores: Vec<f32>,
+    positions: Vec<u32>,
+    appended: usize,
+    /// Tokens appended since the last eviction check that evicted.
+    since: usize,
+}
+
+impl std::fmt::Debug for EvictingLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EvictingLayer")
+            .field("method", &self.method.to_string())
+            .field("held", &self.inner.len())
+            .field("appended", &self.appended)
+            .finish()
+    }
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut x: usize, mut y: usize| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    a / gcd(a, b) * b
+}
+
+impl EvictingLayer {
+    /// `inner` (empty) under `method`'s eviction policy, for model layer `index`. Errors: a GPU
+    /// layer ([`Error::PathUnavailable`]); a budget the layer can never get down to (the
+    /// sinks rounded up to whole units, the newest `max(window, R + U − 1)` tokens and one unit
+    /// must fit, [`Error::Config`]); a calibration file without Q-Filters tables, made for
+    /// another shape or with fewer layers ([`Error::Calibration`]).
+    pub fn new(inner: Layer, method: Method, index: usize) -> Result<Self> {
+        let ev = method
+            .eviction()
+            .cloned()
+            .ok_or_else(|| Error::Config("EvictingLayer without an eviction policy".into()))?;
+        if inner.on_gpu() {
+            return Err(Error::PathUnavailable {
+                kernel: "evict",
+                requested: inner.codec(Side::Keys).path().to_string(),
+                reason: format!(
+                    "eviction ({}) runs on the CPU path only in this version (no GPU scoring or \
+                     compaction kernel yet): use --path cpu",
+                    ev.policy.name()
+                ),
+            });
+        }
+        let g = inner.geometry();
+        let unit = lcm(
+            inner.codec(Side::Keys).block_tokens(),
+            inner.codec(Side::Values).block_tokens(),
+        );
+        let tail = ev.window.max(inner.residual() + unit - 1);
+        let floor = ev.sinks.div_ceil(unit) * unit + tail + unit;
+        if ev.budget < floor {
+            return Err(Error::Config(format!(
+                "{}: budget {} is below what {} can hold at least: {} sink token(s) in whole \
+                 units of {unit}, the newest {tail} (window {}, or residual window {} + a unit \
+                 − 1), and one unit to evict (budget ≥ {floor})",
+                ev.policy.name(),
+                ev.budget,
+                method,
+                ev.sinks,
+                ev.window,
+                inner.residual()
+            )));
+        }
+        let scorer = match &ev.policy {
+            Policy::QFilters {
+                calib,
+                calib_path,
+                flip,
+            } => {
+                let err = |message: String| Error::Calibration {
+                    path: calib_path.display().to_string(),
+                    message,
+                };
+                let m = &calib.meta.model;
+                if (m.kv_heads, m.head_dim) != (g.heads, g.dim) || index >= m.layers {
+                    return Err(err(format!(
+                        "made for {} ({} layers, {} KV heads, head_dim {}), used for layer \
+                         {index} with {} KV heads of {}",
+                        m.name, m.layers, m.kv_heads, m.head_dim, g.heads, g.dim
+                    )));
+                }
+                let t = calib
+                    .qfilters
+                    .as_ref()
+                    .ok_or_else(|| err("has no Q-Filters tables".into()))?;
+                let n = g.heads * g.dim;
+                let sign = if *flip { -1.0 } else { 1.0 };
+                Scorer::Filter(
+                    t.filters[index * n..(index + 1) * n]
+                        .iter()
+                        .map(|x| sign * x)
+                        .collect(),
+                )
+            }
+            Policy::Streaming => Scorer::Zero,
+            Policy::KeyNorm => Scorer::NegNorm,
+        };
+        Ok(Self {
+            inner,
+            method,
+            ev: Arc::new(ev),
+            scorer,
+            unit,
+            scores: Vec::new(),
+            positions: Vec::new(),
+            appended: 0,
+            since: 0,
+        })
+    }
+
+    /// The policy.
+    pub fn eviction(&self) -> &Eviction {
+        &self.ev
+    }
+
+    /// Per held (token, head) scores `[held][H]`.
+    pub fn scores(&self) -> &[f32] {
+        &self.scores
+    }
+
+    /// Per held (token, head) absolute positions `[held][H]`.
+    pub fn positions(&self) -> &[u32] {
+        &self.positions
+    }
+
+    /// Evicts down to the budget when due (see the module docs).
+    fn maybe_evict(&mut self) -> Result<()> {
+        let held = self.inner.len();
+        if held <= self.ev.budget || self.since < self.ev.stride {
+            return Ok(());
+        }
+        let u = self.unit;
+        let q = Side::ALL
+            .iter()
+            .map(|&s| self.inner.quantized_len(s))
+            .min()
+            .unwrap_or(0);
+        let first = self.ev.sinks.div_ceil(u);
+        let end = q.min(held.saturating_sub(self.ev.window)) / u;
+        if end <= first {
+            return Ok(());
+        }
+        let n = (held - self.ev.budget).div_ceil(u).min(end - first);
+        let order = match self.ev.policy {
+            Policy::Streaming => Order::Oldest,
+            _ => Order::Score,
+        };
+        let h = self.inner.geometry().heads;
+        let keep = select::keep_lists(
+            &Held {
+                heads: h,
+                scores: &self.scores,
+                positions: &self.positions,
+            },
+            u,
+            first,
+            end,
+            n,
+            order,
+        );
+        self.inner.evict_units(u, end, &keep)?;
+        select::compact_table(&mut self.scores, h, u, end, &keep);
+        select::compact_table(&mut self.positions, h, u, end, &keep);
+        self.since = 0;
+        Ok(())
+    }
+
+    fn gpu_refused(&self, what: &str) -> Error {
+        Error::PathUnavailable {
+            kernel: "evict",
+            requested: "cpu".into(),
+            reason: format!("{what} records GPU work; a layer with eviction runs on the CPU"),
+        }
+    }
+
+    fn at(&self) -> Positions<'_> {
+        Positions {
+            table: &self.positions,
+            appended: self.appended,
+        }
+    }
+}
+
+impl KvLayer for EvictingLayer {
+    fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
+        self.inner.append(k, v)?;
+        let g = self.inner.geometry();
+        // Validated by the append: the same f16 rounding it stored.
+        let k16 = k.to_f16("k")?;
+        let n = k16.len() / g.token_elems();
+        let scores = self.scorer.score(&k16, g.heads, g.dim);
+        self.scores.extend_from_slice(&scores);
+        for t in 0..n {
+            let p = (self.appended + t) as u32;
+            self.positions.extend(std::iter::repeat_n(p, g.heads));
+        }
+        self.appended += n;
+        self.since += n;
+        self.maybe_evict()
+    }
+
+    fn encode_append(
+        &mut self,
+        _: &mut wgpu::CommandEncoder,
+        _: Input<'_>,
+        _: Input<'_>,
+    ) -> Result<()> {
+        Err(self.gpu_refused("encode_append()"))
+    }
+
+    fn append_gpu(&mut self, _: GpuInput<'_>, _: GpuInput<'_>) -> Result<()> {
+        Err(self.gpu_refused("append_gpu()"))
+    }
+
+    fn encode_append_gpu(
+        &mut self,
+        _: &mut wgpu::CommandEncoder,
+        _: GpuInput<'_>,
+        _: GpuInput<'_>,
+    ) -> Result<()> {
+        Err(self.gpu_refused("encode_append_gpu()"))
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn attend(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
+        self.inner.attend_positions(q, hq, opts, &self.at())
+    }
+
+    fn encode_attend(
+        &self,
+        _: &mut wgpu::CommandEncoder,
+        _: &wgpu::Buffer,
+        _: usize,
+        _: usize,
+        _: &AttendOptions,
+        _: &wgpu::Buffer,
+    ) -> Result<()> {
+        Err(self.gpu_refused("encode_attend()"))
+    }
+
+    fn memory(&self) -> MemoryReport {
+        let mut r = self.inner.memory();
+        let cap = (self.scores.capacity() * 4 + self.positions.capacity() * 4) as u64;
+        let used = ((self.scores.len() + self.positions.len()) * 4) as u64;
+        r.held.eviction += cap;
+        r.payload.eviction += used;
+        r
+    }
+
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn appended(&self) -> usize {
+        self.appended
+    }
+
+    fn snapshot(&self) -> Result<Snapshot> {
+        self.inner.snapshot()
+    }
+
+    fn reconstruct(&self) -> Result<(Vec<f32>, Vec<f32>)> {
+        self.inner.reconstruct()
+    }
+
+    fn reconstruct_side(&self, side: Side) -> Result<Vec<f32>> {
+        self.inner.reconstruct_side(side)
+    }
+
+    fn attend_reference(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
+        self.inner.attend_positions(q, hq, opts, &self.at())
+    }
+
+    fn method(&self) -> &Method {
+        &self.method
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.inner.geometry()
+    }
+
+    fn index(&self) -> usize {
+        self.inner.index()
+    }
+
+    fn codec(&self, side: Side) -> &dyn Codec {
+        self.inner.codec(side)
+    }
+
+    fn paths(&self) -> [crate::path::KernelPath; 2] {
+        self.inner.paths()
+    }
+
+    fn attend_kernels(&self) -> Result<Vec<(&'static str, crate::path::KernelPath)>> {
+        self.inner.attend_kernels()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}; eviction {} (units of {} token(s), {} of {} appended tokens held per KV head)",
+            self.inner.describe(),
+            self.ev,
+            self.unit,
+            self.inner.len(),
+            self.appended
+        )
+    }
+}

@@ -1,0 +1,24 @@
+//! Token eviction over any layer (../shared/spec/qfilters.md): Q-Filters (calibrated filters,
+//! keep the keys that project most on the direction the layer's queries concentrate on),
+//! StreamingLLM (sinks + the most recent tokens) and key norm (keep the smallest ‖k‖), each
+//! combinable with every codec (`kivi-4+qfilters:budget=256,calib=FILE`, or `--evict` in the
+//! CLI). Scores are kept per (token, KV head) beside the cache; a head past its budget evicts
+//! whole units (one block of the codecs), whose stored words move down; kept tokens keep their
+//! absolute positions, which attention reads.
+//!
+//! - [`config`]: the policy grammar and its checks;
+//! - [`score`]: the scoring at append (CPU reference);
+//! - [`select`]: which units each head evicts (CPU reference);
+//! - [`layer`]: [`EvictingLayer`], the layer that applies it;
+//! - [`spearman`]: the quality check (score vs. the attention mass each key receives).
+//!
+//! CPU path only in this version (GPU scoring and compaction kernels are not written yet).
+
+pub mod config;
+pub mod layer;
+pub mod score;
+pub mod select;
+pub mod spearman;
+
+pub use config::{Eviction, POLICY_NAMES, Policy};
+pub use layer::EvictingLayer;

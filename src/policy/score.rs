@@ -1,0 +1,41 @@
+//! The scoring at append (../shared/spec/qfilters.md): the CPU reference. Scores are computed
+//! once per (token, KV head) on the key as appended, rounded to f16 (what the cache stores),
+//! in f32 summed in channel order, and kept beside the cache (4 bytes per token-head).
+
+use half::f16;
+
+/// What a policy scores (higher: kept).
+#[derive(Clone, Debug)]
+pub enum Scorer {
+    /// ⟨k, u_h⟩ with the layer's filters `[H][D]` (already negated for `flip`).
+    Filter(Vec<f32>),
+    /// −‖k‖ (keep the smallest norms).
+    NegNorm,
+    /// Every token 0 (StreamingLLM orders by position, not score).
+    Zero,
+}
+
+impl Scorer {
+    /// Scores `[n][H]` of the rows `k` `[n][H][D]`.
+    pub fn score(&self, k: &[f16], heads: usize, dim: usize) -> Vec<f32> {
+        k.chunks_exact(dim)
+            .enumerate()
+            .map(|(i, row)| {
+                let h = i % heads;
+                match self {
+                    Scorer::Filter(u) => row
+                        .iter()
+                        .zip(&u[h * dim..(h + 1) * dim])
+                        .map(|(x, y)| x.to_f32() * y)
+                        .sum(),
+                    Scorer::NegNorm => -row
+                        .iter()
+                        .map(|x| x.to_f32() * x.to_f32())
+                        .sum::<f32>()
+                        .sqrt(),
+                    Scorer::Zero => 0.0,
+                }
+            })
+            .collect()
+    }
+}
