@@ -2,7 +2,7 @@
 # Q-Filters / StreamingLLM / key-norm eviction on SmolLM2-135M, story-512 (teacher-forced, CPU
 # path): calibrates the filters on another text (tests/data's prose, short and code texts), then
 # evaluates budgets of 10, 25 and 50 % of the 512-token context on the f16 cache, and 25 / 50 %
-# on KIVI-4 (group 32, residual 32). Writes benches/results/eviction/. Needs the model
+# on KIVI-4 (group 32, residual 32), then Q-Filters and key norm with a window of half the budget. Writes benches/results/eviction/. Needs the model
 # (scripts/fetch-models.sh) and ../shared/fixtures (the story's token ids).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,4 +30,13 @@ done
 "$bin" eval --model smollm2 --ids "$ids" --path cpu --method f16 \
   --method kivi:bits=4,group=32,residual=32 "${ev[@]}" \
   --json "$out/smollm2-story512-kivi4.json" | tee "$out/smollm2-story512-kivi4.txt"
+# Q-Filters and key norm with a recent window of half the budget (StreamingLLM's rows are all
+# window already): next-token prediction leans on the newest tokens.
+ev=()
+for b in 51 128 256; do
+  w=$((b / 2))
+  ev+=(--evict "qfilters:budget=$b,window=$w,calib=$calib" --evict "knorm:budget=$b,window=$w")
+done
+"$bin" eval --model smollm2 --ids "$ids" --path cpu --method f16 "${ev[@]}" \
+  --json "$out/smollm2-story512-window.json" | tee "$out/smollm2-story512-window.txt"
 rm -f "$text"

@@ -779,13 +779,20 @@ impl Layer {
         let kept = keep.first().map_or(keep_of, Vec::len);
         let ok = keep.len() == self.g.heads
             && keep.iter().all(|k| {
-                k.len() == kept && k.windows(2).all(|w| w[0] < w[1]) && k.iter().all(|&u| u < keep_of)
+                k.len() == kept
+                    && k.windows(2).all(|w| w[0] < w[1])
+                    && k.iter().all(|&u| u < keep_of)
             })
             && self
                 .codecs
                 .iter()
                 .all(|c| unit.is_multiple_of(c.block_tokens()))
-            && keep_of * unit <= Side::ALL.iter().map(|&s| self.quantized_len(s)).min().unwrap_or(0);
+            && keep_of * unit
+                <= Side::ALL
+                    .iter()
+                    .map(|&s| self.quantized_len(s))
+                    .min()
+                    .unwrap_or(0);
         if !ok {
             return Err(Error::Config(format!(
                 "eviction: a keep list that this layer cannot apply (unit {unit}, of {keep_of}); a kvpack bug"

@@ -112,12 +112,20 @@ fn layouts_are_per_head(t: &Target, spec: &str) {
                         if h == 1 {
                             head1_differs |= p != q;
                         } else {
-                            assert_eq!(p, q, "{spec} {side:?} {}: head {h} changed (block {blk} row {r}): the stream's per-head layout is not what it declares", st.name);
+                            assert_eq!(
+                                p, q,
+                                "{spec} {side:?} {}: head {h} changed (block {blk} row {r}): the stream's per-head layout is not what it declares",
+                                st.name
+                            );
                         }
                     }
                 }
             }
-            assert!(head1_differs, "{spec} {side:?} {}: head 1's declared bits never changed", st.name);
+            assert!(
+                head1_differs,
+                "{spec} {side:?} {}: head 1's declared bits never changed",
+                st.name
+            );
         }
     }
 }
@@ -141,7 +149,10 @@ fn eviction_keeps_exact_words(t: &Target, spec: &str) {
                 eprintln!("eviction on {}: refused as it must be: {reason}", t.name());
                 return;
             }
-            other => panic!("{spec} on {}: expected PathUnavailable, got {other:?}", t.name()),
+            other => panic!(
+                "{spec} on {}: expected PathUnavailable, got {other:?}",
+                t.name()
+            ),
         }
     }
     let mut rng = common::rng("eviction_keeps_exact_words");
@@ -162,7 +173,10 @@ fn eviction_keeps_exact_words(t: &Target, spec: &str) {
     }
     let held = ev.len();
     assert_eq!(ev.appended(), tokens);
-    assert!(held < tokens, "{spec}: nothing was evicted ({held} of {tokens})");
+    assert!(
+        held < tokens,
+        "{spec}: nothing was evicted ({held} of {tokens})"
+    );
     assert!(
         max_held <= budget + stride - 1 + 9 + u,
         "{spec}: held {max_held} tokens, budget {budget}"
@@ -170,14 +184,26 @@ fn eviction_keeps_exact_words(t: &Target, spec: &str) {
     let pos = ev.positions();
     for h in 0..H {
         let p: Vec<usize> = (0..held).map(|j| pos[j * H + h] as usize).collect();
-        assert!(p.windows(2).all(|w| w[0] < w[1]), "{spec}: head {h} positions not increasing: {p:?}");
-        assert!(p.iter().take(sinks).copied().eq(0..sinks), "{spec}: head {h} lost a sink: {p:?}");
         assert!(
-            p[held - window..].iter().copied().eq(tokens - window..tokens),
+            p.windows(2).all(|w| w[0] < w[1]),
+            "{spec}: head {h} positions not increasing: {p:?}"
+        );
+        assert!(
+            p.iter().take(sinks).copied().eq(0..sinks),
+            "{spec}: head {h} lost a sink: {p:?}"
+        );
+        assert!(
+            p[held - window..]
+                .iter()
+                .copied()
+                .eq(tokens - window..tokens),
             "{spec}: head {h} lost a window token: {p:?}"
         );
         // Whole units go: every kept unit starts at a multiple of U.
-        assert!(p.chunks(u).all(|c| c[0] % u == 0 && c.windows(2).all(|w| w[1] == w[0] + 1)));
+        assert!(
+            p.chunks(u)
+                .all(|c| c[0] % u == 0 && c.windows(2).all(|w| w[1] == w[0] + 1))
+        );
     }
     // The words: each held unit of each head is the full layer's unit at its position.
     let (se, sf) = (ev.snapshot().unwrap(), full.snapshot().unwrap());
@@ -258,14 +284,18 @@ fn qfilter_file(name: &str, h: usize, d: usize, filters: Vec<f32>) -> std::path:
     p
 }
 
+/// A per-head token score of the simulation: (the key row, its KV head) → score.
+type ScoreFn<'a> = &'a dyn Fn(&[f32], usize) -> f32;
+
 /// The spec's selection simulated per head, one token appended at a time, stride 1, unit 1:
 /// the positions each head holds at the end.
+#[allow(clippy::too_many_arguments)] // an oracle's plain parameters, named at each call
 fn simulate(
     k16: &[f32],
     tokens: usize,
     h: usize,
     d: usize,
-    score: &dyn Fn(&[f32], usize) -> f32,
+    score: ScoreFn<'_>,
     oldest: bool,
     budget: usize,
     sinks: usize,
@@ -298,6 +328,7 @@ fn simulate(
 }
 
 /// Exact attention (f64) of query row `qrow` at position `p` over head `hh`'s kept positions.
+#[allow(clippy::too_many_arguments)] // an oracle's plain parameters, named at each call
 fn exact(
     k: &[f32],
     v: &[f32],
@@ -347,17 +378,33 @@ fn kept_sets_follow_the_spec_and_attention_reads_true_positions() {
     let (k16, v16) = (r16(&k), r16(&v));
     let filters: Vec<f32> = (0..h * d).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let calib = qfilter_file("kept-sets", h, d, filters.clone());
-    let dot = |x: &[f32], hh: usize| -> f32 { x.iter().zip(&filters[hh * d..][..d]).map(|(a, b)| a * b).sum() };
+    let dot = |x: &[f32], hh: usize| -> f32 {
+        x.iter()
+            .zip(&filters[hh * d..][..d])
+            .map(|(a, b)| a * b)
+            .sum()
+    };
     let neg_norm = |x: &[f32], _: usize| -> f32 { -x.iter().map(|a| a * a).sum::<f32>().sqrt() };
     let zero = |_: &[f32], _: usize| 0.0f32;
-    let policies: [(String, &dyn Fn(&[f32], usize) -> f32, bool); 3] = [
+    let policies: [(String, ScoreFn<'_>, bool); 3] = [
         (
-            format!("qfilters:budget={budget},sinks={sinks},window={window},calib={}", calib.display()),
+            format!(
+                "qfilters:budget={budget},sinks={sinks},window={window},calib={}",
+                calib.display()
+            ),
             &dot,
             false,
         ),
-        (format!("knorm:budget={budget},sinks={sinks},window={window}"), &neg_norm, false),
-        (format!("streaming:budget={budget},sinks={sinks}"), &zero, true),
+        (
+            format!("knorm:budget={budget},sinks={sinks},window={window}"),
+            &neg_norm,
+            false,
+        ),
+        (
+            format!("streaming:budget={budget},sinks={sinks}"),
+            &zero,
+            true,
+        ),
     ];
     let ctx = Context::cpu();
     for (policy, score, oldest) in policies {
@@ -375,28 +422,53 @@ fn kept_sets_follow_the_spec_and_attention_reads_true_positions() {
         let pos = ev.positions();
         for (hh, want) in want.iter().enumerate() {
             let got: Vec<usize> = (0..ev.len()).map(|j| pos[j * h + hh] as usize).collect();
-            assert_eq!(&got, want, "{policy}: head {hh} keeps other tokens than the spec's rule");
+            assert_eq!(
+                &got, want,
+                "{policy}: head {hh} keeps other tokens than the spec's rule"
+            );
         }
         if !oldest {
             // Heads choose alone: with random filters / norms they keep different tokens.
-            assert_ne!(want[0], want[1], "{policy}: both heads kept the same tokens");
+            assert_ne!(
+                want[0], want[1],
+                "{policy}: both heads kept the same tokens"
+            );
         }
         // Attention over the kept tokens at their true positions: decode and a 3-row chunk
         // (its rows at the last 3 positions), full causal and a window with sinks.
         for tq in [1, 3] {
-            let q: Vec<f32> = (0..tq * hq * d).map(|_| rng.random_range(-1.5f32..1.5)).collect();
+            let q: Vec<f32> = (0..tq * hq * d)
+                .map(|_| rng.random_range(-1.5f32..1.5))
+                .collect();
             for opts in [
                 AttendOptions::default(),
-                AttendOptions { window: Some(9), sinks: 2, ..Default::default() },
+                AttendOptions {
+                    window: Some(9),
+                    sinks: 2,
+                    ..Default::default()
+                },
             ] {
                 let out = ev.attend(&q, hq, &opts).unwrap();
                 for i in 0..tq {
                     for qh in 0..hq {
                         let hh = qh / (hq / h);
-                        let e = exact(&k16, &v16, &want[hh], &q[(i * hq + qh) * d..][..d], tokens - tq + i, hh, h, d, &opts);
+                        let e = exact(
+                            &k16,
+                            &v16,
+                            &want[hh],
+                            &q[(i * hq + qh) * d..][..d],
+                            tokens - tq + i,
+                            hh,
+                            h,
+                            d,
+                            &opts,
+                        );
                         let o = &out[(i * hq + qh) * d..][..d];
                         let err = common::rel_l2_rows(o, &e, d);
-                        assert!(err <= 1e-4, "{policy} tq {tq} {opts:?}: row {i} head {qh}: rel L2 {err:.2e}");
+                        assert!(
+                            err <= 1e-4,
+                            "{policy} tq {tq} {opts:?}: row {i} head {qh}: rel L2 {err:.2e}"
+                        );
                     }
                 }
             }
@@ -427,9 +499,14 @@ fn stride_defers_eviction_and_memory_stays_flat() {
     let mut rng = common::rng("stride_defers_eviction");
     let (h, d) = (2, 8);
     let (budget, stride) = (64, 5);
-    let m = Method::parse(&format!("f16+streaming:budget={budget},sinks=4,stride={stride}")).unwrap();
+    let m = Method::parse(&format!(
+        "f16+streaming:budget={budget},sinks=4,stride={stride}"
+    ))
+    .unwrap();
     let mut ev = m.layer(&Context::cpu(), h, d, PathChoice::Cpu).unwrap();
-    let mut plain = Method::f16().layer(&Context::cpu(), h, d, PathChoice::Cpu).unwrap();
+    let mut plain = Method::f16()
+        .layer(&Context::cpu(), h, d, PathChoice::Cpu)
+        .unwrap();
     let (mut lo, mut hi, mut max_held) = (u64::MAX, 0u64, 0);
     let total = 20_000;
     let (k, v) = random(&mut rng, 1, h, d);
@@ -442,7 +519,11 @@ fn stride_defers_eviction_and_memory_stays_flat() {
             (lo, hi) = (lo.min(b), hi.max(b));
         }
     }
-    assert_eq!(max_held, budget + stride - 1, "held at most budget + stride − 1");
+    assert_eq!(
+        max_held,
+        budget + stride - 1,
+        "held at most budget + stride − 1"
+    );
     assert_eq!(ev.appended(), total);
     eprintln!(
         "stride_defers_eviction: {total} tokens appended, budget {budget}: held bytes {lo}..{hi} (without eviction {})",
@@ -470,7 +551,11 @@ fn bad_configurations_are_typed_errors() {
     // The spec prints back and parses to the same method.
     let m = Method::parse("kivi-4+knorm:budget=300,sinks=2,stride=3").unwrap();
     assert_eq!(Method::parse(&m.to_string()).unwrap(), m);
-    assert!(m.to_string().ends_with("+knorm:budget=300,sinks=2,window=0,stride=3"), "{m}");
+    assert!(
+        m.to_string()
+            .ends_with("+knorm:budget=300,sinks=2,window=0,stride=3"),
+        "{m}"
+    );
 
     let ctx = Context::cpu();
     // KIVI-4 (G 32, R 128) cannot get down to 100 tokens.
@@ -481,7 +566,13 @@ fn bad_configurations_are_typed_errors() {
     }
     // A Layer does not evict silently.
     assert!(matches!(
-        Layer::new(&ctx, 2, 32, &Method::parse("f16+knorm:budget=64").unwrap(), PathChoice::Cpu),
+        Layer::new(
+            &ctx,
+            2,
+            32,
+            &Method::parse("f16+knorm:budget=64").unwrap(),
+            PathChoice::Cpu
+        ),
         Err(Error::Config(_))
     ));
     // Calibration: missing file, no Q-Filters tables, another shape.
@@ -492,19 +583,30 @@ fn bad_configurations_are_typed_errors() {
     let p = qfilter_file("shape", 3, 16, vec![0.25; 48]);
     let m = Method::parse(&format!("f16+qfilters:budget=64,calib={}", p.display())).unwrap();
     match m.layer(&ctx, 2, 16, PathChoice::Cpu) {
-        Err(Error::Calibration { message, .. }) => assert!(message.contains("3 KV heads"), "{message}"),
+        Err(Error::Calibration { message, .. }) => {
+            assert!(message.contains("3 KV heads"), "{message}")
+        }
         other => panic!("expected Calibration, got {other:?}"),
     }
     match m.layer_at(&ctx, 1, 3, 16, PathChoice::Cpu) {
-        Err(Error::Calibration { message, .. }) => assert!(message.contains("layer 1"), "{message}"),
+        Err(Error::Calibration { message, .. }) => {
+            assert!(message.contains("layer 1"), "{message}")
+        }
         other => panic!("expected Calibration for layer 1 of a 1-layer file, got {other:?}"),
     }
     std::fs::remove_file(p).ok();
     // Saving is refused (the format has no positions section yet).
-    let mut l = Method::parse("f16+knorm:budget=16").unwrap().layer(&ctx, 2, 8, PathChoice::Cpu).unwrap();
-    l.append(Input::F32(&[0.5; 16]), Input::F32(&[0.5; 16])).unwrap();
+    let mut l = Method::parse("f16+knorm:budget=16")
+        .unwrap()
+        .layer(&ctx, 2, 8, PathChoice::Cpu)
+        .unwrap();
+    l.append(Input::F32(&[0.5; 16]), Input::F32(&[0.5; 16]))
+        .unwrap();
     let err = kvpack::persist::SavedCache::of_layers([&*l]).unwrap_err();
-    assert!(matches!(err, Error::Config(ref m) if m.contains("eviction")), "{err}");
+    assert!(
+        matches!(err, Error::Config(ref m) if m.contains("eviction")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -529,11 +631,20 @@ fn a_failed_append_changes_nothing() {
         l.append(Input::F32(&k[..5]), Input::F32(&v[..5])),
         Err(Error::Shape { .. })
     ));
-    assert_eq!((l.len(), l.appended(), l.memory(), l.snapshot().unwrap()), before);
+    assert_eq!(
+        (l.len(), l.appended(), l.memory(), l.snapshot().unwrap()),
+        before
+    );
     // Queries: more rows than tokens appended is a shape error; a row past the held count is
     // fine (positions come from the appended count).
     let q = vec![0.1f32; 31 * h * d];
-    assert!(matches!(l.attend(&q, h, &AttendOptions::default()), Err(Error::Shape { .. })));
+    assert!(matches!(
+        l.attend(&q, h, &AttendOptions::default()),
+        Err(Error::Shape { .. })
+    ));
     let q = vec![0.1f32; 20 * h * d];
-    assert_eq!(l.attend(&q, h, &AttendOptions::default()).unwrap().len(), 20 * h * d);
+    assert_eq!(
+        l.attend(&q, h, &AttendOptions::default()).unwrap().len(),
+        20 * h * d
+    );
 }

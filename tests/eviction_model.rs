@@ -45,7 +45,8 @@ fn paris_filters(test: &str) -> Option<&'static (PathBuf, Vec<f32>)> {
             vecinfer: Vec::new(),
             ..Default::default()
         };
-        let cal = calibrate_capture(&cap, id, "paris", "paris.safetensors", &opts, &|_| {}).unwrap();
+        let cal =
+            calibrate_capture(&cap, id, "paris", "paris.safetensors", &opts, &|_| {}).unwrap();
         let p = std::env::temp_dir().join(format!(
             "kvpack-eviction-model-{}-paris.safetensors",
             std::process::id()
@@ -76,14 +77,22 @@ fn spearman_on_real_keys_is_positive_and_the_flipped_filter_negative() {
         let u = &filters[l * hkv * d..(l + 1) * hkv * d];
         let neg: Vec<f32> = u.iter().map(|x| -x).collect();
         let mass = spearman::attention_mass(&ql, &kl, hq, hkv, d);
-        own.extend(spearman::filter_spearman_with_mass(&kl, hkv, d, u, &mass).into_iter().flatten());
+        own.extend(
+            spearman::filter_spearman_with_mass(&kl, hkv, d, u, &mass)
+                .into_iter()
+                .flatten(),
+        );
         flipped.extend(
             spearman::filter_spearman_with_mass(&kl, hkv, d, &neg, &mass)
                 .into_iter()
                 .flatten(),
         );
     }
-    assert_eq!(own.len(), layers * hkv, "a head without a defined correlation");
+    assert_eq!(
+        own.len(),
+        layers * hkv,
+        "a head without a defined correlation"
+    );
     let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
     let worst = own.iter().copied().fold(f64::INFINITY, f64::min);
     eprintln!(
@@ -140,7 +149,12 @@ fn evicting_with_the_flipped_filter_is_clearly_worse() {
         for w in ids.windows(2) {
             let logits = s.forward_token(w[0]).unwrap();
             let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let lse = logits.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln() + m;
+            let lse = logits
+                .iter()
+                .map(|&x| (x as f64 - m).exp())
+                .sum::<f64>()
+                .ln()
+                + m;
             nll += lse - logits[w[1] as usize] as f64;
         }
         let held = s.memory().tokens / s.config().layers;

@@ -9,8 +9,10 @@ use kvpack::{AttendOptions, Context, Input, KvLayer, Method, PathChoice};
 /// One record of the soak.
 #[derive(Clone, Debug)]
 pub struct Sample {
-    /// Tokens held.
+    /// Tokens appended.
     pub tokens: usize,
+    /// Tokens held per KV head (fewer than appended under eviction).
+    pub held_tokens: usize,
     /// Bytes allocated ([`kvpack::MemoryReport::held`]).
     pub held: u64,
     /// Bytes in use.
@@ -87,7 +89,8 @@ pub fn run(s: &Soak<'_>) -> kvpack::Result<(Vec<Sample>, Box<dyn KvLayer>)> {
 fn sample(layer: &dyn KvLayer, s: &Soak<'_>, spot_error: Option<f64>) -> Sample {
     let m = layer.memory();
     Sample {
-        tokens: layer.len(),
+        tokens: layer.appended(),
+        held_tokens: layer.len(),
         held: m.held.total(),
         payload: m.payload.total(),
         f16_bytes: m.f16_bytes,

@@ -9,7 +9,9 @@
 //! bytes of the same tokens) against tokens. On a GPU path it counts the device's live wgpu
 //! buffers at every sample and once more after dropping the layer (must return to the count
 //! before it was made), and checks attention against the CPU reference every
-//! `--spot-every` tokens. No kvpack method evicts tokens yet, so bytes held grow linearly.
+//! `--spot-every` tokens. Bytes held grow linearly, unless the method evicts
+//! (`--method "kivi-2+knorm:budget=4096"`, CPU path): then they stay flat once the budget is
+//! reached.
 
 #[path = "core.rs"]
 mod core;
@@ -69,8 +71,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let after = count();
     for x in &samples {
         println!(
-            "{:>8} tokens  held {:>11}  payload {:>11}  f16 {:>11}  buffers {:?}  spot {:?}",
-            x.tokens, x.held, x.payload, x.f16_bytes, x.buffers, x.spot_error
+            "{:>8} tokens ({:>8} held)  held {:>11}  payload {:>11}  f16 {:>11}  buffers {:?}  spot {:?}",
+            x.tokens, x.held_tokens, x.held, x.payload, x.f16_bytes, x.buffers, x.spot_error
         );
     }
     println!(
@@ -82,9 +84,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "path": path.to_string(),
             "heads": 2, "dim": 64, "chunk": chunk, "seconds": secs,
             "buffers_before": baseline, "buffers_after_drop": after,
-            "eviction": "none (no kvpack method evicts tokens yet)",
+            "eviction": method.eviction().map_or("none".to_string(), |e| e.to_string()),
             "samples": samples.iter().map(|x| serde_json::json!({
-                "tokens": x.tokens, "held": x.held, "payload": x.payload,
+                "tokens": x.tokens, "held_tokens": x.held_tokens, "held": x.held, "payload": x.payload,
                 "f16_bytes": x.f16_bytes, "buffers": x.buffers, "spot_error": x.spot_error,
             })).collect::<Vec<_>>(),
         });
@@ -128,7 +130,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE));
         chart
             .draw_series(LineSeries::new(line(|x| x.f16_bytes), &RED))?
-            .label("f16 bytes of the same tokens")
+            .label("f16 bytes of the tokens held")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
         chart
             .configure_series_labels()

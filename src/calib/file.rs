@@ -499,4 +499,3 @@ pub fn load_cached(path: &Path) -> Result<std::sync::Arc<Calibration>> {
         .insert(key, c.clone());
     Ok(c)
 }
-

@@ -2,6 +2,7 @@
 //! benches, examples).
 //!
 //! ```text
+//! METHOD   := SPEC ['+' POLICY]               POLICY: an eviction policy (crate::policy)
 //! SPEC     := SIDE | SIDE '/' SIDE            one method for K and V, or KEYS/VALUES
 //! SIDE     := NAME [':' KEY '=' VALUE (',' KEY '=' VALUE)*]  |  a short form (kivi-4, kivi-2-32-128)
 //! ```

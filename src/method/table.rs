@@ -234,7 +234,10 @@ pub fn describe_methods() -> String {
         }
     }
     out.push_str(
-        "spec: NAME[:key=value,...] for both sides, or KEYS/VALUES (e.g. kivi:bits=4/f16); short forms kivi-B, kivi-B-G-R\n",
+        "spec: NAME[:key=value,...] for both sides, or KEYS/VALUES (e.g. kivi:bits=4/f16); short forms kivi-B, kivi-B-G-R\n\
+         eviction (CPU path): SPEC+qfilters:budget=B,sinks=S,window=W,stride=N,calib=FILE[,flip=true] | \
+         SPEC+streaming:budget=B,sinks=S[,stride=N] | SPEC+knorm:budget=B[,sinks=S,window=W,stride=N] \
+         (defaults: budget 512, sinks 4, window 0, stride 1)\n",
     );
     out
 }

@@ -107,9 +107,9 @@ impl FromStr for Eviction {
         };
         let (mut calib, mut flip) = (None, false);
         for kv in rest.split(',').filter(|x| !x.trim().is_empty()) {
-            let (k, v) = kv.split_once('=').ok_or_else(|| {
-                Error::Config(format!("{name}: `{kv}` is not key=value"))
-            })?;
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| Error::Config(format!("{name}: `{kv}` is not key=value")))?;
             let (k, v) = (k.trim(), v.trim());
             if !allowed.contains(&k) {
                 return Err(Error::Config(format!(

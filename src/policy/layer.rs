@@ -6,7 +6,7 @@
 //! one block of both sides' codecs: 1 token for per-token codecs, G for KIVI) from its
 //! candidates: quantized on both sides, not a sink (the first `sinks` tokens), not among the
 //! `window` newest; the residual window is never touched. The layer's stored words move down
-//! ([`crate::store::compact`]) so memory is really reclaimed, and attention reads each held
+//! (`store::compact`) so memory is really reclaimed, and attention reads each held
 //! token's true position for causality, windows and sinks.
 //!
 //! CPU path only in this version: on a GPU path the layer is refused at construction

@@ -102,10 +102,7 @@ mod tests {
             scores: &scores,
             positions: &positions,
         };
-        assert_eq!(
-            keep_lists(&held, 1, 1, 5, 2, Order::Score),
-            [vec![0, 2, 4]]
-        );
+        assert_eq!(keep_lists(&held, 1, 1, 5, 2, Order::Score), [vec![0, 2, 4]]);
         // One of the two 1.0s: the higher position (3) goes first.
         assert_eq!(
             keep_lists(&held, 1, 1, 5, 1, Order::Score),

@@ -128,8 +128,12 @@ mod tests {
     #[test]
     fn mass_matches_a_direct_recomputation() {
         let (t, hq, hkv, d) = (6, 2, 1, 3);
-        let q: Vec<f32> = (0..t * hq * d).map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0).collect();
-        let k: Vec<f32> = (0..t * hkv * d).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
+        let q: Vec<f32> = (0..t * hq * d)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0)
+            .collect();
+        let k: Vec<f32> = (0..t * hkv * d)
+            .map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0)
+            .collect();
         let m = attention_mass(&q, &k, hq, hkv, d);
         let scale = 1.0 / (d as f64).sqrt();
         for j in 0..t - 1 {
@@ -149,7 +153,11 @@ mod tests {
                 }
             }
             want /= (hq * (t - 1 - j)) as f64;
-            assert!((m[0][j] - want).abs() < 1e-5, "key {j}: {} vs {want}", m[0][j]);
+            assert!(
+                (m[0][j] - want).abs() < 1e-5,
+                "key {j}: {} vs {want}",
+                m[0][j]
+            );
         }
     }
 }

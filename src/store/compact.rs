@@ -12,7 +12,7 @@ use crate::codec::Stream;
 
 /// Copies `n` bits from `src` at bit `from` to `dst` at bit `to` (LSB-first words).
 pub(crate) fn copy_bits(dst: &mut [u32], to: usize, src: &[u32], from: usize, n: usize) {
-    if to % 32 == 0 && from % 32 == 0 && n % 32 == 0 {
+    if to.is_multiple_of(32) && from.is_multiple_of(32) && n.is_multiple_of(32) {
         let (a, b, w) = (to / 32, from / 32, n / 32);
         dst[a..a + w].copy_from_slice(&src[b..b + w]);
         return;
@@ -81,7 +81,13 @@ mod tests {
         let src: Vec<u32> = (0..6u32)
             .map(|i| i.wrapping_mul(0x9E37_79B9) ^ 0xA5A5_0F0F)
             .collect();
-        for (to, from, n) in [(0, 0, 64), (16, 48, 16), (3, 37, 70), (31, 1, 33), (0, 16, 16)] {
+        for (to, from, n) in [
+            (0, 0, 64),
+            (16, 48, 16),
+            (3, 37, 70),
+            (31, 1, 33),
+            (0, 16, 16),
+        ] {
             let mut a = vec![0xFFFF_FFFFu32; 6];
             let mut b = a.clone();
             copy_bits(&mut a, to, &src, from, n);
@@ -113,8 +119,22 @@ mod tests {
             w[0]
         };
         assert_eq!(
-            [got(0, 0), got(1, 0), got(0, 1), got(1, 1), got(0, 2), got(1, 2)],
-            [half(1, 0), half(3, 0), half(0, 1), half(2, 1), half(2, 2), half(3, 2)]
+            [
+                got(0, 0),
+                got(1, 0),
+                got(0, 1),
+                got(1, 1),
+                got(0, 2),
+                got(1, 2)
+            ],
+            [
+                half(1, 0),
+                half(3, 0),
+                half(0, 1),
+                half(2, 1),
+                half(2, 2),
+                half(3, 2)
+            ]
         );
     }
 }

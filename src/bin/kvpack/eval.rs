@@ -172,12 +172,16 @@ fn parse_methods(names: &[String], evict: &[String]) -> Result<Vec<(String, Meth
     }
     let base = out.clone();
     for e in evict {
-        let ev: kvpack::policy::Eviction = e.trim().parse().map_err(|e: kvpack::Error| e.to_string())?;
+        let ev: kvpack::policy::Eviction =
+            e.trim().parse().map_err(|e: kvpack::Error| e.to_string())?;
         for (name, m) in &base {
             if m.eviction().is_some() {
                 continue;
             }
-            out.push((format!("{name}+{}", e.trim()), m.with_eviction(Some(ev.clone()))));
+            out.push((
+                format!("{name}+{}", e.trim()),
+                m.with_eviction(Some(ev.clone())),
+            ));
         }
     }
     Ok(out)

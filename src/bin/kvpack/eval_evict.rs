@@ -56,9 +56,10 @@ impl Spearman {
         else {
             return Ok(None);
         };
-        let t = calib.qfilters.as_ref().ok_or_else(|| {
-            format!("{}: no Q-Filters tables", calib_path.display())
-        })?;
+        let t = calib
+            .qfilters
+            .as_ref()
+            .ok_or_else(|| format!("{}: no Q-Filters tables", calib_path.display()))?;
         let n = hkv * d;
         if t.filters.len() < self.layers.len() * n {
             return Err(format!(
@@ -71,9 +72,16 @@ impl Spearman {
         let sign = if *flip { -1.0f32 } else { 1.0 };
         let (mut own, mut flipped) = (Vec::new(), Vec::new());
         for (l, (k, mass)) in self.layers.iter().enumerate() {
-            let u: Vec<f32> = t.filters[l * n..(l + 1) * n].iter().map(|x| sign * x).collect();
+            let u: Vec<f32> = t.filters[l * n..(l + 1) * n]
+                .iter()
+                .map(|x| sign * x)
+                .collect();
             let neg: Vec<f32> = u.iter().map(|x| -x).collect();
-            own.extend(spearman::filter_spearman_with_mass(k, hkv, d, &u, mass).into_iter().flatten());
+            own.extend(
+                spearman::filter_spearman_with_mass(k, hkv, d, &u, mass)
+                    .into_iter()
+                    .flatten(),
+            );
             flipped.extend(
                 spearman::filter_spearman_with_mass(k, hkv, d, &neg, mass)
                     .into_iter()
