@@ -108,6 +108,11 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
     fn appended(&self) -> usize {
         self.len()
     }
+    /// The eviction policy's state (scores, positions, counters) of a layer that evicts
+    /// ([`crate::policy::EvictingLayer`]; saved with the cache), else `None`.
+    fn eviction_state(&self) -> Option<crate::policy::layer::EvictionState> {
+        None
+    }
     /// True before the first append.
     fn is_empty(&self) -> bool {
         self.len() == 0

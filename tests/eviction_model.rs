@@ -8,11 +8,11 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use kvpack::calib::ModelIdentity;
 use kvpack::calib::train::{CalibOptions, calibrate_capture};
-use kvpack::model::{QkvCapture, Session};
+use kvpack::model::{QkvCapture, Session, Weights};
 use kvpack::policy::spearman;
 use kvpack::{Context, Method, PathChoice};
 
@@ -57,6 +57,42 @@ fn paris_filters(test: &str) -> Option<&'static (PathBuf, Vec<f32>)> {
     // shared_fixture reported the skip (a failure under KVPACK_REQUIRE_SHARED=1).
     let _ = test;
     made.as_ref()
+}
+
+/// SmolLM2's weights, loaded once; `None` after a visible skip (a failure under
+/// `KVPACK_REQUIRE_MODELS=1`).
+fn smollm2(test: &str) -> Option<Arc<Weights>> {
+    static W: OnceLock<Option<Arc<Weights>>> = OnceLock::new();
+    let model = kvpack::model::gguf::smollm2_path();
+    let w = W.get_or_init(|| {
+        model.is_file().then(|| {
+            Arc::new(kvpack::model::load_model("smollm2", None).unwrap().weights)
+        })
+    });
+    if w.is_none() {
+        let msg = format!(
+            "SKIP {test} because {} is absent (run scripts/fetch-models.sh)",
+            model.display()
+        );
+        if std::env::var("KVPACK_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
+            panic!("{msg} (KVPACK_REQUIRE_MODELS=1 forbids skips)");
+        }
+        eprintln!("{msg}");
+    }
+    w.clone()
+}
+
+/// The first `n` token ids of a fixture.
+fn story_ids(path: &std::path::Path, n: usize) -> Vec<u32> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensor("token_ids")
+        .unwrap()
+        .data()
+        .chunks_exact(4)
+        .take(n)
+        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u32)
+        .collect()
 }
 
 #[test]
@@ -117,30 +153,10 @@ fn evicting_with_the_flipped_filter_is_clearly_worse() {
     let Some(story) = common::shared_fixture("story-512.safetensors", test) else {
         return;
     };
-    let model = kvpack::model::gguf::smollm2_path();
-    if !model.is_file() {
-        let msg = format!(
-            "SKIP {test} because {} is absent (run scripts/fetch-models.sh)",
-            model.display()
-        );
-        if std::env::var("KVPACK_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
-            panic!("{msg} (KVPACK_REQUIRE_MODELS=1 forbids skips)");
-        }
-        eprintln!("{msg}");
+    let Some(weights) = smollm2(test) else {
         return;
-    }
-    let loaded = kvpack::model::load_model("smollm2", None).unwrap();
-    let weights = std::sync::Arc::new(loaded.weights);
-    let bytes = std::fs::read(&story).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let ids: Vec<u32> = st
-        .tensor("token_ids")
-        .unwrap()
-        .data()
-        .chunks_exact(4)
-        .take(160)
-        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u32)
-        .collect();
+    };
+    let ids = story_ids(&story, 160);
     let ctx = Context::cpu();
     let ppl = |spec: &str| -> f64 {
         let m = Method::parse(spec).unwrap();
@@ -169,4 +185,43 @@ fn evicting_with_the_flipped_filter_is_clearly_worse() {
         bad > 1.15 * good,
         "the flipped filter must be clearly worse: {bad:.3} vs {good:.3}"
     );
+}
+
+/// A session under Q-Filters eviction saves after 70 tokens and resumes: the next tokens'
+/// logits are the ones the saved session gives (the file holds the positions and scores).
+#[test]
+fn a_session_under_eviction_saves_and_resumes() {
+    let test = "a_session_under_eviction_saves_and_resumes";
+    let Some((calib, _)) = paris_filters(test) else {
+        return;
+    };
+    let Some(story) = common::shared_fixture("story-512.safetensors", test) else {
+        return;
+    };
+    let Some(weights) = smollm2(test) else {
+        return;
+    };
+    let ids = story_ids(&story, 76);
+    let ctx = Context::cpu();
+    let m = Method::parse(&format!(
+        "kivi:bits=4,group=8,residual=8+qfilters:budget=40,sinks=2,calib={}",
+        calib.display()
+    ))
+    .unwrap();
+    let mut a = Session::new(weights.clone(), &ctx, m, PathChoice::Cpu).unwrap();
+    for &t in &ids[..70] {
+        a.forward_token(t).unwrap();
+    }
+    assert!(a.memory().tokens / a.config().layers < 70, "nothing evicted");
+    let file = std::env::temp_dir().join(format!(
+        "kvpack-eviction-session-{}.kvc",
+        std::process::id()
+    ));
+    a.save(&file).unwrap();
+    let mut b = Session::resume(weights, &ctx, &file, PathChoice::Cpu).unwrap();
+    std::fs::remove_file(&file).ok();
+    assert_eq!(b.pos(), 70);
+    for &t in &ids[70..] {
+        assert_eq!(a.forward_token(t).unwrap(), b.forward_token(t).unwrap());
+    }
 }

@@ -62,6 +62,14 @@ fn cache_seeds() -> Vec<(String, Vec<u8>)> {
         ),
         ("mixed", "kivi:bits=3,group=4/f16:residual=4", 1, 8, 10),
         ("empty", "kivi-2", 1, 8, 0),
+        (
+            "evict-knorm",
+            "kivi:bits=2,group=4,residual=4+knorm:budget=16,sinks=1,stride=2",
+            2,
+            8,
+            30,
+        ),
+        ("evict-streaming", "f16+streaming:budget=6,sinks=1", 1, 8, 11),
     ] {
         let m = Method::parse(spec).unwrap();
         let mut l = m.layer(&ctx, heads, dim, PathChoice::Cpu).unwrap();

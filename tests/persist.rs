@@ -349,13 +349,13 @@ fn persist_corruption_table() {
     );
     case(
         "newer version",
-        edit(&|b| b[8] = 2),
+        edit(&|b| b[8] = 3),
         |e| {
             matches!(
                 e,
                 E::NewerVersion {
-                    found: 2,
-                    supported: 1
+                    found: 3,
+                    supported: 2
                 }
             )
         },

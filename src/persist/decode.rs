@@ -25,6 +25,8 @@ pub(crate) struct ParsedLayer {
     pub geometry: Geometry,
     pub tokens: usize,
     pub codecs: [Arc<dyn Codec>; 2],
+    /// Under eviction: (appended, since, scorer checksum).
+    pub eviction: Option<(usize, usize, u32)>,
 }
 
 /// One section: where it is, what it should hold, its stored and computed checksums.
@@ -55,6 +57,8 @@ fn section_name(layer: usize, s: &SectionSpec, codecs: &[Arc<dyn Codec>; 2]) -> 
         }
         SectionKind::Residual => format!("layer {layer} {side} residual window"),
         SectionKind::Tables => format!("layer {layer} {side} tables"),
+        SectionKind::Positions => format!("layer {layer} eviction positions"),
+        SectionKind::Scores => format!("layer {layer} eviction scores"),
     }
 }
 
@@ -183,7 +187,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, CacheFileError> {
     let mut layers = Vec::new();
     let mut expected: Vec<(usize, SectionSpec)> = Vec::new();
     for l in 0..n_layers as usize {
-        let (layer, secs) = parse_layer(&mut r, l)?;
+        let (layer, secs) = parse_layer(&mut r, l, version)?;
         expected.extend(secs.into_iter().map(|s| (l, s)));
         layers.push(layer);
     }
@@ -328,6 +332,7 @@ fn check_zero(bytes: &[u8], from: u64, to: u64) -> Result<(), CacheFileError> {
 fn parse_layer(
     r: &mut Reader<'_>,
     l: usize,
+    version: u32,
 ) -> Result<(ParsedLayer, Vec<SectionSpec>), CacheFileError> {
     let heads = r.u32("heads")? as usize;
     let dim = r.u32("dim")? as usize;
@@ -365,6 +370,39 @@ fn parse_layer(
         ));
     }
     let codecs = codecs_of(&method, geometry, index).map_err(|e| method_err(e.to_string()))?;
+    let eviction = match method.eviction() {
+        None => None,
+        Some(_) if version < 2 => {
+            return Err(malformed(
+                format!("layer {l} record (method spec)"),
+                "an eviction policy in a version-1 file (eviction came with version 2)",
+            ));
+        }
+        Some(ev) => {
+            let appended = r.u64("tokens appended")?;
+            let since = r.u64("tokens since the last eviction")?;
+            let scorer = r.u32("scorer checksum")?;
+            if appended >= limit || appended < tokens || since > appended {
+                return Err(malformed(
+                    format!("layer {l} record (eviction counters)"),
+                    format!(
+                        "{appended} tokens appended, {since} since the last eviction, {tokens} held"
+                    ),
+                ));
+            }
+            let want = crate::policy::layer::scorer_for(ev, index, geometry)
+                .map_err(|e| method_err(e.to_string()))?
+                .checksum();
+            if scorer != want {
+                return Err(layout(
+                    "the eviction scorer's filters (checksum)".into(),
+                    format!("{scorer:#010x}"),
+                    format!("{want:#010x} (the calibration file changed)"),
+                ));
+            }
+            Some((appended as usize, since as usize, scorer))
+        }
+    };
     for (i, c) in codecs.iter().enumerate() {
         let side = side_name(i);
         let name = r.str("codec name")?;
@@ -427,7 +465,7 @@ fn parse_layer(
             ));
         }
     }
-    let secs = layer_sections(&codecs, tokens, residual as u64).ok_or_else(|| {
+    let secs = layer_sections(&codecs, tokens, residual as u64, eviction.is_some()).ok_or_else(|| {
         malformed(
             format!("layer {l} record"),
             "its sections are longer than 2^64 bytes",
@@ -440,6 +478,7 @@ fn parse_layer(
             geometry,
             tokens: tokens as usize,
             codecs,
+            eviction,
         },
         secs,
     ))
@@ -463,6 +502,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SavedCache, CacheFileError> {
         });
     }
     let mut sides: Vec<[SideWords; 2]> = p.layers.iter().map(|_| Default::default()).collect();
+    let mut states: Vec<crate::policy::EvictionState> =
+        p.layers.iter().map(|_| Default::default()).collect();
     for s in &p.sections {
         let data = &bytes[s.offset as usize..(s.offset + s.spec.bytes) as usize];
         let layer = &p.layers[s.layer];
@@ -474,6 +515,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SavedCache, CacheFileError> {
                     .chunks_exact(2)
                     .map(|c| f16::from_le_bytes([c[0], c[1]]))
                     .collect();
+            }
+            SectionKind::Positions => states[s.layer].positions = words(data),
+            SectionKind::Scores => {
+                states[s.layer].scores = words(data).into_iter().map(f32::from_bits).collect();
             }
             SectionKind::Tables => {
                 if words(data) != layer.codecs[s.spec.side].tables() {
@@ -492,7 +537,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SavedCache, CacheFileError> {
         layers: Vec::with_capacity(p.layers.len()),
         metadata: p.metadata,
     };
-    for (l, (layer, [k, v])) in p.layers.into_iter().zip(sides).enumerate() {
+    for (l, ((layer, [k, v]), mut state)) in p.layers.into_iter().zip(sides).zip(states).enumerate() {
         let t = layer.tokens;
         let r = layer.method.residual();
         let [ck, cv] = &layer.codecs;
@@ -511,11 +556,22 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SavedCache, CacheFileError> {
                 layer: l,
                 message: e.to_string(),
             })?;
+        let eviction = match layer.eviction {
+            None => None,
+            Some((appended, since, scorer)) => {
+                (state.appended, state.since, state.scorer) = (appended, since, scorer);
+                state
+                    .check(t, layer.geometry.heads)
+                    .map_err(|message| CacheFileError::Content { layer: l, message })?;
+                Some(state)
+            }
+        };
         out.layers.push(SavedLayer {
             index: layer.index,
             method: layer.method,
             geometry: layer.geometry,
             snapshot,
+            eviction,
         });
     }
     Ok(out)

@@ -29,6 +29,7 @@ pub(crate) fn layer_sections(
     codecs: &[Arc<dyn Codec>; 2],
     tokens: u64,
     residual: u64,
+    evicts: bool,
 ) -> Option<Vec<SectionSpec>> {
     let mut out = Vec::new();
     for (side, c) in codecs.iter().enumerate() {
@@ -58,6 +59,19 @@ pub(crate) fn layer_sections(
             bytes: c.tables().len() as u64 * 4,
         });
     }
+    if evicts {
+        let per = tokens
+            .checked_mul(codecs[0].geometry().heads as u64)?
+            .checked_mul(4)?;
+        for kind in [SectionKind::Positions, SectionKind::Scores] {
+            out.push(SectionSpec {
+                side: 0,
+                kind,
+                index: 0,
+                bytes: per,
+            });
+        }
+    }
     Some(out)
 }
 
@@ -77,6 +91,11 @@ fn records(cache: &SavedCache, codecs: &[[Arc<dyn Codec>; 2]]) -> Vec<u8> {
         w.u32(l.index as u32);
         w.u64(l.snapshot.tokens as u64);
         w.str(&l.method.to_string());
+        if let Some(e) = &l.eviction {
+            w.u64(e.appended as u64);
+            w.u64(e.since as u64);
+            w.u32(e.scorer);
+        }
         for c in cs {
             w.str(c.method());
             w.str(&c.settings());
@@ -122,6 +141,15 @@ fn section_data<'a>(l: &'a SavedLayer, tables: &'a [u32], s: &SectionSpec) -> Co
         SectionKind::Stream => words_le(&side.streams[s.index as usize]),
         SectionKind::Residual => halves_le(&side.residual),
         SectionKind::Tables => words_le(tables),
+        SectionKind::Positions => words_le(l.eviction.as_ref().map_or(&[], |e| &e.positions)),
+        SectionKind::Scores => {
+            let s = l.eviction.as_ref().map_or(&[][..], |e| &e.scores[..]);
+            if cfg!(target_endian = "little") {
+                Cow::Borrowed(bytemuck::cast_slice(s))
+            } else {
+                Cow::Owned(s.iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+        }
     }
 }
 
@@ -171,8 +199,20 @@ pub(crate) fn plan(cache: &SavedCache) -> Result<Plan> {
         l.snapshot
             .check([&*cs[0], &*cs[1]], l.method.residual())
             .map_err(|e| Error::Config(format!("layer {i} cannot be saved: {e}")))?;
+        match (&l.eviction, l.method.eviction()) {
+            (Some(e), Some(_)) => e
+                .check(l.snapshot.tokens, l.geometry.heads)
+                .map_err(|m| Error::Config(format!("layer {i} cannot be saved: {m}")))?,
+            (None, None) => {}
+            _ => {
+                return Err(Error::Config(format!(
+                    "layer {i} cannot be saved: an eviction state without an eviction policy \
+                     in its method, or the reverse"
+                )));
+            }
+        }
         let t = l.snapshot.tokens as u64;
-        let secs = layer_sections(&cs, t, l.method.residual() as u64)
+        let secs = layer_sections(&cs, t, l.method.residual() as u64, l.eviction.is_some())
             .ok_or_else(|| too_big("a section's length"))?;
         specs.extend(secs.into_iter().map(|s| (i, s)));
         codecs.push(cs);
@@ -200,7 +240,9 @@ pub(crate) fn plan(cache: &SavedCache) -> Result<Plan> {
     }
     let mut h = Writer::default();
     h.0.extend_from_slice(&MAGIC);
-    h.u32(VERSION);
+    // Version 1 unless a layer evicts: files without eviction stay readable by older readers.
+    let evicts = cache.layers.iter().any(|l| l.eviction.is_some());
+    h.u32(if evicts { VERSION } else { 1 });
     h.u32(0);
     h.u32(meta_bytes as u32);
     h.u32(0); // the checksum, below

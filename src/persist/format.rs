@@ -6,8 +6,8 @@ use super::error::CacheFileError;
 /// The first 8 bytes: `0x89 'k' 'v' 'p' 'a' 'c' 'k' '\n'` (a non-ASCII byte and a line feed,
 /// so that a transfer that strips the 8th bit or rewrites line ends breaks the magic).
 pub const MAGIC: [u8; 8] = [0x89, b'k', b'v', b'p', b'a', b'c', b'k', b'\n'];
-/// The format version this kvpack writes, and the newest it reads.
-pub const VERSION: u32 = 1;
+/// The newest format version this kvpack reads (it writes version 1 unless a layer evicts).
+pub const VERSION: u32 = 2;
 /// Bytes of the fixed header.
 pub const HEADER_BYTES: usize = 64;
 /// Bytes of one section table entry.
@@ -37,6 +37,10 @@ pub enum SectionKind {
     Residual = 1,
     /// The side's codec tables (u32 LE), as [`crate::codec::Codec::tables`] returns them.
     Tables = 2,
+    /// Version 2, a layer under eviction (side 0): the held tokens' positions `[T][H]` u32 LE.
+    Positions = 3,
+    /// Version 2, a layer under eviction (side 0): their scores `[T][H]` f32 LE.
+    Scores = 4,
 }
 
 impl SectionKind {
@@ -46,6 +50,8 @@ impl SectionKind {
             0 => Some(Self::Stream),
             1 => Some(Self::Residual),
             2 => Some(Self::Tables),
+            3 => Some(Self::Positions),
+            4 => Some(Self::Scores),
             _ => None,
         }
     }

@@ -86,6 +86,8 @@ pub fn inspect_bytes(bytes: &[u8]) -> std::result::Result<Inspection, super::Cac
                 SectionKind::Stream => "stream",
                 SectionKind::Residual => "residual",
                 SectionKind::Tables => "tables",
+                SectionKind::Positions => "positions",
+                SectionKind::Scores => "scores",
             },
             layer: s.layer,
             side: side_name(s.spec.side),

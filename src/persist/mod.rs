@@ -65,8 +65,12 @@
 //! - **Atomic writes.** [`SavedCache::save`] writes a temporary file in the target's folder,
 //!   syncs it and renames it over the target: a failed save (full disk, no permission)
 //!   leaves the old file as it was and no temporary behind.
-//! - Eviction: no kvpack cache evicts tokens yet; a cache that does will add a positions
-//!   section kind in a later version.
+//! - **Eviction** (version 2; a file without eviction is written as version 1): a layer whose
+//!   method spec names an eviction policy (`…+qfilters:…`) has, after the method spec in its
+//!   record, `u64 appended, u64 since` (tokens appended, and since the last eviction) and `u32`
+//!   the CRC-32 of its scorer's filters (0 without filters; a load whose calibration file
+//!   changed is refused), and two more sections after its values' sections: side 0, kind 3
+//!   positions `[T][H]` u32 and kind 4 scores `[T][H]` f32 of the held tokens.
 //! - Limit: the reader builds each layer's codecs (for its method, geometry and index) before
 //!   comparing their tables with the file's, so a small file naming a codec whose tables grow
 //!   with the geometry (QJL's sketch, m·D floats) at a huge geometry (up to H·D = 2^20) makes
@@ -106,6 +110,17 @@ pub struct SavedLayer {
     pub geometry: Geometry,
     /// The stored words (tokens, both sides' streams and residual windows).
     pub snapshot: Snapshot,
+    /// A layer under eviction: its policy's state (scores, positions, counters).
+    pub eviction: Option<crate::policy::EvictionState>,
+}
+
+impl SavedLayer {
+    /// Tokens appended (the next position): more than the tokens held under eviction.
+    pub fn appended(&self) -> usize {
+        self.eviction
+            .as_ref()
+            .map_or(self.snapshot.tokens, |e| e.appended)
+    }
 }
 
 /// A cache as saved: every layer's method, geometry and stored words, on the CPU, not yet on
@@ -146,19 +161,12 @@ impl SavedCache {
         let layers = layers
             .into_iter()
             .map(|l| {
-                if let Some(e) = l.method().eviction() {
-                    return Err(Error::Config(format!(
-                        "layer {}: saving a cache under eviction ({}) is not supported yet: the \
-                         file format has no section for its positions and scores",
-                        l.index(),
-                        e.policy.name()
-                    )));
-                }
                 Ok(SavedLayer {
                     index: l.index(),
                     method: l.method().clone(),
                     geometry: l.geometry(),
                     snapshot: l.snapshot()?,
+                    eviction: l.eviction_state(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -275,16 +283,29 @@ impl SavedCache {
         self.layers
             .iter()
             .map(|l| {
-                Layer::from_snapshot(
+                let inner = Layer::from_snapshot(
                     ctx,
                     l.index,
                     l.geometry.heads,
                     l.geometry.dim,
-                    &l.method,
+                    &l.method.with_eviction(None),
                     choice,
                     &l.snapshot,
-                )
-                .map(|x| Box::new(x) as Box<dyn KvLayer>)
+                )?;
+                match (&l.eviction, l.method.eviction()) {
+                    (None, None) => Ok(Box::new(inner) as Box<dyn KvLayer>),
+                    (Some(state), Some(_)) => Ok(Box::new(crate::policy::EvictingLayer::restore(
+                        inner,
+                        l.method.clone(),
+                        l.index,
+                        state.clone(),
+                    )?) as Box<dyn KvLayer>),
+                    _ => Err(Error::Config(format!(
+                        "layer {}: an eviction state without an eviction policy in its method, \
+                         or the reverse",
+                        l.index
+                    ))),
+                }
             })
             .collect()
     }

@@ -26,6 +26,58 @@ use super::config::{Eviction, Policy};
 use super::score::Scorer;
 use super::select::{self, Held, Order};
 
+/// What an [`EvictingLayer`] keeps besides its stored words (saved with the cache,
+/// `crate::persist`): per held (token, head) scores and positions `[held][H]`, the tokens
+/// appended, the tokens appended since the last eviction, and the checksum of the scorer's
+/// filters ([`Scorer::checksum`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EvictionState {
+    /// Tokens appended (the next token's position).
+    pub appended: usize,
+    /// Tokens appended since the last eviction (the stride's counter).
+    pub since: usize,
+    /// `[held][H]` absolute positions.
+    pub positions: Vec<u32>,
+    /// `[held][H]` scores.
+    pub scores: Vec<f32>,
+    /// The scorer's checksum.
+    pub scorer: u32,
+}
+
+impl EvictionState {
+    /// Checks the state of a layer holding `held` tokens of `heads` heads: one score and
+    /// position per (token, head), positions strictly increasing per head and below
+    /// `appended`, `held ≤ appended`, `since ≤ appended`, finite scores.
+    pub fn check(&self, held: usize, heads: usize) -> std::result::Result<(), String> {
+        if self.positions.len() != held * heads || self.scores.len() != held * heads {
+            return Err(format!(
+                "{} positions and {} scores for {held} tokens × {heads} heads",
+                self.positions.len(),
+                self.scores.len()
+            ));
+        }
+        if self.appended < held || self.since > self.appended {
+            return Err(format!(
+                "{} tokens appended ({} since the last eviction) for {held} held",
+                self.appended, self.since
+            ));
+        }
+        for h in 0..heads {
+            let p = |j: usize| self.positions[j * heads + h] as usize;
+            if (1..held).any(|j| p(j) <= p(j - 1)) || (held > 0 && p(held - 1) >= self.appended) {
+                return Err(format!(
+                    "head {h}'s positions are not strictly increasing below {}",
+                    self.appended
+                ));
+            }
+        }
+        if let Some(i) = self.scores.iter().position(|x| !x.is_finite()) {
+            return Err(format!("score {i} is {}", self.scores[i]));
+        }
+        Ok(())
+    }
+}
+
 /// A layer under an eviction policy: see the module docs.
 pub struct EvictingLayer {
     inner: Layer,
@@ -60,6 +112,45 @@ fn lcm(a: usize, b: usize) -> usize {
         x
     };
     a / gcd(a, b) * b
+}
+
+/// The scorer of `ev` for model layer `index` of geometry `g` (Q-Filters: that layer's filters
+/// from the calibration, checked against the geometry).
+pub(crate) fn scorer_for(ev: &Eviction, index: usize, g: Geometry) -> Result<Scorer> {
+    Ok(match &ev.policy {
+        Policy::QFilters {
+            calib,
+            calib_path,
+            flip,
+        } => {
+            let err = |message: String| Error::Calibration {
+                path: calib_path.display().to_string(),
+                message,
+            };
+            let m = &calib.meta.model;
+            if (m.kv_heads, m.head_dim) != (g.heads, g.dim) || index >= m.layers {
+                return Err(err(format!(
+                    "made for {} ({} layers, {} KV heads, head_dim {}), used for layer \
+                     {index} with {} KV heads of {}",
+                    m.name, m.layers, m.kv_heads, m.head_dim, g.heads, g.dim
+                )));
+            }
+            let t = calib
+                .qfilters
+                .as_ref()
+                .ok_or_else(|| err("has no Q-Filters tables".into()))?;
+            let n = g.heads * g.dim;
+            let sign = if *flip { -1.0 } else { 1.0 };
+            Scorer::Filter(
+                t.filters[index * n..(index + 1) * n]
+                    .iter()
+                    .map(|x| sign * x)
+                    .collect(),
+            )
+        }
+        Policy::Streaming => Scorer::Zero,
+        Policy::KeyNorm => Scorer::NegNorm,
+    })
 }
 
 impl EvictingLayer {
@@ -104,40 +195,7 @@ impl EvictingLayer {
                 inner.residual()
             )));
         }
-        let scorer = match &ev.policy {
-            Policy::QFilters {
-                calib,
-                calib_path,
-                flip,
-            } => {
-                let err = |message: String| Error::Calibration {
-                    path: calib_path.display().to_string(),
-                    message,
-                };
-                let m = &calib.meta.model;
-                if (m.kv_heads, m.head_dim) != (g.heads, g.dim) || index >= m.layers {
-                    return Err(err(format!(
-                        "made for {} ({} layers, {} KV heads, head_dim {}), used for layer \
-                         {index} with {} KV heads of {}",
-                        m.name, m.layers, m.kv_heads, m.head_dim, g.heads, g.dim
-                    )));
-                }
-                let t = calib
-                    .qfilters
-                    .as_ref()
-                    .ok_or_else(|| err("has no Q-Filters tables".into()))?;
-                let n = g.heads * g.dim;
-                let sign = if *flip { -1.0 } else { 1.0 };
-                Scorer::Filter(
-                    t.filters[index * n..(index + 1) * n]
-                        .iter()
-                        .map(|x| sign * x)
-                        .collect(),
-                )
-            }
-            Policy::Streaming => Scorer::Zero,
-            Policy::KeyNorm => Scorer::NegNorm,
-        };
+        let scorer = scorer_for(&ev, index, g)?;
         Ok(Self {
             inner,
             method,
@@ -149,6 +207,50 @@ impl EvictingLayer {
             appended: 0,
             since: 0,
         })
+    }
+
+    /// `inner` holding a saved cache's words (`Layer::from_snapshot`) under `method`'s policy
+    /// with the saved `state`, checked: the scorer's checksum (a changed calibration file is
+    /// [`Error::Calibration`]), one score and position per held (token, head), positions
+    /// strictly increasing per head and below `appended`, finite scores, `since ≤ appended`
+    /// ([`Error::Config`] naming what is wrong).
+    pub fn restore(inner: Layer, method: Method, index: usize, state: EvictionState) -> Result<Self> {
+        let mut l = Self::new(inner, method, index)?;
+        if state.scorer != l.scorer.checksum() {
+            let path = match &l.ev.policy {
+                Policy::QFilters { calib_path, .. } => calib_path.display().to_string(),
+                _ => String::new(),
+            };
+            return Err(Error::Calibration {
+                path,
+                message: format!(
+                    "the filters of layer {index} changed since the cache was saved (checksum \
+                     {:#010x}, saved {:#010x})",
+                    l.scorer.checksum(),
+                    state.scorer
+                ),
+            });
+        }
+        let (h, held) = (l.inner.geometry().heads, l.inner.len());
+        state
+            .check(held, h)
+            .map_err(|m| Error::Config(format!("eviction state of layer {index}: {m}")))?;
+        l.appended = state.appended;
+        l.since = state.since;
+        l.positions = state.positions;
+        l.scores = state.scores;
+        Ok(l)
+    }
+
+    /// What a saved cache records of this layer besides its words.
+    pub fn state(&self) -> EvictionState {
+        EvictionState {
+            appended: self.appended,
+            since: self.since,
+            positions: self.positions.clone(),
+            scores: self.scores.clone(),
+            scorer: self.scorer.checksum(),
+        }
     }
 
     /// The policy.
@@ -299,6 +401,10 @@ impl KvLayer for EvictingLayer {
 
     fn appended(&self) -> usize {
         self.appended
+    }
+
+    fn eviction_state(&self) -> Option<EvictionState> {
+        Some(self.state())
     }
 
     fn snapshot(&self) -> Result<Snapshot> {

@@ -21,4 +21,4 @@ pub mod select;
 pub mod spearman;
 
 pub use config::{Eviction, POLICY_NAMES, Policy};
-pub use layer::EvictingLayer;
+pub use layer::{EvictingLayer, EvictionState};

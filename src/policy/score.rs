@@ -16,6 +16,21 @@ pub enum Scorer {
 }
 
 impl Scorer {
+    /// CRC-32 of the filters' f32 bytes (little-endian), 0 for the policies without any: a
+    /// saved cache records it, so that a load whose calibration file changed is refused.
+    pub fn checksum(&self) -> u32 {
+        match self {
+            Scorer::Filter(u) => {
+                let mut h = crc32fast::Hasher::new();
+                for x in u {
+                    h.update(&x.to_le_bytes());
+                }
+                h.finalize()
+            }
+            _ => 0,
+        }
+    }
+
     /// Scores `[n][H]` of the rows `k` `[n][H][D]`.
     pub fn score(&self, k: &[f16], heads: usize, dim: usize) -> Vec<f32> {
         k.chunks_exact(dim)

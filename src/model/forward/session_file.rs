@@ -113,11 +113,11 @@ impl Session {
             .layers
             .iter()
             .enumerate()
-            .find(|(_, l)| l.snapshot.tokens != pos)
+            .find(|(_, l)| l.appended() != pos)
         {
             return Err(mismatch(
                 &format!("layer {i}'s tokens"),
-                l.snapshot.tokens.to_string(),
+                l.appended().to_string(),
                 format!("{pos} (session.pos)"),
             ));
         }
