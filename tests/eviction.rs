@@ -661,7 +661,10 @@ fn caches_under_eviction_save_and_load() {
     let filters: Vec<f32> = (0..h * d).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     let calib = qfilter_file("save-load", h, d, filters);
     let specs = [
-        format!("f16+qfilters:budget=20,sinks=2,window=3,calib={}", calib.display()),
+        format!(
+            "f16+qfilters:budget=20,sinks=2,window=3,calib={}",
+            calib.display()
+        ),
         "kivi:bits=4,group=8,residual=8+knorm:budget=40,sinks=2,stride=3".to_string(),
         "turboquant-mse:bits=3+streaming:budget=24,sinks=1,stride=2".to_string(),
     ];
@@ -672,38 +675,71 @@ fn caches_under_eviction_save_and_load() {
     for spec in &specs {
         let m = Method::parse(spec).unwrap();
         let mut a = m.layer(&ctx, h, d, PathChoice::Cpu).unwrap();
-        a.append(Input::F32(&k[..97 * row]), Input::F32(&v[..97 * row])).unwrap();
+        a.append(Input::F32(&k[..97 * row]), Input::F32(&v[..97 * row]))
+            .unwrap();
         assert!(a.len() < 97, "{spec}: nothing evicted");
         let saved = SavedCache::of_layers([&*a]).unwrap();
         let bytes = saved.to_bytes().unwrap();
-        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 2, "{spec}: version");
+        assert_eq!(
+            u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
+            2,
+            "{spec}: version"
+        );
         let back = SavedCache::from_bytes(&bytes).unwrap();
         assert_eq!(back.layers[0].eviction, a.eviction_state(), "{spec}");
         let mut b = back.to_layers(&ctx, PathChoice::Cpu).unwrap().remove(0);
         assert_eq!((b.len(), b.appended()), (a.len(), a.appended()), "{spec}");
         assert_eq!(b.snapshot().unwrap(), a.snapshot().unwrap(), "{spec}");
-        let q: Vec<f32> = (0..3 * 4 * d).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        let opts = AttendOptions { window: Some(30), sinks: 2, ..Default::default() };
-        assert_eq!(b.attend(&q, 4, &opts).unwrap(), a.attend(&q, 4, &opts).unwrap(), "{spec}");
+        let q: Vec<f32> = (0..3 * 4 * d)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let opts = AttendOptions {
+            window: Some(30),
+            sinks: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            b.attend(&q, 4, &opts).unwrap(),
+            a.attend(&q, 4, &opts).unwrap(),
+            "{spec}"
+        );
         // Continuing: the same evictions, words and positions.
         for l in [&mut a, &mut b] {
-            l.append(Input::F32(&k[97 * row..]), Input::F32(&v[97 * row..])).unwrap();
+            l.append(Input::F32(&k[97 * row..]), Input::F32(&v[97 * row..]))
+                .unwrap();
         }
-        assert_eq!(b.snapshot().unwrap(), a.snapshot().unwrap(), "{spec}: after more appends");
-        assert_eq!(b.eviction_state(), a.eviction_state(), "{spec}: after more appends");
+        assert_eq!(
+            b.snapshot().unwrap(),
+            a.snapshot().unwrap(),
+            "{spec}: after more appends"
+        );
+        assert_eq!(
+            b.eviction_state(),
+            a.eviction_state(),
+            "{spec}: after more appends"
+        );
         // Every truncation and every flipped bit is an error (checksums), never a panic.
         let small = (bytes.len() < 6000).then_some(&bytes);
         if let Some(bytes) = small {
             for cut in 0..bytes.len() {
-                assert!(SavedCache::from_bytes(&bytes[..cut]).is_err(), "{spec}: cut at {cut}");
+                assert!(
+                    SavedCache::from_bytes(&bytes[..cut]).is_err(),
+                    "{spec}: cut at {cut}"
+                );
             }
             let mut x = bytes.clone();
             for i in 0..x.len() * 8 {
                 x[i / 8] ^= 1 << (i % 8);
-                assert!(SavedCache::from_bytes(&x).is_err(), "{spec}: bit {i} flipped");
+                assert!(
+                    SavedCache::from_bytes(&x).is_err(),
+                    "{spec}: bit {i} flipped"
+                );
                 x[i / 8] ^= 1 << (i % 8);
             }
-            eprintln!("{spec}: {} bytes, every cut and bit flip refused", bytes.len());
+            eprintln!(
+                "{spec}: {} bytes, every cut and bit flip refused",
+                bytes.len()
+            );
             flipped += 1;
         }
         // A version-1 header (checksum fixed) with an eviction policy is refused.
@@ -714,7 +750,10 @@ fn caches_under_eviction_save_and_load() {
         v1[format::CRC_FIELD..format::CRC_FIELD + 4].copy_from_slice(&crc.to_le_bytes());
         match SavedCache::from_bytes(&v1) {
             Err(Error::CacheFile { problem, .. }) => {
-                assert!(matches!(*problem, CacheFileError::Malformed { .. }), "{problem}")
+                assert!(
+                    matches!(*problem, CacheFileError::Malformed { .. }),
+                    "{problem}"
+                )
             }
             other => panic!("{spec}: a version-1 file under eviction: {other:?}"),
         }
@@ -723,7 +762,8 @@ fn caches_under_eviction_save_and_load() {
     // The calibration file changed after saving: refused with the checksum named.
     let m = Method::parse(&specs[0]).unwrap();
     let mut a = m.layer(&ctx, h, d, PathChoice::Cpu).unwrap();
-    a.append(Input::F32(&k[..40 * row]), Input::F32(&v[..40 * row])).unwrap();
+    a.append(Input::F32(&k[..40 * row]), Input::F32(&v[..40 * row]))
+        .unwrap();
     let bytes = SavedCache::of_layers([&*a]).unwrap().to_bytes().unwrap();
     let other: Vec<f32> = (0..h * d).map(|i| i as f32 / 10.0).collect();
     let p = qfilter_file("save-load", h, d, other);
@@ -734,7 +774,10 @@ fn caches_under_eviction_save_and_load() {
     cal.write(&p).unwrap();
     match SavedCache::from_bytes(&bytes) {
         Err(Error::CacheFile { problem, .. }) => {
-            assert!(matches!(*problem, CacheFileError::Layout { .. }), "{problem}");
+            assert!(
+                matches!(*problem, CacheFileError::Layout { .. }),
+                "{problem}"
+            );
             assert!(problem.to_string().contains("checksum"), "{problem}");
         }
         other => panic!("a changed calibration file: {other:?}"),

@@ -65,9 +65,9 @@ fn smollm2(test: &str) -> Option<Arc<Weights>> {
     static W: OnceLock<Option<Arc<Weights>>> = OnceLock::new();
     let model = kvpack::model::gguf::smollm2_path();
     let w = W.get_or_init(|| {
-        model.is_file().then(|| {
-            Arc::new(kvpack::model::load_model("smollm2", None).unwrap().weights)
-        })
+        model
+            .is_file()
+            .then(|| Arc::new(kvpack::model::load_model("smollm2", None).unwrap().weights))
     });
     if w.is_none() {
         let msg = format!(
@@ -212,7 +212,10 @@ fn a_session_under_eviction_saves_and_resumes() {
     for &t in &ids[..70] {
         a.forward_token(t).unwrap();
     }
-    assert!(a.memory().tokens / a.config().layers < 70, "nothing evicted");
+    assert!(
+        a.memory().tokens / a.config().layers < 70,
+        "nothing evicted"
+    );
     let file = std::env::temp_dir().join(format!(
         "kvpack-eviction-session-{}.kvc",
         std::process::id()

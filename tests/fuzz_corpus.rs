@@ -69,7 +69,13 @@ fn cache_seeds() -> Vec<(String, Vec<u8>)> {
             8,
             30,
         ),
-        ("evict-streaming", "f16+streaming:budget=6,sinks=1", 1, 8, 11),
+        (
+            "evict-streaming",
+            "f16+streaming:budget=6,sinks=1",
+            1,
+            8,
+            11,
+        ),
     ] {
         let m = Method::parse(spec).unwrap();
         let mut l = m.layer(&ctx, heads, dim, PathChoice::Cpu).unwrap();

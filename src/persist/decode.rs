@@ -465,12 +465,13 @@ fn parse_layer(
             ));
         }
     }
-    let secs = layer_sections(&codecs, tokens, residual as u64, eviction.is_some()).ok_or_else(|| {
-        malformed(
-            format!("layer {l} record"),
-            "its sections are longer than 2^64 bytes",
-        )
-    })?;
+    let secs =
+        layer_sections(&codecs, tokens, residual as u64, eviction.is_some()).ok_or_else(|| {
+            malformed(
+                format!("layer {l} record"),
+                "its sections are longer than 2^64 bytes",
+            )
+        })?;
     Ok((
         ParsedLayer {
             index,
@@ -537,7 +538,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<SavedCache, CacheFileError> {
         layers: Vec::with_capacity(p.layers.len()),
         metadata: p.metadata,
     };
-    for (l, ((layer, [k, v]), mut state)) in p.layers.into_iter().zip(sides).zip(states).enumerate() {
+    for (l, ((layer, [k, v]), mut state)) in p.layers.into_iter().zip(sides).zip(states).enumerate()
+    {
         let t = layer.tokens;
         let r = layer.method.residual();
         let [ck, cv] = &layer.codecs;

@@ -214,7 +214,12 @@ impl EvictingLayer {
     /// [`Error::Calibration`]), one score and position per held (token, head), positions
     /// strictly increasing per head and below `appended`, finite scores, `since ≤ appended`
     /// ([`Error::Config`] naming what is wrong).
-    pub fn restore(inner: Layer, method: Method, index: usize, state: EvictionState) -> Result<Self> {
+    pub fn restore(
+        inner: Layer,
+        method: Method,
+        index: usize,
+        state: EvictionState,
+    ) -> Result<Self> {
         let mut l = Self::new(inner, method, index)?;
         if state.scorer != l.scorer.checksum() {
             let path = match &l.ev.policy {
