@@ -229,6 +229,8 @@ pub struct Layer {
     codecs: [Arc<dyn Codec>; 2],
     tokens: usize,
     store: Store,
+    /// Key centering's μ `[H·D]` of this layer (`crate::store::center`).
+    center: Option<Vec<f32>>,
 }
 
 impl std::fmt::Debug for Layer {
@@ -284,6 +286,7 @@ impl Layer {
         }
         let g = Geometry::new(heads, dim)?;
         let r = method.residual();
+        let center = method.center().map(|c| c.mean(index, g)).transpose()?;
         let codecs = [
             method.key().build(ctx, g, r, index, choice)?,
             method.value().build(ctx, g, r, index, choice)?,
@@ -338,6 +341,7 @@ impl Layer {
             codecs,
             tokens: 0,
             store,
+            center,
         })
     }
 
@@ -465,7 +469,34 @@ impl Layer {
             });
         }
         check_token_limit(self.tokens, k.len() / row)?;
-        Ok((k.to_f16("k")?, v.to_f16("v")?))
+        let k16 = match &self.center {
+            None => k.to_f16("k")?,
+            Some(mu) => {
+                // The input is checked as given (NaN, ±Inf, beyond f16), then centered.
+                let x: Vec<f32> = match k {
+                    Input::F32(x) => {
+                        k.to_f16("k")?;
+                        x.to_vec()
+                    }
+                    Input::F16(_) => k.to_f16("k")?.iter().map(|h| h.to_f32()).collect(),
+                };
+                Input::F32(&crate::store::center::subtract(&x, mu)).to_f16("k (centered)")?
+            }
+        };
+        Ok((k16, v.to_f16("v")?))
+    }
+
+    /// Key centering's μ `[H·D]`, if the method centers keys.
+    pub fn center_mean(&self) -> Option<&[f32]> {
+        self.center.as_deref()
+    }
+
+    /// The error for a GPU-input append under key centering.
+    fn centered_gpu_input(&self, call: &str) -> Error {
+        Error::Config(format!(
+            "{call}: key centering (`center=calib`) is applied to host appends only; append \
+             from host memory or use a method without centering"
+        ))
     }
 
     /// Each side's codec checks the rows it will store ([`Codec::check_rows`]).
@@ -834,6 +865,9 @@ impl KvLayer for Layer {
         if !matches!(self.store, Store::Gpu(_)) {
             return Err(self.gpu_input_on_cpu("append_gpu"));
         }
+        if self.center.is_some() {
+            return Err(self.centered_gpu_input("append_gpu"));
+        }
         self.sync()?;
         let bound = self.check_gpu_inputs(&k, &v)?;
         let n = k.tokens;
@@ -893,6 +927,9 @@ impl KvLayer for Layer {
     ) -> Result<()> {
         if !matches!(self.store, Store::Gpu(_)) {
             return Err(self.gpu_input_on_cpu("encode_append_gpu"));
+        }
+        if self.center.is_some() {
+            return Err(self.centered_gpu_input("encode_append_gpu"));
         }
         let bound = self.check_gpu_inputs(&k, &v)?;
         let n = k.tokens;
@@ -1196,6 +1233,9 @@ impl KvLayer for Layer {
                     }
                 }
             }
+        }
+        if let (0, Some(mu)) = (i, &self.center) {
+            crate::store::center::add_back(&mut out, mu);
         }
         Ok(out)
     }

@@ -275,6 +275,7 @@ fn qfilter_file(name: &str, h: usize, d: usize, filters: Vec<f32>) -> std::path:
             rows: 0,
             report: Vec::new(),
         }),
+        key_means: None,
     };
     let p = std::env::temp_dir().join(format!(
         "kvpack-eviction-{}-{name}.safetensors",

@@ -181,6 +181,7 @@ fn calibration_seeds() -> Vec<(String, Vec<u8>)> {
             meta: meta.clone(),
             vecinfer: Some(vecinfer.clone()),
             qfilters: q,
+            key_means: None,
         };
         out.push((
             format!("seed-{name}"),

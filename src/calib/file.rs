@@ -4,6 +4,9 @@
 //!   and one value codebook per (layer, KV head) and preset (several presets may be present);
 //! - `qfilters.filters` `[L, Hkv, D]`: the Q-Filters direction u per KV head;
 //! - `qfilters.query_filters` `[L, Hq, D]`: u_h per query head before the GQA average;
+//! - `keys.mean` `[L, Hkv, D]`: the mean μ of the post-RoPE keys per (layer, KV head, channel),
+//!   for key centering (a method's `center=calib`; metadata `key_means` present; files made
+//!   before it have none);
 //!
 //! and one metadata entry, `kvpack_calibration`, a JSON object (keys sorted, so the same
 //! calibration gives the same bytes): `format` ("kvpack-calibration"), `version` ([`VERSION`]),
@@ -135,6 +138,8 @@ pub struct Calibration {
     pub vecinfer: Option<VecinferTables>,
     /// Q-Filters' tables, when calibrated for it.
     pub qfilters: Option<QfilterTables>,
+    /// The mean of the post-RoPE keys `[L, Hkv, D]` (key centering), when computed.
+    pub key_means: Option<Vec<f32>>,
 }
 
 /// FNV-1a 64 of some bytes (the text's fingerprint in the metadata).
@@ -184,6 +189,9 @@ impl Calibration {
                 "vectors": v.vectors, "iterations": v.iterations,
             });
         }
+        if self.key_means.is_some() {
+            o["key_means"] = json!(true);
+        }
         if let Some(q) = &self.qfilters {
             o["qfilters"] = json!({
                 "rows": q.rows,
@@ -216,6 +224,9 @@ impl Calibration {
                     ));
                 }
             }
+        }
+        if let Some(m) = &self.key_means {
+            named.push(("keys.mean".into(), vec![l, h, d], f32_bytes(m)));
         }
         if let Some(q) = &self.qfilters {
             named.push((
@@ -407,11 +418,36 @@ impl Calibration {
                     .unwrap_or_default(),
             }),
         };
+        let key_means = match o.get("key_means") {
+            None => None,
+            Some(_) => Some(tensor("keys.mean", &[l, h, d])?),
+        };
         Ok(Self {
             meta,
             vecinfer,
             qfilters,
+            key_means,
         })
+    }
+
+    /// Layer `layer`'s key means μ `[Hkv, D]` (an error when the file has none or fewer
+    /// layers).
+    pub fn key_mean_layer(&self, layer: usize) -> Result<Vec<f32>> {
+        let m = &self.meta.model;
+        let means = self.key_means.as_ref().ok_or_else(|| {
+            cal_err(
+                &m.name,
+                "has no key means (made before key centering: calibrate again)",
+            )
+        })?;
+        if layer >= m.layers {
+            return Err(cal_err(
+                &m.name,
+                format!("has {} layers, layer {layer} asked", m.layers),
+            ));
+        }
+        let n = m.kv_heads * m.head_dim;
+        Ok(means[layer * n..(layer + 1) * n].to_vec())
     }
 
     /// `Err` unless the file was made for a model of this shape (layers, KV heads, D).

@@ -247,10 +247,26 @@ pub fn calibrate_capture(
     } else {
         None
     };
+    // μ per (layer, KV head, channel) of every captured key, summed in f64 in token order.
+    let key_means = cap
+        .k
+        .iter()
+        .flat_map(|k| {
+            let t = (k.len() / (h * d)).max(1);
+            let mut s = vec![0f64; h * d];
+            for row in k.chunks_exact(h * d) {
+                for (a, &x) in s.iter_mut().zip(row) {
+                    *a += f64::from(x);
+                }
+            }
+            s.into_iter().map(move |a| (a / t as f64) as f32)
+        })
+        .collect();
     Ok(Calibration {
         meta,
         vecinfer,
         qfilters,
+        key_means: Some(key_means),
     })
 }
 

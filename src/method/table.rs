@@ -56,9 +56,10 @@ fn parse_side(s: &str) -> Result<(&'static MethodRow, Options)> {
             .split_once('=')
             .ok_or_else(|| Error::Config(format!("`{kv}` in `{s}` is not key=value")))?;
         let (k, v) = (k.trim(), v.trim());
-        if k != "residual" && !r.options.iter().any(|o| o.key == k) {
+        let generic = ["residual", "center", "calib"].contains(&k);
+        if !generic && !r.options.iter().any(|o| o.key == k) {
             return Err(Error::Config(format!(
-                "{}: unknown option `{k}` (options: {}, residual)",
+                "{}: unknown option `{k}` (options: {}, residual, center)",
                 r.name,
                 r.options
                     .iter()
@@ -92,6 +93,62 @@ fn split_pair(s: &str) -> Option<(&str, &str)> {
     })
 }
 
+/// Whether a row reads `calib=` itself (VecInfer).
+fn has_calib(r: &MethodRow) -> bool {
+    r.options.iter().any(|o| o.key == "calib")
+}
+
+/// Takes the layer-level key centering (`center=calib|none`, with `calib=FILE`) from a side's
+/// options (`keys`: whether it is the key side). `calib` stays for a row that reads it itself.
+fn take_center(
+    r: &MethodRow,
+    keys: bool,
+    opts: &mut Options,
+) -> Result<Option<Arc<crate::store::center::Center>>> {
+    let center = opts.get("center").map(str::to_string);
+    let calib = opts.get("calib").map(str::to_string);
+    opts.0
+        .retain(|(k, _)| k != "center" && (k != "calib" || has_calib(r)));
+    match center.as_deref() {
+        None | Some("none") => {
+            if calib.is_some() && !has_calib(r) {
+                return Err(Error::Config(format!(
+                    "{}: `calib=` is read by `center=calib` (key centering) only",
+                    r.name
+                )));
+            }
+            Ok(None)
+        }
+        Some("calib") => {
+            if !keys {
+                return Err(Error::Config(format!(
+                    "{}: `center=` centers keys: give it on the key side of a KEYS/VALUES pair",
+                    r.name
+                )));
+            }
+            if has_calib(r) {
+                return Err(Error::Config(format!(
+                    "{}: key centering is not offered for {} keys (its codebooks are trained \
+                     on uncentered keys)",
+                    r.name, r.name
+                )));
+            }
+            let path = calib.ok_or_else(|| {
+                Error::Config(format!(
+                    "{}: `center=calib` needs `calib=FILE` (a calibration with key means, from \
+                     `kvpack calibrate`)",
+                    r.name
+                ))
+            })?;
+            Ok(Some(Arc::new(crate::store::center::Center::load(&path)?)))
+        }
+        Some(other) => Err(Error::Config(format!(
+            "{}: `center={other}` (valid: calib, none)",
+            r.name
+        ))),
+    }
+}
+
 fn take_residual(method: &str, opts: &mut Options) -> Result<Option<usize>> {
     let r = opts.number::<usize>(method, "residual")?;
     opts.0.retain(|(k, _)| k != "residual");
@@ -119,7 +176,7 @@ impl FromStr for Method {
         let eviction = policy
             .map(|p| p.parse::<crate::policy::Eviction>().map(Arc::new))
             .transpose()?;
-        let (key, value, residual) = match split_pair(s) {
+        let (key, value, residual, center) = match split_pair(s) {
             None => {
                 let (r, mut opts) = parse_side(s)?;
                 if r.sides == Sides::KeysOnly {
@@ -129,10 +186,12 @@ impl FromStr for Method {
                     )));
                 }
                 let res = take_residual(r.name, &mut opts)?;
+                let center = take_center(r, true, &mut opts)?;
                 (
                     (r.parse)(Side::Keys, true, &opts)?,
                     (r.parse)(Side::Values, true, &opts)?,
                     res.unwrap_or(r.default_residual),
+                    center,
                 )
             }
             Some((ks, vs)) => {
@@ -148,6 +207,8 @@ impl FromStr for Method {
                     take_residual(kr.name, &mut ko)?,
                     take_residual(vr.name, &mut vo)?,
                 );
+                let center = take_center(kr, true, &mut ko)?;
+                take_center(vr, false, &mut vo)?;
                 let res = match (rk, rv) {
                     (Some(a), Some(b)) if a != b => {
                         return Err(Error::Config(format!(
@@ -161,6 +222,7 @@ impl FromStr for Method {
                     (kr.parse)(Side::Keys, false, &ko)?,
                     (vr.parse)(Side::Values, false, &vo)?,
                     res,
+                    center,
                 )
             }
         };
@@ -169,6 +231,7 @@ impl FromStr for Method {
             value,
             residual,
             eviction,
+            center,
         })
     }
 }
@@ -190,30 +253,30 @@ impl fmt::Display for Method {
             .eviction
             .as_ref()
             .map_or(String::new(), |e| format!("+{e}"));
-        self.fmt_sides(f, &k, &v, default, sep)?;
-        write!(f, "{ev}")
-    }
-}
-
-impl Method {
-    fn fmt_sides(
-        &self,
-        f: &mut fmt::Formatter<'_>,
-        k: &str,
-        v: &str,
-        default: impl Fn(&dyn SideConfig) -> usize,
-        sep: impl Fn(&str) -> &'static str,
-    ) -> fmt::Result {
-        if k == v {
-            if self.residual == default(&*self.key) {
-                write!(f, "{k}")
-            } else {
-                write!(f, "{k}{}residual={}", sep(k), self.residual)
-            }
-        } else if self.residual == default(&*self.key).max(default(&*self.value)) {
-            write!(f, "{k}/{v}")
+        // Layer-level options ride on the key side: the window when not the default, then
+        // the centering.
+        let res_default = if k == v {
+            default(&*self.key)
         } else {
-            write!(f, "{k}{}residual={}/{v}", sep(k), self.residual)
+            default(&*self.key).max(default(&*self.value))
+        };
+        let mut extra = Vec::new();
+        if self.residual != res_default {
+            extra.push(format!("residual={}", self.residual));
+        }
+        if let Some(c) = &self.center {
+            extra.push("center=calib".to_string());
+            extra.push(format!("calib={}", c.calib_path.display()));
+        }
+        let kx = if extra.is_empty() {
+            k.clone()
+        } else {
+            format!("{k}{}{}", sep(&k), extra.join(","))
+        };
+        if k == v {
+            write!(f, "{kx}{ev}")
+        } else {
+            write!(f, "{kx}/{v}{ev}")
         }
     }
 }

@@ -123,6 +123,8 @@ pub struct Method {
     pub(crate) residual: usize,
     /// An eviction policy over the layer (`SPEC+POLICY`, [`crate::policy`]).
     pub(crate) eviction: Option<Arc<crate::policy::Eviction>>,
+    /// Key centering (`center=calib,calib=FILE`, [`crate::store::center`]).
+    pub(crate) center: Option<Arc<crate::store::center::Center>>,
 }
 
 impl PartialEq for Method {
@@ -160,6 +162,11 @@ impl Method {
     /// True for the uncompressed baseline (`f16` on both sides, no window, no eviction).
     pub fn is_f16(&self) -> bool {
         self.key.method() == "f16" && self.value.method() == "f16" && self.eviction.is_none()
+    }
+
+    /// Key centering, if any.
+    pub fn center(&self) -> Option<&crate::store::center::Center> {
+        self.center.as_deref()
     }
 
     /// The eviction policy, if any.

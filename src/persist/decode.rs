@@ -403,6 +403,26 @@ fn parse_layer(
             Some((appended as usize, since as usize, scorer))
         }
     };
+    if let Some(c) = method.center() {
+        if version < 2 {
+            return Err(malformed(
+                format!("layer {l} record (method spec)"),
+                "key centering in a version-1 file (it came with version 2)",
+            ));
+        }
+        let stored = r.u32("key means checksum")?;
+        let mu = c
+            .mean(index, geometry)
+            .map_err(|e| method_err(e.to_string()))?;
+        let want = format::crc32_f32(&mu);
+        if stored != want {
+            return Err(layout(
+                "the key means of centering (checksum)".into(),
+                format!("{stored:#010x}"),
+                format!("{want:#010x} (the calibration file changed)"),
+            ));
+        }
+    }
     for (i, c) in codecs.iter().enumerate() {
         let side = side_name(i);
         let name = r.str("codec name")?;

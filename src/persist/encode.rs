@@ -96,6 +96,9 @@ fn records(cache: &SavedCache, codecs: &[[Arc<dyn Codec>; 2]]) -> Vec<u8> {
             w.u64(e.since as u64);
             w.u32(e.scorer);
         }
+        if let Some(c) = center_crc(l) {
+            w.u32(c);
+        }
         for c in cs {
             w.str(c.method());
             w.str(&c.settings());
@@ -110,6 +113,15 @@ fn records(cache: &SavedCache, codecs: &[[Arc<dyn Codec>; 2]]) -> Vec<u8> {
         }
     }
     w.0
+}
+
+/// The CRC-32 of a centered layer's μ (`None` without centering; planned layers have
+/// checked means, see [`plan`]).
+fn center_crc(l: &SavedLayer) -> Option<u32> {
+    let c = l.method.center()?;
+    c.mean(l.index, l.geometry)
+        .ok()
+        .map(|mu| super::format::crc32_f32(&mu))
 }
 
 /// u32 words as little-endian bytes (borrowed on little-endian machines).
@@ -211,6 +223,10 @@ pub(crate) fn plan(cache: &SavedCache) -> Result<Plan> {
                 )));
             }
         }
+        if let Some(c) = l.method.center() {
+            c.mean(l.index, l.geometry)
+                .map_err(|e| Error::Config(format!("layer {i} cannot be saved: {e}")))?;
+        }
         let t = l.snapshot.tokens as u64;
         let secs = layer_sections(&cs, t, l.method.residual() as u64, l.eviction.is_some())
             .ok_or_else(|| too_big("a section's length"))?;
@@ -241,8 +257,11 @@ pub(crate) fn plan(cache: &SavedCache) -> Result<Plan> {
     let mut h = Writer::default();
     h.0.extend_from_slice(&MAGIC);
     // Version 1 unless a layer evicts: files without eviction stay readable by older readers.
-    let evicts = cache.layers.iter().any(|l| l.eviction.is_some());
-    h.u32(if evicts { VERSION } else { 1 });
+    let v2 = cache
+        .layers
+        .iter()
+        .any(|l| l.eviction.is_some() || l.method.center().is_some());
+    h.u32(if v2 { VERSION } else { 1 });
     h.u32(0);
     h.u32(meta_bytes as u32);
     h.u32(0); // the checksum, below

@@ -67,6 +67,15 @@ pub fn crc32(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
 }
 
+/// CRC-32 of f32 values' little-endian bytes (μ of key centering, Q-Filters' filters).
+pub fn crc32_f32(x: &[f32]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for v in x {
+        h.update(&v.to_le_bytes());
+    }
+    h.finalize()
+}
+
 /// The header checksum: CRC-32 of `region` (header, section table, records) with the
 /// checksum field read as zero.
 pub fn header_crc(region: &[u8]) -> u32 {

@@ -71,6 +71,9 @@
 //!   the CRC-32 of its scorer's filters (0 without filters; a load whose calibration file
 //!   changed is refused), and two more sections after its values' sections: side 0, kind 3
 //!   positions `[T][H]` u32 and kind 4 scores `[T][H]` f32 of the held tokens.
+//! - **Key centering** (version 2): a layer whose method centers keys (`center=calib`) has, after
+//!   the eviction fields (if any), `u32` the CRC-32 of its μ; a load whose calibration file
+//!   changed is refused.
 //! - Limit: the reader builds each layer's codecs (for its method, geometry and index) before
 //!   comparing their tables with the file's, so a small file naming a codec whose tables grow
 //!   with the geometry (QJL's sketch, m·D floats) at a huge geometry (up to H·D = 2^20) makes

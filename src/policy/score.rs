@@ -20,13 +20,7 @@ impl Scorer {
     /// saved cache records it, so that a load whose calibration file changed is refused.
     pub fn checksum(&self) -> u32 {
         match self {
-            Scorer::Filter(u) => {
-                let mut h = crc32fast::Hasher::new();
-                for x in u {
-                    h.update(&x.to_le_bytes());
-                }
-                h.finalize()
-            }
+            Scorer::Filter(u) => crate::persist::format::crc32_f32(u),
             _ => 0,
         }
     }

@@ -17,6 +17,7 @@
 //! (bad input, an allocation that fails, a codec's status word) leaves every stored word, the
 //! token count and the memory report as they were.
 
+pub mod center;
 pub(crate) mod compact;
 pub mod cpu;
 pub mod gpu;
