@@ -15,13 +15,17 @@ const TABLES: [(&str, &str, &[&str]); 2] = [
             "benches/results/smollm2-story512-eval-turboquant.json",
             "benches/results/smollm2-story512-eval-prod-qjl.json",
             "benches/results/smollm2-story512-eval-vecinfer.json",
+            "benches/results/quality/smollm2-story512-center.json",
             "benches/results/eviction/smollm2-story512-window.json",
         ],
     ),
     (
         "quality-qwen15",
         "Qwen2.5-Coder-1.5B, 1,024 tokens of Rust",
-        &["benches/results/quality/qwen2.5-coder-1.5b.json"],
+        &[
+            "benches/results/quality/qwen2.5-coder-1.5b.json",
+            "benches/results/quality/qwen2.5-coder-1.5b-center.json",
+        ],
     ),
 ];
 
@@ -30,8 +34,12 @@ type Row = (String, f64, f64, f64, f64, f64);
 
 fn rows(root: &Path, files: &[&str]) -> Option<Vec<Row>> {
     let mut out: Vec<Row> = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(root.join(f)).ok()?;
+    let present: Vec<&&str> = files.iter().filter(|f| root.join(f).is_file()).collect();
+    if present.is_empty() {
+        return None;
+    }
+    for f in present {
+        let text = std::fs::read_to_string(root.join(f)).expect("readable");
         let list: Vec<serde_json::Value> = serde_json::from_str(&text).expect("a JSON list");
         for r in list {
             let method = r["method"].as_str().expect("method");

@@ -300,7 +300,9 @@ pub fn describe_methods() -> String {
         "spec: NAME[:key=value,...] for both sides, or KEYS/VALUES (e.g. kivi:bits=4/f16); short forms kivi-B, kivi-B-G-R\n\
          eviction (CPU path): SPEC+qfilters:budget=B,sinks=S,window=W,stride=N,calib=FILE[,flip=true] | \
          SPEC+streaming:budget=B,sinks=S[,stride=N] | SPEC+knorm:budget=B[,sinks=S,window=W,stride=N] \
-         (defaults: budget 512, sinks 4, window 0, stride 1)\n",
+         (defaults: budget 512, sinks 4, window 0, stride 1)\n\
+         key centering (any method but VecInfer keys): center=calib,calib=FILE (the key means of \
+         a calibration from `kvpack calibrate`; center=none, the default, for none)\n",
     );
     out
 }

@@ -36,7 +36,10 @@ impl Target {
     pub fn name(&self) -> String {
         match self {
             Target::Cpu(_) => "cpu".into(),
-            Target::Wgsl(_, p) => p.to_string(),
+            Target::Wgsl(c, p) => match c.adapter_info().map(|i| i.backend) {
+                Some(wgpu::Backend::Gl) => format!("{p} (gl)"),
+                _ => p.to_string(),
+            },
             Target::MslEmulated(_) => "msl-emulated".into(),
         }
     }
@@ -93,8 +96,32 @@ pub fn gpu_context_without_subgroups() -> Result<Context, String> {
         .clone()
 }
 
-/// The target for `kind` (`cpu`, `wgsl_subgroup`, `wgsl_workgroup`), or `None` after a
-/// visible skip.
+/// A device on wgpu's GL backend (llvmpipe through EGL in CI): no subgroups, so the
+/// workgroup-memory variants, compiled by naga's GLSL writer and the driver's GLSL compiler.
+pub fn gl_context() -> Result<Context, String> {
+    static CTX: OnceLock<Result<Context, String>> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let opts = HeadlessOptions {
+            backends: Some(wgpu::Backends::GL),
+            require_gpu: true,
+            ..Default::default()
+        };
+        Context::headless_with(&opts).map_err(|e| format!("no GL adapter (EGL): {e}"))
+    })
+    .clone()
+}
+
+/// Held for the whole body of a `wgsl_gl` test: wgpu's GL backend locks its one EGL context
+/// per call and panics ("Could not lock adapter context") after waiting a second, which
+/// parallel test threads sharing the device exceed while llvmpipe compiles a kernel; GL
+/// tests therefore run one at a time (other targets stay parallel).
+pub fn serial_for(kind: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    static GL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    (kind == "wgsl_gl").then(|| GL.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// The target for `kind` (`cpu`, `wgsl_subgroup`, `wgsl_workgroup`, `wgsl_gl`,
+/// `msl_emulated`), or `None` after a visible skip.
 pub fn target(kind: &str, test: &str) -> Option<Target> {
     let made = match kind {
         "cpu" => Ok(Target::Cpu(Context::cpu())),
@@ -111,6 +138,7 @@ pub fn target(kind: &str, test: &str) -> Option<Target> {
         "wgsl_workgroup" => {
             gpu_context_without_subgroups().map(|c| Target::Wgsl(c, PathChoice::WgslWorkgroup))
         }
+        "wgsl_gl" => gl_context().map(|c| Target::Wgsl(c, PathChoice::WgslWorkgroup)),
         "msl_emulated" => msl_emulator_available().map(|()| Target::MslEmulated(Context::cpu())),
         other => Err(format!("unknown target {other}")),
     };
@@ -138,6 +166,7 @@ macro_rules! parity_tests {
             $(
                 #[test]
                 fn $kind() {
+                    let _serial = $crate::common::serial_for(stringify!($kind));
                     if let Some(t) = $crate::common::target(stringify!($kind), stringify!($body)) {
                         super::$body(&t);
                     }
@@ -150,52 +179,58 @@ macro_rules! parity_tests {
 /// Instantiates `body(&Target, spec)` for every codec under test × every target: one
 /// `#[test]` per (codec, target), named `body::codec::target`. **Adding a codec to every
 /// generic body is one line here.** `codec_tests!(body, with_qjl)` adds one more QJL pairing
-/// (f16 values) for bodies that never reconstruct.
+/// (f16 values) for bodies that never reconstruct; `codec_tests!(body, gl)` instantiates the
+/// body on the GL backend only (`wgsl_gl`, one test at a time).
 #[macro_export]
 macro_rules! codec_tests {
     ($body:ident) => {
         mod $body {
-            $crate::codec_tests!(@specs $body);
+            $crate::codec_tests!(@specs $body [cpu, wgsl_subgroup, wgsl_workgroup]);
         }
     };
     // One more QJL pairing (f16 values, m not a power of two) for bodies that never reconstruct.
     ($body:ident, with_qjl) => {
         mod $body {
-            $crate::codec_tests!(@specs $body);
-            $crate::codec_tests!(@codec $body, qjl_keys_f16_values, "qjl:m=96/f16:residual=8");
+            $crate::codec_tests!(@specs $body [cpu, wgsl_subgroup, wgsl_workgroup]);
+            $crate::codec_tests!(@codec $body, qjl_keys_f16_values, "qjl:m=96/f16:residual=8", [cpu, wgsl_subgroup, wgsl_workgroup]);
         }
     };
-    (@specs $body:ident) => {
-            $crate::codec_tests!(@codec $body, f16, "f16");
-            $crate::codec_tests!(@codec $body, kivi_2, "kivi:bits=2,group=32,residual=64");
-            $crate::codec_tests!(@codec $body, kivi_4_3_f32, "kivi:kbits=4,vbits=3,group=16,vgroup=24,residual=32,params=f32");
-            $crate::codec_tests!(@codec $body, kivi_1, "kivi:bits=1,group=32,residual=32");
-            $crate::codec_tests!(@codec $body, kivi_keys_f16_values, "kivi:bits=4,group=32/f16:residual=32");
-            $crate::codec_tests!(@codec $body, f16_keys_kivi_values, "f16/kivi:bits=3,group=8,vgroup=16,residual=16");
-            $crate::codec_tests!(@codec $body, turboquant_mse_3, "turboquant-mse:bits=3,residual=24");
-            $crate::codec_tests!(@codec $body, kivi_keys_turboquant_rvq_values, "kivi:bits=2,group=32/turboquant-rvq:bits=2,residual=32");
+    // Only on wgpu's GL backend (tests/gl_backend.rs): every codec, one target.
+    ($body:ident, gl) => {
+        mod $body {
+            $crate::codec_tests!(@specs $body [wgsl_gl]);
+        }
+    };
+    (@specs $body:ident [$($kind:ident),*]) => {
+            $crate::codec_tests!(@codec $body, f16, "f16", [$($kind),*]);
+            $crate::codec_tests!(@codec $body, kivi_2, "kivi:bits=2,group=32,residual=64", [$($kind),*]);
+            $crate::codec_tests!(@codec $body, kivi_4_3_f32, "kivi:kbits=4,vbits=3,group=16,vgroup=24,residual=32,params=f32", [$($kind),*]);
+            $crate::codec_tests!(@codec $body, kivi_1, "kivi:bits=1,group=32,residual=32", [$($kind),*]);
+            $crate::codec_tests!(@codec $body, kivi_keys_f16_values, "kivi:bits=4,group=32/f16:residual=32", [$($kind),*]);
+            $crate::codec_tests!(@codec $body, f16_keys_kivi_values, "f16/kivi:bits=3,group=8,vgroup=16,residual=16", [$($kind),*]);
+            $crate::codec_tests!(@codec $body, turboquant_mse_3, "turboquant-mse:bits=3,residual=24", [$($kind),*]);
+            $crate::codec_tests!(@codec $body, kivi_keys_turboquant_rvq_values, "kivi:bits=2,group=32/turboquant-rvq:bits=2,residual=32", [$($kind),*]);
             // QJL keys have no reconstruction: bodies that compare with one ask
             // `SideConfig::attends_on_reconstruction` and say what they check instead.
-            $crate::codec_tests!(@codec $body, qjl_keys_kivi_values, "qjl:m=96/kivi:bits=4,group=32,residual=32");
-            $crate::codec_tests!(@codec $body, qjl_keys_turboquant_values, "qjl/turboquant-mse:bits=3");
-            $crate::codec_tests!(@codec $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3");
+            $crate::codec_tests!(@codec $body, qjl_keys_kivi_values, "qjl:m=96/kivi:bits=4,group=32,residual=32", [$($kind),*]);
+            $crate::codec_tests!(@codec $body, qjl_keys_turboquant_values, "qjl/turboquant-mse:bits=3", [$($kind),*]);
+            $crate::codec_tests!(@codec $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3", [$($kind),*]);
             // VecInfer needs a calibration of the body's geometry: `calib=@synthetic` is
             // expanded by `common::parse_method(spec, H, D)` (vecinfer_calib::expand); a body
             // that parses the spec as it is fails loudly. Keys use the 1-bit preset (d_s 8:
             // its f16 LUT fits lavapipe's 32 KiB of workgroup storage at P = 64; the 2-bit
             // one, n_sub 16, does not), values the 2-bit one.
-            $crate::codec_tests!(@codec $body, vecinfer_1_2, "vecinfer:kbits=1,vbits=2,residual=16,calib=@synthetic");
+            $crate::codec_tests!(@codec $body, vecinfer_1_2, "vecinfer:kbits=1,vbits=2,residual=16,calib=@synthetic", [$($kind),*]);
     };
-    (@codec $body:ident, $name:ident, $spec:expr) => {
+    (@codec $body:ident, $name:ident, $spec:expr, [$($kind:ident),*]) => {
         mod $name {
-            $crate::codec_tests!(@target $body, $spec, cpu);
-            $crate::codec_tests!(@target $body, $spec, wgsl_subgroup);
-            $crate::codec_tests!(@target $body, $spec, wgsl_workgroup);
+            $( $crate::codec_tests!(@target $body, $spec, $kind); )*
         }
     };
     (@target $body:ident, $spec:expr, $kind:ident) => {
         #[test]
         fn $kind() {
+            let _serial = $crate::common::serial_for(stringify!($kind));
             let test = concat!(stringify!($body), "[", $spec, "]");
             if let Some(t) = $crate::common::target(stringify!($kind), test) {
                 super::super::$body(&t, $spec);

@@ -44,10 +44,10 @@ fn tq_codes_at(i: u32) -> u32 {
 }
 
 // Multiplies the lane's coordinates by head h's signs.
-fn tq_signs_reg(x: ptr<function, array<f32, C>>, h: u32, gl: u32) {
+fn tq_signs_reg(x: ptr<function, array<f32, C>>, h: u32, lane_g: u32) {
     // @unroll 128
     for (var k = 0u; k < C; k++) {
-        (*x)[k] = tq_flip((*x)[k], h, gl * C + k);
+        (*x)[k] = tq_flip((*x)[k], h, lane_g * C + k);
     }
 }
 
@@ -68,7 +68,7 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let grp = lid / GL;
-    let gl = lid % GL;
+    let lane_g = lid % GL;
     let item = linear_workgroup(wg, nwg) * GROUPS + grp;
     let valid = item < P.items;
     let tok = item / P.norm_words;
@@ -88,16 +88,16 @@ fn main(
             // Even D: the lane's coordinates are whole words, loaded once each with the ring
             // or incoming choice made once (no branch between the loads: all in flight).
             var xw: array<u32, CW>;
-            let r = tq_row(s) + ((h * P.dim + gl * C) >> 1u);
+            let r = tq_row(s) + ((h * P.dim + lane_g * C) >> 1u);
             if (s < P.t_old) {
                 // @unroll 64
                 for (var k = 0u; k < CW; k++) {
-                    xw[k] = select(0u, ring[min(r + k, arrayLength(&ring) - 1u)], live && gl * C + 2u * k < P.dim);
+                    xw[k] = select(0u, ring[min(r + k, arrayLength(&ring) - 1u)], live && lane_g * C + 2u * k < P.dim);
                 }
             } else {
                 // @unroll 64
                 for (var k = 0u; k < CW; k++) {
-                    xw[k] = select(0u, incoming[min(r + k, arrayLength(&incoming) - 1u)], live && gl * C + 2u * k < P.dim);
+                    xw[k] = select(0u, incoming[min(r + k, arrayLength(&incoming) - 1u)], live && lane_g * C + 2u * k < P.dim);
                 }
             }
             // @unroll 128
@@ -109,7 +109,7 @@ fn main(
         } else {
             // @unroll 128
             for (var k = 0u; k < C; k++) {
-                let d = gl * C + k;
+                let d = lane_g * C + k;
                 var xv = 0.0;
                 if (live && d < P.dim) {
                     xv = tq_load(s, h * P.dim + d);
@@ -127,7 +127,7 @@ fn main(
         for (var k = 0u; k < C; k++) {
             x[k] = select(x[k], x[k] / n, n != 0.0);
         }
-        tq_signs_reg(&x, hs, gl); // @tq-signs-before
+        tq_signs_reg(&x, hs, lane_g); // @tq-signs-before
         // 3. Butterflies: strides 1 .. C/2 in registers, then C, 2C, 4C across lanes.
         // @unroll 8
         for (var p = 0u; p < LOG2C; p++) {
@@ -144,7 +144,7 @@ fn main(
         // @unroll 3
         for (var p = 0u; p < LOG2LU; p++) {
             let m = 1u << p;
-            let upper = (gl & m) != 0u;
+            let upper = (lane_g & m) != 0u;
             // @unroll 128
             for (var k = 0u; k < C; k++) {
                 let y = subgroupShuffleXor(x[k], m);
@@ -170,7 +170,7 @@ fn main(
                 for (var st = 0u; st < TS; st++) {
                     // @unroll 32
                     for (var j = 0u; j < LW; j++) {
-                        codes[row0 + st * TRW + gl * LW + j] = w[st * LW + j];
+                        codes[row0 + st * TRW + lane_g * LW + j] = w[st * LW + j];
                     }
                 }
             }
@@ -178,7 +178,7 @@ fn main(
             let base = grp * TP * TS;
             // @unroll 128
             for (var k = 0u; k < C; k++) {
-                let e = gl * C + k;
+                let e = lane_g * C + k;
                 let y = x[k] * P.inv_sqrt_p;
                 let c1 = tq_code(y, 0u);
                 if (e < TP) {
@@ -189,7 +189,7 @@ fn main(
                 }
             }
             workgroupBarrier();
-            for (var wi = gl; wi < TS * TRW; wi += GL) {
+            for (var wi = lane_g; wi < TS * TRW; wi += GL) {
                 let st = wi / TRW;
                 let word = tq_row_word(wi - st * TRW, st, base);
                 if (live) {
@@ -200,7 +200,7 @@ fn main(
         }
         nn[v] = n;
     }
-    if (valid && gl == 0u) {
+    if (valid && lane_g == 0u) {
         norms[(P.seg_token + tok) * P.norm_words + pair] =
             tq_f16_bits(nn.x) | (tq_f16_bits(nn.y) << 16u);
     }

@@ -18,7 +18,7 @@ fn main(
     let h = item % P.heads;
     let t0 = (item / P.heads) * VI_TPW;
     let grp = lid / VI_GL;
-    let gl = lid % VI_GL;
+    let lane_g = lid % VI_GL;
     vi_load_codebook(h, lid);
     for (var k = 0u; k < VI_TPW; k++) {
         let tok = t0 + k;
@@ -29,12 +29,12 @@ fn main(
         vi_transform(P.src_start + tok, h, lid);
         for (var r = 0u; r < VI_ROUNDS; r++) {
             let sv = r * VI_GROUPS + grp;
-            let m = vi_lane_min(min(sv, VNS - 1u), gl);
+            let m = vi_lane_min(min(sv, VNS - 1u), lane_g);
             vrd[lid] = bitcast<f32>(m.x);
             vri[lid] = m.y;
             workgroupBarrier();
             for (var o = VI_GL / 2u; o > 0u; o >>= 1u) {
-                if (gl < o) {
+                if (lane_g < o) {
                     let od = vrd[lid + o];
                     let oi = vri[lid + o];
                     if (vi_better(od, oi, vrd[lid], vri[lid])) {
@@ -44,7 +44,7 @@ fn main(
                 }
                 workgroupBarrier();
             }
-            if (gl == 0u && sv < VNS) {
+            if (lane_g == 0u && sv < VNS) {
                 vidx[sv] = vri[lid];
             }
             workgroupBarrier(); // vrd, vri reused by the next round

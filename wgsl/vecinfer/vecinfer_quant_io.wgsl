@@ -110,15 +110,16 @@ fn vi_transform(s: u32, h: u32, lid: u32) {
     }
 }
 
-// Step 3, one lane: the best (distance, index) of centroids gl, gl + 8, … for sub-vector sv.
-fn vi_lane_min(sv: u32, gl: u32) -> vec2<u32> {
+// Step 3, one lane: the best (distance, index) of centroids lane_g, lane_g + 8, … for
+// sub-vector sv. (Not named `gl`: naga's GLSL writer renames it `gl_1`, a reserved prefix.)
+fn vi_lane_min(sv: u32, lane_g: u32) -> vec2<u32> {
     var x: array<f32, VI_DS>;
     for (var i = 0u; i < VDS; i++) {
         x[i] = vx[sv * VDS + i] * P.inv_sqrt_p;
     }
     var best = bitcast<f32>(0x7f800000u); // +inf
     var arg = 0u;
-    for (var c = gl; c < VC; c += VI_GL) {
+    for (var c = lane_g; c < VC; c += VI_GL) {
         var d = 0.0;
         for (var i = 0u; i < VDS; i++) {
             let e = x[i] - vcb[c * VDS + i];

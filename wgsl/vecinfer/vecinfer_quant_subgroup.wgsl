@@ -17,7 +17,7 @@ fn main(
     let h = item % P.heads;
     let t0 = (item / P.heads) * VI_TPW;
     let grp = lid / VI_GL;
-    let gl = lid % VI_GL;
+    let lane_g = lid % VI_GL;
     vi_load_codebook(h, lid);
     for (var k = 0u; k < VI_TPW; k++) {
         let tok = t0 + k;
@@ -28,7 +28,7 @@ fn main(
         vi_transform(P.src_start + tok, h, lid);
         for (var r = 0u; r < VI_ROUNDS; r++) {
             let sv = r * VI_GROUPS + grp;
-            let m = vi_lane_min(min(sv, VNS - 1u), gl);
+            let m = vi_lane_min(min(sv, VNS - 1u), lane_g);
             var d = bitcast<f32>(m.x);
             var i = m.y;
             for (var o = 1u; o < VI_GL; o <<= 1u) {
@@ -39,7 +39,7 @@ fn main(
                     i = oi;
                 }
             }
-            if (gl == 0u && sv < VNS) {
+            if (lane_g == 0u && sv < VNS) {
                 vidx[sv] = i;
             }
         }
