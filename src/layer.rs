@@ -244,7 +244,7 @@ impl std::fmt::Debug for Layer {
 }
 
 /// Least common multiple.
-fn lcm(a: usize, b: usize) -> usize {
+pub(crate) fn lcm(a: usize, b: usize) -> usize {
     let gcd = |mut x: usize, mut y: usize| {
         while y != 0 {
             (x, y) = (y, x % y);

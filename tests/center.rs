@@ -11,7 +11,6 @@
 
 mod common;
 
-use kvpack::calib::{Calibration, Meta, ModelIdentity};
 use kvpack::{AttendOptions, Context, Error, Input, Method, PathChoice};
 use rand::Rng;
 
@@ -20,32 +19,7 @@ const D: usize = 32;
 
 /// A calibration of one layer with key means `mu` `[H][D]` only.
 fn mean_file(name: &str, h: usize, d: usize, mu: Option<Vec<f32>>) -> std::path::PathBuf {
-    let cal = Calibration {
-        meta: Meta {
-            model: ModelIdentity {
-                name: format!("test-{name}"),
-                arch: "llama".into(),
-                layers: 1,
-                q_heads: h,
-                kv_heads: h,
-                head_dim: d,
-            },
-            seed: 0,
-            text_name: "none".into(),
-            text_bytes: 0,
-            text_fnv1a64: 0,
-            tokens: 0,
-        },
-        vecinfer: None,
-        qfilters: None,
-        key_means: mu,
-    };
-    let p = std::env::temp_dir().join(format!(
-        "kvpack-center-{}-{name}.safetensors",
-        std::process::id()
-    ));
-    cal.write(&p).unwrap();
-    p
+    common::tiny_calibration(name, h, d, None, mu)
 }
 
 /// Offsets per (head, channel): a few channels far from zero (as Qwen2.5's biased keys), on a

@@ -17,7 +17,7 @@ mod common;
 
 use common::Target;
 use half::f16;
-use kvpack::calib::{Calibration, Meta, ModelIdentity, QfilterTables};
+use kvpack::calib::Calibration;
 use kvpack::codec::Codec;
 use kvpack::policy::EvictingLayer;
 use kvpack::store::Side;
@@ -252,37 +252,7 @@ codec_tests!(eviction_keeps_exact_words, with_qjl);
 
 /// A Q-Filters calibration of one layer, H heads of D, with these filters `[H][D]`.
 fn qfilter_file(name: &str, h: usize, d: usize, filters: Vec<f32>) -> std::path::PathBuf {
-    let cal = Calibration {
-        meta: Meta {
-            model: ModelIdentity {
-                name: format!("test-{name}"),
-                arch: "llama".into(),
-                layers: 1,
-                q_heads: h,
-                kv_heads: h,
-                head_dim: d,
-            },
-            seed: 0,
-            text_name: "none".into(),
-            text_bytes: 0,
-            text_fnv1a64: 0,
-            tokens: 0,
-        },
-        vecinfer: None,
-        qfilters: Some(QfilterTables {
-            query_filters: filters.clone(),
-            filters,
-            rows: 0,
-            report: Vec::new(),
-        }),
-        key_means: None,
-    };
-    let p = std::env::temp_dir().join(format!(
-        "kvpack-eviction-{}-{name}.safetensors",
-        std::process::id()
-    ));
-    cal.write(&p).unwrap();
-    p
+    common::tiny_calibration(name, h, d, Some(filters), None)
 }
 
 /// A per-head token score of the simulation: (the key row, its KV head) → score.
@@ -596,18 +566,6 @@ fn bad_configurations_are_typed_errors() {
         other => panic!("expected Calibration for layer 1 of a 1-layer file, got {other:?}"),
     }
     std::fs::remove_file(p).ok();
-    // Saving is refused (the format has no positions section yet).
-    let mut l = Method::parse("f16+knorm:budget=16")
-        .unwrap()
-        .layer(&ctx, 2, 8, PathChoice::Cpu)
-        .unwrap();
-    l.append(Input::F32(&[0.5; 16]), Input::F32(&[0.5; 16]))
-        .unwrap();
-    let err = kvpack::persist::SavedCache::of_layers([&*l]).unwrap_err();
-    assert!(
-        matches!(err, Error::Config(ref m) if m.contains("eviction")),
-        "{err}"
-    );
 }
 
 #[test]

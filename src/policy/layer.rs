@@ -104,16 +104,6 @@ impl std::fmt::Debug for EvictingLayer {
     }
 }
 
-fn lcm(a: usize, b: usize) -> usize {
-    let gcd = |mut x: usize, mut y: usize| {
-        while y != 0 {
-            (x, y) = (y, x % y);
-        }
-        x
-    };
-    a / gcd(a, b) * b
-}
-
 /// The scorer of `ev` for model layer `index` of geometry `g` (Q-Filters: that layer's filters
 /// from the calibration, checked against the geometry).
 pub(crate) fn scorer_for(ev: &Eviction, index: usize, g: Geometry) -> Result<Scorer> {
@@ -176,7 +166,7 @@ impl EvictingLayer {
             });
         }
         let g = inner.geometry();
-        let unit = lcm(
+        let unit = crate::layer::lcm(
             inner.codec(Side::Keys).block_tokens(),
             inner.codec(Side::Values).block_tokens(),
         );

@@ -516,3 +516,47 @@ pub fn raw(l: &dyn kvpack::KvLayer) -> kvpack::Result<kvpack::codecs::kivi::RawK
 pub fn kivi_layout(h: usize, d: usize, cfg: &kvpack::KiviConfig) -> kvpack::codecs::kivi::Layout {
     kvpack::codecs::kivi::Layout::new(h, d, cfg).expect("layout")
 }
+
+/// A calibration file of one layer of `h` KV heads (and query heads) of width `d` holding
+/// only these tables: Q-Filters filters `[h][d]` and/or key means `[h][d]` (tests of the
+/// policies and of centering), written to a per-process temporary file named after `name`.
+pub fn tiny_calibration(
+    name: &str,
+    h: usize,
+    d: usize,
+    filters: Option<Vec<f32>>,
+    key_means: Option<Vec<f32>>,
+) -> std::path::PathBuf {
+    use kvpack::calib::{Calibration, Meta, ModelIdentity, QfilterTables};
+    let cal = Calibration {
+        meta: Meta {
+            model: ModelIdentity {
+                name: format!("test-{name}"),
+                arch: "llama".into(),
+                layers: 1,
+                q_heads: h,
+                kv_heads: h,
+                head_dim: d,
+            },
+            seed: 0,
+            text_name: "none".into(),
+            text_bytes: 0,
+            text_fnv1a64: 0,
+            tokens: 0,
+        },
+        vecinfer: None,
+        qfilters: filters.map(|f| QfilterTables {
+            query_filters: f.clone(),
+            filters: f,
+            rows: 0,
+            report: Vec::new(),
+        }),
+        key_means,
+    };
+    let p = std::env::temp_dir().join(format!(
+        "kvpack-test-{}-{name}.safetensors",
+        std::process::id()
+    ));
+    cal.write(&p).unwrap();
+    p
+}
