@@ -218,8 +218,13 @@ fn mismatched_and_bad_files_are_typed_errors() {
     ));
     assert!(matches!(bad(b"not a file"), Err(Error::Calibration { .. })));
     // Another version: patch the metadata's "version":1 (same length).
-    let s = String::from_utf8_lossy(&bytes).into_owned();
-    let at = s.find("\\\"version\\\":1").expect("version in the header");
+    // (Searched in the bytes: a lossy string would shift offsets where the header's length
+    // prefix is not UTF-8.)
+    let pat = b"\\\"version\\\":1";
+    let at = bytes
+        .windows(pat.len())
+        .position(|w| w == pat)
+        .expect("version in the header");
     let mut v2 = bytes.clone();
     v2[at + "\\\"version\\\":".len()] = b'2';
     let e = bad(&v2).unwrap_err();
