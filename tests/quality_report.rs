@@ -32,6 +32,21 @@ const TABLES: [(&str, &str, &[&str]); 2] = [
 /// One row: (method without calibration paths, bits/value held, perplexity, Δ %, KL, top-1).
 type Row = (String, f64, f64, f64, f64, f64);
 
+/// A method spec without its calibration paths (`calib=….safetensors` and the comma before
+/// it): the table names the calibration once, in prose. A path may be followed by the value
+/// side of a pair (`…safetensors/kivi:bits=4`), which stays.
+fn without_calib_paths(spec: &str) -> String {
+    let mut out = spec.to_string();
+    while let Some(i) = out.find("calib=") {
+        let end = out[i..]
+            .find(".safetensors")
+            .map_or(out.len(), |e| i + e + ".safetensors".len());
+        let start = if out[..i].ends_with(',') { i - 1 } else { i };
+        out.replace_range(start..end, "");
+    }
+    out.replace(":/", "/").replace(":+", "+")
+}
+
 fn rows(root: &Path, files: &[&str]) -> Option<Vec<Row>> {
     let mut out: Vec<Row> = Vec::new();
     let present: Vec<&&str> = files.iter().filter(|f| root.join(f).is_file()).collect();
@@ -43,11 +58,7 @@ fn rows(root: &Path, files: &[&str]) -> Option<Vec<Row>> {
         let list: Vec<serde_json::Value> = serde_json::from_str(&text).expect("a JSON list");
         for r in list {
             let method = r["method"].as_str().expect("method");
-            let shown = method
-                .split(',')
-                .filter(|p| !p.starts_with("calib="))
-                .collect::<Vec<_>>()
-                .join(",");
+            let shown = without_calib_paths(method);
             if out.iter().any(|x| x.0 == shown) {
                 continue;
             }
@@ -171,6 +182,22 @@ fn plot(path: &Path, series: &[(&str, Vec<Row>)]) {
         .draw()
         .unwrap();
     root.present().unwrap();
+}
+
+#[test]
+fn calibration_paths_are_left_out_of_method_names() {
+    assert_eq!(
+        without_calib_paths("qjl:m=128,center=calib,calib=a/b.safetensors/kivi:bits=4,residual=0"),
+        "qjl:m=128,center=calib/kivi:bits=4,residual=0"
+    );
+    assert_eq!(
+        without_calib_paths("vecinfer:bits=2,calib=/tmp/x.safetensors"),
+        "vecinfer:bits=2"
+    );
+    assert_eq!(
+        without_calib_paths("f16+qfilters:budget=256,window=128,calib=/tmp/c.safetensors"),
+        "f16+qfilters:budget=256,window=128"
+    );
 }
 
 #[test]
