@@ -147,15 +147,34 @@ fn eval_stories260k_f16_and_kivi() {
             keys,
             [
                 "bits_per_value",
+                "budget",
+                "bytes_held",
                 "delta_pct",
                 "kl",
                 "method",
                 "perplexity",
+                "policy",
+                "spearman_flipped_mean",
+                "spearman_mean",
+                "spearman_worst",
+                "tokens_held_per_head",
                 "top1"
             ]
         );
-        for k in ["bits_per_value", "perplexity", "delta_pct", "kl", "top1"] {
+        for k in [
+            "bits_per_value",
+            "perplexity",
+            "delta_pct",
+            "kl",
+            "top1",
+            "tokens_held_per_head",
+            "bytes_held",
+        ] {
             assert!(num(row, k).is_finite(), "{k} of {row}");
+        }
+        // No eviction in this run: the policy fields are null.
+        for k in ["policy", "budget", "spearman_mean"] {
+            assert!(row[k].is_null(), "{k} of {row}");
         }
         assert!(num(row, "bits_per_value") > 0.0);
         assert!(num(row, "perplexity") > 1.0);

@@ -119,14 +119,18 @@ pub fn run(
         .map_err(|e| format!("internal: progress template: {e}"))?
         .progress_chars("=> "),
     );
-    let result = decode_all(&weights, &ctx, opts.path, &methods, &ids, &bar);
+    // The JSON is rewritten after every method: a long run stopped part-way keeps its rows.
+    let mut save = |rows: &[Row]| -> Result<(), String> {
+        match &opts.json {
+            Some(p) => write_json(p, rows),
+            None => Ok(()),
+        }
+    };
+    let result = decode_all(&weights, &ctx, opts.path, &methods, &ids, &bar, &mut save);
     bar.finish_and_clear();
     let rows = result?;
 
     print_table(&model.name, opts.path, ids.len(), &rows);
-    if let Some(p) = &opts.json {
-        write_json(p, &rows)?;
-    }
     if let Some(p) = &opts.plot {
         plot(p, &model.name, ids.len(), opts.path, &rows)?;
     }
@@ -367,6 +371,7 @@ fn decode_all(
     methods: &[(String, Method)],
     ids: &[u32],
     bar: &ProgressBar,
+    save: &mut dyn FnMut(&[Row]) -> Result<(), String>,
 ) -> Result<Vec<Row>, String> {
     let c = &weights.config;
     let steps = ids.len() - 1;
@@ -458,6 +463,7 @@ fn decode_all(
         // Shown even when the bar is hidden (stderr not a terminal).
         bar.suspend(|| eprintln!("{line}"));
         rows.push(row);
+        save(&rows)?;
     }
     Ok(rows)
 }
