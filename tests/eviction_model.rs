@@ -144,16 +144,18 @@ fn spearman_on_real_keys_is_positive_and_the_flipped_filter_negative() {
     assert!(mean(&flipped) < -0.4, "flipped mean {:.3}", mean(&flipped));
 }
 
+/// What the end-to-end tests need: the paris filters' file, the story fixture and the model;
+/// `None` after a visible skip.
+fn setup(test: &str) -> Option<(&'static PathBuf, PathBuf, Arc<Weights>)> {
+    let (calib, _) = paris_filters(test)?;
+    let story = common::shared_fixture("story-512.safetensors", test)?;
+    Some((calib, story, smollm2(test)?))
+}
+
 #[test]
 fn evicting_with_the_flipped_filter_is_clearly_worse() {
     let test = "evicting_with_the_flipped_filter";
-    let Some((calib, _)) = paris_filters(test) else {
-        return;
-    };
-    let Some(story) = common::shared_fixture("story-512.safetensors", test) else {
-        return;
-    };
-    let Some(weights) = smollm2(test) else {
+    let Some((calib, story, weights)) = setup(test) else {
         return;
     };
     let ids = story_ids(&story, 160);
@@ -161,20 +163,8 @@ fn evicting_with_the_flipped_filter_is_clearly_worse() {
     let ppl = |spec: &str| -> f64 {
         let m = Method::parse(spec).unwrap();
         let mut s = Session::new(weights.clone(), &ctx, m, PathChoice::Cpu).unwrap();
-        let mut nll = 0.0;
-        for w in ids.windows(2) {
-            let logits = s.forward_token(w[0]).unwrap();
-            let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let lse = logits
-                .iter()
-                .map(|&x| (x as f64 - m).exp())
-                .sum::<f64>()
-                .ln()
-                + m;
-            nll += lse - logits[w[1] as usize] as f64;
-        }
+        let (p, _) = kvpack::model::forward::perplexity(&mut s, &ids).unwrap();
         let held = s.memory().tokens / s.config().layers;
-        let p = (nll / (ids.len() - 1) as f64).exp();
         eprintln!("{test}: {spec}: perplexity {p:.3}, {held} tokens held per KV head");
         p
     };
@@ -192,13 +182,7 @@ fn evicting_with_the_flipped_filter_is_clearly_worse() {
 #[test]
 fn a_session_under_eviction_saves_and_resumes() {
     let test = "a_session_under_eviction_saves_and_resumes";
-    let Some((calib, _)) = paris_filters(test) else {
-        return;
-    };
-    let Some(story) = common::shared_fixture("story-512.safetensors", test) else {
-        return;
-    };
-    let Some(weights) = smollm2(test) else {
+    let Some((calib, story, weights)) = setup(test) else {
         return;
     };
     let ids = story_ids(&story, 76);
