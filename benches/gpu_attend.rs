@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use half::f16;
-use kvpack::attention::plan::{CacheShape, Call, plan, split_target};
+use kvpack::attention::plan::{CacheShape, Call, SplitKernel, plan_kernel, split_target};
 use kvpack::context::{Context, KernelPath, PathChoice};
 use kvpack::gpu::{self, DispatchPlan, registry};
 use kvpack::{AttendKernel, AttendOptions, Input, KvLayer, Method};
@@ -358,9 +358,12 @@ fn partials_estimate(
             > 1,
     };
     let wg_limit = ctx.max_workgroup_storage_size() as usize;
-    let prefill = call.prefill(&shape, wg_limit).unwrap_or(false);
+    let kernel = call
+        .split_kernel(&shape, wg_limit, &ctx.tensor_cores())
+        .unwrap_or(SplitKernel::Decode);
+    let prefill = kernel != SplitKernel::Decode;
     let target = split_target(ctx.adapter_info()) * if prefill { 2 } else { 1 };
-    match plan(&call, &shape, target, u64::MAX, prefill) {
+    match plan_kernel(&call, &shape, target, u64::MAX, kernel) {
         Ok(p) => (
             2 * p.partial_bytes,
             p.dispatches.len() + usize::from(p.merge.is_some()),
@@ -630,16 +633,32 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             // Prefill chunks at every T (quick: the smallest T).
             let prefill = !o.decode_only && (!o.quick || Some(&t) == tokens.iter().min());
             if prefill && t >= TQ_PREFILL {
-                attend_arms.push(attend_arm(
-                    ctx,
-                    m,
-                    PathChoice::Wgsl,
-                    t,
-                    TQ_PREFILL,
-                    k,
-                    v,
-                    &mut rng,
-                )?);
+                // Tier 1: the decode kernel (what Auto runs where the device has no tensor
+                // cores).
+                let mut a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
+                if let Work::Attend(x) = &mut a.work {
+                    x.opts.kernel = AttendKernel::Decode;
+                    let (pb, passes) =
+                        partials_estimate(ctx, &Method::parse(m)?, t, TQ_PREFILL, x.opts);
+                    x.partial_bytes = pb;
+                    x.passes = passes;
+                }
+                attend_arms.push(a);
+                // Tier 3: the tensor-core kernel (what Auto runs where the device has it).
+                if ctx.tensor_cores().is_ok() {
+                    let mut a =
+                        attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
+                    a.name += " (tensor cores)";
+                    if let Work::Attend(x) = &mut a.work {
+                        x.variant = Some("tensor cores");
+                        x.opts.kernel = AttendKernel::Tensor;
+                        let (pb, passes) =
+                            partials_estimate(ctx, &Method::parse(m)?, t, TQ_PREFILL, x.opts);
+                        x.partial_bytes = pb;
+                        x.passes = passes;
+                    }
+                    attend_arms.push(a);
+                }
                 // A/B: the same chunk on the prefill kernel (GEMM form, tiles in workgroup
                 // memory).
                 if m == "kivi-4" && t == variant_t {

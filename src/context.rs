@@ -179,6 +179,11 @@ pub(crate) struct Gpu {
     /// tests that a call after [`crate::KvLayer::prepare`] builds nothing
     /// ([`Context::built_pipelines`]).
     pub built: Arc<Mutex<Vec<String>>>,
+    /// Whether the adapter lists 16×16×16 cooperative matrices with f16 operands and an f32
+    /// accumulator (the one configuration the tensor-core kernel uses), and kvpack enabled
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX` for it (false on application devices: kvpack cannot
+    /// see their adapter's list).
+    pub coop16: bool,
     /// wgpu's reason once the device is lost (set by the device-lost callback kvpack installs
     /// on devices it creates; an application's own device keeps its own callback, so kvpack
     /// sees its loss only as failed operations, [`crate::Error::Gpu`]).
@@ -253,6 +258,7 @@ impl Context {
             built: Arc::default(),
             subgroup_order: Arc::default(),
             lost: Arc::default(),
+            coop16: false,
         };
         Ok(Self::build(Origin::AppDevice, Some(gpu), PathChoice::Auto))
     }
@@ -340,14 +346,35 @@ impl Context {
         withhold_features: wgpu::Features,
     ) -> Result<Self> {
         let info = adapter.get_info();
-        let features = adapter.features() & wanted_features(info.backend) & !withhold_features;
+        let coop16 = adapter
+            .cooperative_matrix_properties()
+            .iter()
+            .any(is_coop16_f32);
+        let mut wanted = wanted_features(info.backend);
+        if coop16 {
+            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        }
+        let features = adapter.features() & wanted & !withhold_features;
+        let coop16 = coop16 && features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+        let experimental_features = if coop16 {
+            // SAFETY: wgpu asks callers of experimental features to accept that its
+            // implementation may have bugs. kvpack uses this one only in the tensor-core
+            // kernel (wgsl/attend/attend_prefill_tc.wgsl), in the one configuration the
+            // adapter lists (checked just above: wgpu does not check it, and an unlisted one
+            // loses the device), loading matrices only from arrays of their own scalar type;
+            // an application that does not want it withholds the feature
+            // (`HeadlessOptions::withhold_features`).
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("kvpack"),
                 required_features: features,
                 required_limits: limits.clone(),
-                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                experimental_features,
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
@@ -365,6 +392,7 @@ impl Context {
             built: Arc::default(),
             subgroup_order: Arc::default(),
             lost: Arc::default(),
+            coop16,
         };
         let lost = gpu.lost.clone();
         gpu.device.set_device_lost_callback(move |reason, message| {
@@ -671,6 +699,50 @@ impl Context {
         Ok(())
     }
 
+    /// Whether the tensor-core attention kernel
+    /// ([`crate::attention::AttendKernel::Tensor`]) can run here, or why not: it needs a GPU
+    /// device kvpack created on an adapter that lists 16×16×16 cooperative matrices of f16
+    /// with an f32 accumulator (wgpu's `EXPERIMENTAL_COOPERATIVE_MATRIX`, not withheld), f16
+    /// shaders, subgroups in invocation order and subgroups exactly 32 wide (its mapping: four
+    /// subgroups of 32 per workgroup).
+    pub fn tensor_cores(&self) -> std::result::Result<(), String> {
+        let Some(g) = self.gpu() else {
+            return Err("no GPU device".into());
+        };
+        if !g.coop16 {
+            return Err(
+                if g.features
+                    .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+                {
+                    "an application-owned device: kvpack cannot see whether its adapter lists 16×16 f16 cooperative matrices (wgpu does not check a shader's configuration; an unlisted one loses the device)".into()
+                } else {
+                    format!(
+                        "{} does not offer 16×16×16 f16 cooperative matrices with an f32 accumulator through wgpu (EXPERIMENTAL_COOPERATIVE_MATRIX), or it was withheld",
+                        g.info.name
+                    )
+                },
+            );
+        }
+        for (f, name) in [
+            (wgpu::Features::SHADER_F16, "SHADER_F16"),
+            (wgpu::Features::SUBGROUP, "SUBGROUP"),
+        ] {
+            if !g.features.contains(f) {
+                return Err(format!("{name} is not enabled on the device"));
+            }
+        }
+        if g.info.subgroup_min_size != 32 || g.info.subgroup_max_size != 32 {
+            return Err(format!(
+                "subgroups are {}..{} wide; the tensor-core kernel's mapping needs exactly 32",
+                g.info.subgroup_min_size, g.info.subgroup_max_size
+            ));
+        }
+        if !self.subgroups_in_order() {
+            return Err("subgroups are not laid out in invocation order".into());
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_choice(&self, choice: PathChoice) -> Result<()> {
         let err = |reason: String| Error::PathUnavailable {
             kernel: "*",
@@ -694,6 +766,14 @@ impl Context {
             PathChoice::Msl => self.msl_available().map_err(err),
         }
     }
+}
+
+/// The cooperative-matrix configuration the tensor-core kernel uses: 16×16×16, f16 A and B,
+/// f32 C.
+fn is_coop16_f32(p: &wgpu::CooperativeMatrixProperties) -> bool {
+    (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+        && p.ab_type == wgpu::CooperativeScalarType::F16
+        && p.cr_type == wgpu::CooperativeScalarType::F32
 }
 
 /// Prefer real GPUs over software ones, and native backends over GL (no subgroups there).

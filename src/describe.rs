@@ -42,6 +42,7 @@ impl Context {
                     u64::from(g.limits.max_storage_buffers_per_shader_stage),
                 ),
             ],
+            tensor_cores: self.tensor_cores(),
         });
         let kernels = crate::kernels::all()
             .into_iter()
@@ -75,6 +76,10 @@ fn feature_names(f: wgpu::Features) -> Vec<&'static str> {
         (wgpu::Features::SHADER_F16, "SHADER_F16"),
         (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
         (wgpu::Features::PASSTHROUGH_SHADERS, "PASSTHROUGH_SHADERS"),
+        (
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX,
+            "EXPERIMENTAL_COOPERATIVE_MATRIX",
+        ),
     ];
     known
         .iter()
@@ -100,6 +105,9 @@ pub struct GpuFacts {
     pub features: Vec<&'static str>,
     /// Limits that size kvpack's buffers and dispatches.
     pub limits: Vec<(&'static str, u64)>,
+    /// Whether the tensor-core attention kernel runs here, or why not
+    /// ([`Context::tensor_cores`]).
+    pub tensor_cores: std::result::Result<(), String>,
 }
 
 /// The output of [`Context::describe`]; `Display` prints it as a small report.
@@ -146,6 +154,13 @@ impl fmt::Display for Description {
             writeln!(f, "  features       {feats}")?;
             for (name, v) in &g.limits {
                 writeln!(f, "  {name:<38} {v}")?;
+            }
+            match &g.tensor_cores {
+                Ok(()) => writeln!(
+                    f,
+                    "  tensor cores   yes: prefill chunks attend on attend_prefill_tc (f16 products, f32 accumulation; relative L2 ≤ 1e-3 per row)"
+                )?,
+                Err(e) => writeln!(f, "  tensor cores   no: {e}")?,
             }
         }
         writeln!(f, "  path choice    {}", self.path)?;

@@ -40,6 +40,7 @@ pub fn all() -> Vec<&'static KernelDef> {
         for v in attend_hooks().into_iter().filter(|v| !v.keys_only) {
             out.push(kernel::partials(k, v));
             out.extend(kernel::prefill(k, v));
+            out.extend(kernel::tensor(k, v));
             out.push(kernel::merge(k, v));
         }
     }

@@ -1278,6 +1278,9 @@ impl KvLayer for Layer {
         if let (Some(def), Some(path)) = (attention::kernel::prefill(kh, vh), paths.prefill) {
             out.push((def.name, path));
         }
+        if let (Some(def), Some(Ok(path))) = (attention::kernel::tensor(kh, vh), &paths.tensor) {
+            out.push((def.name, *path));
+        }
         out.push((attention::kernel::merge(kh, vh).name, paths.merge));
         Ok(out)
     }

@@ -70,7 +70,15 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
     const S: &[&str] = &["wgsl_subgroup"];
     const W: &[&str] = &["wgsl_workgroup"];
     const SW: &[&str] = &["wgsl_subgroup", "wgsl_workgroup"];
+    // The tensor-core kernel: only where the device runs it (the H200 runs; not lavapipe).
+    const TC: &[&str] = &["wgsl_tensor"];
     vec![
+        // ---- attention, the tensor-core prefill kernel (attend_prefill_tc) ----
+        (m("wgsl tensor attend: P·V̂ reads the first 16 tokens' values for both blocks", Wgsl, "attend_prefill_tc", "&tch[TC_OV + kb * 16u * TC_WP + j * 16u]", None, "&tch[TC_OV + j * 16u]"), Attend, TC),
+        (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TC),
+        (m("wgsl tensor attend: tokens past the split not masked", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(pos, pv);", None, "let ok = live && visible(pos, pv);"), Attend, TC),
+        (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TC),
+        (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = tb * 16u * TC_DP + k * 16u;", None, "let at = (1u - tb) * 16u * TC_DP + k * 16u;"), Attend, TC),
         // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----
         (m("msl attend: first barrier (queries staged) removed", Msl, "attend_", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Attend, MSL),
         (m("msl attend: barrier of the slices' turn-by-turn combine removed", Msl, "attend_", "        threadgroup_barrier(mem_flags::mem_threadgroup);\n    }\n\n    const uint pw", None, "    }\n\n    const uint pw"), Attend, MSL),
@@ -89,7 +97,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl attend workgroup variant: butterfly exchange partner 4 -> 2", Wgsl, "attend_", "wsm[(lid ^ 4u) * 4u + k]", None, "wsm[(lid ^ 2u) * 4u + k]"), Attend, W),
         (m("wgsl attend: online-softmax rescale of l dropped", Wgsl, "attend_", "l = l * corr + p;", None, "l = l + p;"), Attend, S),
         (m("wgsl attend: online-softmax rescale of the accumulator dropped", Wgsl, "attend_", "v_scale(&vs, corr);", None, ""), Attend, S),
-        (m("wgsl attend: window test inverted", Wgsl, "attend_", "pos + A.window > p", None, "pos + A.window <= p"), Attend, S),
+        (m("wgsl attend: window test inverted", Wgsl, "attend_", "pos + AP.window > p", None, "pos + AP.window <= p"), Attend, S),
         (m("wgsl merge: partial weight exponent sign flipped", Wgsl, "attend_merge", "exp2(q[b] - mm)", None, "exp2(mm - q[b])"), Attend, S),
         (m("wgsl prefill: accumulator rescale dropped", Wgsl, "attend_prefill", "o[i] *= corr;", None, "o[i] *= 1.0;"), Attend, S),
         (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
@@ -328,7 +336,18 @@ fn every_mutant_is_caught() {
     };
     // The unmutated kernels pass the same checks (or the mutants prove nothing).
     let filter = std::env::var("KVPACK_MUTANT_FILTER").unwrap_or_default();
-    for t in targets(&["msl_emulated", "wgsl_subgroup", "wgsl_workgroup"]) {
+    // The targets of the mutants that run (all of them without a filter).
+    let mut kinds: Vec<&str> = Vec::new();
+    for (mutant, _, ks) in registry() {
+        if mutant.name.contains(&filter) {
+            for k in ks {
+                if !kinds.contains(k) {
+                    kinds.push(k);
+                }
+            }
+        }
+    }
+    for t in targets(&kinds) {
         for check in [
             Check::Attend,
             Check::Kivi,

@@ -94,7 +94,12 @@ fn attend_specs() -> Vec<Specialization> {
             for (i, extra) in [kivi(4, 2, 32), kivi(3, 8, 16)].into_iter().enumerate() {
                 // A ring everywhere but at D = 64 (both forms compile).
                 let ring = u32::from(dim != 64);
-                let mut s = vec![("ATT_DIM", dim), ("ATT_SG_WIDE", wide), ("ATT_RING", ring)];
+                let mut s = vec![
+                    ("ATT_DIM", dim),
+                    ("ATT_SG_WIDE", wide),
+                    ("ATT_RING", ring),
+                    ("ATT_TC_NOLOAD", 0),
+                ];
                 s.extend(extra);
                 // 3-bit MSE / 2+2 RVQ (windows funnel-shifted), then 4-bit / 8+8 (whole words).
                 s.extend(if i == 0 {

@@ -23,13 +23,16 @@ pub struct SideBuffers<'a> {
 }
 
 /// The kernels one call runs on, resolved for a path choice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttendPaths {
     /// The partials kernel `attend_<k>_<v>`.
     pub partials: KernelPath,
     /// The prefill kernel `attend_prefill_<k>_<v>` (`None` for a key codec that transforms the
     /// query: [`kernel::AttendHooks::k_prep`]).
     pub prefill: Option<KernelPath>,
+    /// The tensor-core prefill kernel `attend_prefill_tc_<k>_<v>`, where the device runs it
+    /// (else why not) and the key codec does not transform the query (`None`).
+    pub tensor: Option<std::result::Result<KernelPath, String>>,
     /// The merge kernel `attend_merge_<k>_<v>`.
     pub merge: KernelPath,
 }
@@ -63,6 +66,12 @@ impl AttendPaths {
                 Some(def) => Some(ctx.resolve(def, choice)?),
                 None => None,
             },
+            tensor: kernel::tensor(kh, vh).map(|def| {
+                ctx.resolve(def, choice).map_err(|e| match e {
+                    Error::PathUnavailable { reason, .. } => reason,
+                    other => other.to_string(),
+                })
+            }),
             merge: ctx.resolve(kernel::merge(kh, vh), choice)?,
         })
     }
@@ -88,6 +97,12 @@ pub fn specialization(
         ("ATT_DIM", call.dim as u32),
         ("ATT_SG_WIDE", u32::from(wide)),
         ("ATT_RING", u32::from(ring)),
+        // Measuring only: the tensor-core kernel without the codecs' reads
+        // (benches/gpu_attend.rs reports it as the kernel's floor).
+        (
+            "ATT_TC_NOLOAD",
+            u32::from(std::env::var("KVPACK_TC_NOLOAD").is_ok_and(|v| v == "1")),
+        ),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {
@@ -148,22 +163,40 @@ pub fn prepare(
         gpu::pipeline::pipeline(ctx, def, path, &spec)?;
         any = true;
     }
+    // The tensor-core kernel where Auto may pick it (prefill chunks).
+    let tensor_fits = plan::tensor_workgroup_bytes(dim, value_dim) <= limit;
+    if let (Some(def), Some(Ok(path)), true) = (kernel::tensor(kh, vh), &paths.tensor, tensor_fits)
+    {
+        gpu::pipeline::pipeline(ctx, def, *path, &spec)?;
+        any = true;
+    }
     if any {
         gpu::pipeline::pipeline(ctx, kernel::merge(kh, vh), paths.merge, &spec)?;
     }
     Ok(())
 }
 
-/// Plans a call on `ctx`'s device (the decode or the prefill kernel: [`Call::prefill`]).
+/// Plans a call on `ctx`'s device for `paths` (the decode, prefill or tensor-core kernel:
+/// [`Call::split_kernel`]).
 pub fn plan_for(
     ctx: &Context,
+    paths: &AttendPaths,
     call: &Call,
     shape: &CacheShape,
     k: &dyn Codec,
     v: &dyn Codec,
 ) -> Result<Plan> {
     let limit = ctx.max_workgroup_storage_size() as usize;
-    let prefill = call.prefill(shape, limit)?;
+    let tensor = match &paths.tensor {
+        Some(Ok(_)) => Ok(()),
+        Some(Err(reason)) => Err(reason.clone()),
+        None => Err(format!(
+            "{} keys transform the query",
+            k.attend_hooks().name
+        )),
+    };
+    let split_kernel = call.split_kernel(shape, limit, &tensor)?;
+    let prefill = split_kernel != plan::SplitKernel::Decode;
     // The decode kernel's own storage plus what the codecs' hooks declare (e.g. TurboQuant's
     // centroids); the prefill kernel's is checked by `Call::prefill`.
     let need = plan::workgroup_bytes(call.dim, k.attend_prep_width(), shape.value_dim)
@@ -178,7 +211,13 @@ pub fn plan_for(
     }
     // The prefill kernel holds fewer registers: more of its workgroups fit a device.
     let target = plan::split_target(ctx.adapter_info()) * if prefill { 2 } else { 1 };
-    plan::plan(call, shape, target, ctx.max_storage_binding_size(), prefill)
+    plan::plan_kernel(
+        call,
+        shape,
+        target,
+        ctx.max_storage_binding_size(),
+        split_kernel,
+    )
 }
 
 /// Records one call: `q` `[Tq, Hq, D]` f32 → `out` `[Tq, Hq, D]` f32 (device buffers).
@@ -200,12 +239,22 @@ pub fn encode<'a>(
     let [ks, vs] = sides;
     let (k, v) = (ks.codec, vs.codec);
     let paths = AttendPaths::resolve(ctx, k, v, choice)?;
-    let plan = plan_for(ctx, call, shape, k, v)?;
+    let plan = plan_for(ctx, &paths, call, shape, k, v)?;
     let (dispatches, merge) = dispatch_plans(call, &plan, k, v, wide_subgroups(ctx), shape.ring)?;
-    let split_path = if plan.prefill {
-        paths.prefill.ok_or_else(|| no_prefill(k))?
-    } else {
-        paths.partials
+    let split_path = match plan.kernel {
+        plan::SplitKernel::Prefill => paths.prefill.ok_or_else(|| no_prefill(k))?,
+        plan::SplitKernel::Tensor => match paths.tensor.clone() {
+            Some(Ok(p)) => p,
+            Some(Err(reason)) => {
+                return Err(Error::PathUnavailable {
+                    kernel: "attend_prefill_tc",
+                    requested: choice.to_string(),
+                    reason,
+                });
+            }
+            None => return Err(no_prefill(k)),
+        },
+        plan::SplitKernel::Decode => paths.partials,
     };
     let partials = match plan.merge {
         Some(_) => Some(gpu::storage_buffer(
@@ -300,10 +349,10 @@ pub fn dispatch_plans(
 ) -> Result<(Vec<DispatchPlan>, Option<DispatchPlan>)> {
     let spec = specialization(call, k, v, wide, ring);
     let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
-    let def = if plan.prefill {
-        kernel::prefill(kh, vh).ok_or_else(|| no_prefill(k))?
-    } else {
-        kernel::partials(kh, vh)
+    let def = match plan.kernel {
+        plan::SplitKernel::Prefill => kernel::prefill(kh, vh).ok_or_else(|| no_prefill(k))?,
+        plan::SplitKernel::Tensor => kernel::tensor(kh, vh).ok_or_else(|| no_prefill(k))?,
+        plan::SplitKernel::Decode => kernel::partials(kh, vh),
     };
     let partials = plan
         .dispatches

@@ -1,10 +1,11 @@
 //! The attention kernels, composed per (key codec, value codec) pair: the shared core
 //! (`wgsl/attend/`, `msl/attend/`) with the key codec's hooks (`attend_k`) and the value
-//! codec's (`attend_v`), built once per pair and cached for the process. Three kernels per
+//! codec's (`attend_v`), built once per pair and cached for the process. Four kernels per
 //! pair: `attend_<k>_<v>` (decode: 4 query vectors per workgroup; the partials, or the whole
 //! output when one split serves a vector), `attend_prefill_<k>_<v>` (many query vectors per
 //! workgroup, tiles read once into workgroup memory: wgsl/attend/attend_prefill.wgsl; always
-//! partials) and `attend_merge_<k>_<v>` (combines the partials and applies the value codec's
+//! partials), `attend_prefill_tc_<k>_<v>` (the prefill kernel on cooperative matrices: WGSL
+//! only, where the device offers them) and `attend_merge_<k>_<v>` (combines the partials and applies the value codec's
 //! finish hook).
 //!
 //! Bindings (both kernels; WGSL `@binding(i)` is MSL `[[buffer(i)]]`):
@@ -65,6 +66,7 @@ const PREFILL_WORKGROUP: &str = concat!(
     include_str!("../../wgsl/attend/attend_prefill_workgroup.wgsl"),
     include_str!("../../wgsl/attend/attend_prefill.wgsl")
 );
+const TENSOR: &str = include_str!("../../wgsl/attend/attend_prefill_tc.wgsl");
 const MSL_PREFILL: &str = include_str!("../../msl/attend/attend_prefill.metal");
 const MSL_CORE: &str = include_str!("../../msl/attend/attend_core.metal");
 const MSL_SHARED: &str = include_str!("../../msl/attend/attend_shared.metal");
@@ -97,6 +99,7 @@ fn leak<T>(v: Vec<T>) -> &'static [T] {
 enum Kind {
     Partials,
     Prefill,
+    Tensor,
     Merge,
 }
 
@@ -104,6 +107,7 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
     let prefix = match kind {
         Kind::Partials => "attend",
         Kind::Prefill => "attend_prefill",
+        Kind::Tensor => "attend_prefill_tc",
         Kind::Merge => "attend_merge",
     };
     let name: &'static str = Box::leak(format!("{prefix}_{}_{}", k.name, v.name).into_boxed_str());
@@ -124,12 +128,14 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
     msl.push(MSL_CORE);
     wgsl.extend([k.wgsl_k, v.wgsl_v, CORE]);
     let msl_body = match (k.msl_k, v.msl_v) {
+        // The tensor-core kernel is WGSL only (no MSL twin yet).
+        _ if kind == Kind::Tensor => None,
         (Some(mk), Some(mv)) => {
             msl.extend([mk, mv, MSL_SHARED]);
             // The kernel function is named after the pair (the MSL entry point is the name).
             let body = match kind {
                 Kind::Partials => MSL_MAIN,
-                Kind::Prefill => MSL_PREFILL,
+                Kind::Prefill | Kind::Tensor => MSL_PREFILL,
                 Kind::Merge => MSL_MERGE,
             };
             Some(&*Box::leak(
@@ -146,6 +152,9 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
     let (wgsl_subgroup, wgsl_body) = match kind {
         Kind::Partials => (Some(SUBGROUP), WORKGROUP_MAIN),
         Kind::Prefill => (Some(PREFILL_SUBGROUP), PREFILL_WORKGROUP),
+        // One source (it needs subgroups and cooperative matrices: resolved only to the
+        // subgroup path, where Context::tensor_cores allows it).
+        Kind::Tensor => (Some(TENSOR), TENSOR),
         Kind::Merge => (None, MERGE),
     };
     KernelDef {
@@ -183,6 +192,13 @@ pub fn partials(k: &'static AttendHooks, v: &'static AttendHooks) -> &'static Ke
 /// the query: [`AttendHooks::k_prep`]).
 pub fn prefill(k: &'static AttendHooks, v: &'static AttendHooks) -> Option<&'static KernelDef> {
     (!k.k_prep).then(|| kernel(k, v, Kind::Prefill))
+}
+
+/// The tensor-core prefill kernel of a (key codec, value codec) pair
+/// (wgsl/attend/attend_prefill_tc.wgsl; `None` when the key codec transforms the query, as for
+/// [`prefill`]).
+pub fn tensor(k: &'static AttendHooks, v: &'static AttendHooks) -> Option<&'static KernelDef> {
+    (!k.k_prep).then(|| kernel(k, v, Kind::Tensor))
 }
 
 /// The merge kernel of a (key codec, value codec) pair.

@@ -40,8 +40,8 @@ pub struct AttendOptions {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttendKernel {
     /// The faster kernel as measured: today the decode kernel for every call (on the H200 a
-    /// 64-row chunk at 32k tokens takes 3.4 ms on it and 14 ms on the prefill kernel:
-    /// benches/results/h200-session3/README.md).
+    /// 64-row chunk at 32k tokens takes 3.1 ms on it, 6.4 ms on the tensor-core kernel and
+    /// 14 ms on the f32 prefill kernel: BENCHMARKS.md, "Prefill chunks").
     #[default]
     Auto,
     /// Four query vectors per workgroup, a lane owning 8 tokens × a slice of the stored
@@ -52,6 +52,13 @@ pub enum AttendKernel {
     /// on every path, not yet faster than the decode kernel). An error for a key codec that
     /// transforms the query, or where the workgroup storage does not fit.
     Prefill,
+    /// The prefill kernel's GEMM form on tensor cores (`attend_prefill_tc_<k>_<v>`: wgpu's
+    /// experimental cooperative matrices, 16×16×16 f16 products with f32 accumulation, 64
+    /// query vectors per workgroup): within spec/attention.md's f16-product bound (relative L2
+    /// ≤ 1e-3 per row) of the f32 kernels, not their 1e-4. [`crate::Error::PathUnavailable`]
+    /// where the device cannot run it ([`crate::Context::tensor_cores`] says why), an error
+    /// for a key codec that transforms the query.
+    Tensor,
 }
 
 /// Checks q `[Tq, Hq, D]` against a cache of `t` tokens, `hkv` heads of width `d`; returns Tq.

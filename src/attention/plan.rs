@@ -69,6 +69,34 @@ pub fn prefill_workgroup_bytes(width: usize) -> usize {
     16 * (PREFILL_TILE * width.div_ceil(4) + 8 * lanes) + 4 * super::kernel::WORKGROUP_SIZE as usize
 }
 
+/// Query vectors per workgroup of the tensor-core prefill kernel (`TC_QB` in
+/// wgsl/attend/attend_prefill_tc.wgsl: four subgroups of 16).
+pub const TENSOR_VECTORS: usize = 64;
+
+/// Workgroup storage (bytes) of the tensor-core prefill kernel for head width `dim` and a
+/// value space `value_dim` wide (wgsl/attend/attend_prefill_tc.wgsl): in f16 a tile's keys
+/// (two parts) and values (32 tokens, 16 where D > 128; widths rounded up to 16) and the
+/// weights of 64 vectors (two parts); in f32 their scores and 64 factors; a 16-byte flag.
+/// 41,232 bytes at D = 128, 33,040 at D = 256.
+pub fn tensor_workgroup_bytes(dim: usize, value_dim: usize) -> usize {
+    let dp = dim.div_ceil(16) * 16;
+    let wp = value_dim.max(dim).div_ceil(16) * 16;
+    let tt = if dp > 128 { 16 } else { 32 };
+    let v = TENSOR_VECTORS;
+    2 * (tt * (2 * dp + wp) + 2 * v * tt) + 4 * (v * tt + v) + 16
+}
+
+/// The kernel that runs a call's splits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitKernel {
+    /// `attend_<k>_<v>`: 4 query vectors per workgroup.
+    Decode,
+    /// `attend_prefill_<k>_<v>`: the GEMM form on the f32 pipe.
+    Prefill,
+    /// `attend_prefill_tc_<k>_<v>`: the GEMM form on cooperative matrices (f16 products).
+    Tensor,
+}
+
 /// The shape of one attention call.
 #[derive(Clone, Copy, Debug)]
 pub struct Call {
@@ -134,8 +162,11 @@ pub struct Plan {
     pub merge: Option<(AttendParams, u64)>,
     /// Bytes of the partials buffer (0 when direct).
     pub partial_bytes: u64,
-    /// Whether the splits run on the prefill kernel (else the decode kernel).
+    /// Whether the splits write partials whatever their number (the prefill kernels: then
+    /// even one split is merged).
     pub prefill: bool,
+    /// The kernel of the splits.
+    pub kernel: SplitKernel,
 }
 
 /// Workgroups a call aims at on this adapter: about two per streaming multiprocessor where the
@@ -184,13 +215,71 @@ impl Call {
             * 32
     }
 
-    /// Whether the call runs on the prefill kernel (`opts.kernel`, see [`AttendKernel`]);
-    /// `wg_limit`: the device's workgroup storage.
+    /// Whether the call runs on the prefill kernel (`opts.kernel`, see [`AttendKernel`]) on
+    /// a device without tensor cores; `wg_limit`: the device's workgroup storage.
     pub fn prefill(&self, shape: &CacheShape, wg_limit: usize) -> Result<bool> {
+        let no = Err("not asked for".to_string());
+        Ok(self.split_kernel(shape, wg_limit, &no)? == SplitKernel::Prefill)
+    }
+
+    /// The kernel of the call's splits (`opts.kernel`, see [`AttendKernel`]); `wg_limit`: the
+    /// device's workgroup storage; `tensor`: whether the device runs the tensor-core kernel,
+    /// or why not ([`crate::Context::tensor_cores`]).
+    pub fn split_kernel(
+        &self,
+        shape: &CacheShape,
+        wg_limit: usize,
+        tensor: &std::result::Result<(), String>,
+    ) -> Result<SplitKernel> {
         let width = shape.value_dim.max(self.dim);
         let fits = prefill_workgroup_bytes(width) <= wg_limit;
+        let tc_bytes = tensor_workgroup_bytes(self.dim, shape.value_dim);
+        // Auto never picks the tensor-core kernel: measured on the H200 it is slower than the
+        // decode kernel on a 64-row chunk (BENCHMARKS.md, "Prefill chunks").
+        Ok(match self.opts.kernel {
+            AttendKernel::Decode | AttendKernel::Auto => SplitKernel::Decode,
+            AttendKernel::Tensor if shape.key_prep => {
+                return Err(Error::Config(
+                    "the tensor-core attention kernel does not serve a key codec that transforms the query"
+                        .into(),
+                ));
+            }
+            AttendKernel::Tensor => match tensor {
+                Err(reason) => {
+                    return Err(Error::PathUnavailable {
+                        kernel: "attend_prefill_tc",
+                        requested: "tensor".into(),
+                        reason: reason.clone(),
+                    });
+                }
+                Ok(()) if tc_bytes > wg_limit => {
+                    return Err(Error::Limit {
+                        what: "tensor-core attention workgroup storage",
+                        needed: tc_bytes as u64,
+                        limit: wg_limit as u64,
+                    });
+                }
+                Ok(()) => SplitKernel::Tensor,
+            },
+            _ => {
+                if self.prefill_only(shape, wg_limit, fits, width)? {
+                    SplitKernel::Prefill
+                } else {
+                    SplitKernel::Decode
+                }
+            }
+        })
+    }
+
+    fn prefill_only(
+        &self,
+        shape: &CacheShape,
+        wg_limit: usize,
+        fits: bool,
+        width: usize,
+    ) -> Result<bool> {
         match self.opts.kernel {
-            AttendKernel::Decode | AttendKernel::Auto => Ok(false),
+            AttendKernel::Decode | AttendKernel::Auto | AttendKernel::Tensor => Ok(false),
             AttendKernel::Prefill if shape.key_prep => Err(Error::Config(
                 "the prefill attention kernel does not serve a key codec that transforms the query"
                     .into(),
@@ -232,7 +321,7 @@ fn base(call: &Call, shape: &CacheShape, per_wg: usize) -> AttendParams {
 
 /// Plans a call (see the module docs). `max_binding` bounds the partials buffer: splits grow
 /// until it fits. `prefill`: the splits run on the prefill kernel ([`Call::prefill`]; it
-/// writes partials only, so even one split is merged).
+/// writes partials only, so even one split is merged), else on the decode kernel.
 pub fn plan(
     call: &Call,
     shape: &CacheShape,
@@ -240,6 +329,23 @@ pub fn plan(
     max_binding: u64,
     prefill: bool,
 ) -> Result<Plan> {
+    let kernel = if prefill {
+        SplitKernel::Prefill
+    } else {
+        SplitKernel::Decode
+    };
+    plan_kernel(call, shape, target, max_binding, kernel)
+}
+
+/// [`plan`] for any kernel of the splits ([`Call::split_kernel`]).
+pub fn plan_kernel(
+    call: &Call,
+    shape: &CacheShape,
+    target: usize,
+    max_binding: u64,
+    kernel: SplitKernel,
+) -> Result<Plan> {
+    let prefill = kernel != SplitKernel::Decode;
     call.check(shape.value_dim)?;
     let t = call.tokens;
     if !shape.ring && (shape.qk < t || shape.qv < t) {
@@ -251,10 +357,12 @@ pub fn plan(
     let st = shape.seg_tokens.max(1);
     let pw = shape.value_dim.max(call.dim) + 2;
     let per_part = (call.hkv * call.vectors() * pw * 4) as u64;
-    let per_wg = if prefill {
-        super::kernel::WORKGROUP_SIZE as usize / prefill_lanes(shape.value_dim.max(call.dim))
-    } else {
-        4
+    let per_wg = match kernel {
+        SplitKernel::Prefill => {
+            super::kernel::WORKGROUP_SIZE as usize / prefill_lanes(shape.value_dim.max(call.dim))
+        }
+        SplitKernel::Tensor => TENSOR_VECTORS,
+        SplitKernel::Decode => 4,
     };
     let mut split = call.split_tokens(target, per_wg);
     loop {
@@ -333,6 +441,7 @@ pub fn plan(
             merge,
             partial_bytes: bytes,
             prefill,
+            kernel,
         });
     }
 }

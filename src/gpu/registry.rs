@@ -108,6 +108,7 @@ pub fn compose_wgsl(def: &KernelDef, path: KernelPath, spec: &Specialization) ->
         s.push('\n');
     }
     s.push_str(body);
+    let s = hoist_directives(s);
     // `// @unroll N` loops (src/gpu/unroll.rs); KVPACK_NO_UNROLL=1 keeps them loops (for
     // measuring what unrolling buys).
     if std::env::var("KVPACK_NO_UNROLL").is_ok_and(|v| v == "1") {
@@ -115,6 +116,36 @@ pub fn compose_wgsl(def: &KernelDef, path: KernelPath, spec: &Specialization) ->
     } else {
         super::unroll::unroll(&s)
     }
+}
+
+/// Moves WGSL's global directives (`enable …;`, `diagnostic(…);`, which must precede every
+/// declaration) from wherever a source piece put them to the top of the composed module.
+fn hoist_directives(s: String) -> String {
+    let is_directive = |l: &str| l.starts_with("enable ") || l.starts_with("diagnostic(");
+    if !s.lines().any(is_directive) {
+        return s;
+    }
+    let mut head = String::new();
+    let mut rest = String::with_capacity(s.len());
+    for l in s.lines() {
+        if is_directive(l) {
+            if !head.lines().any(|h| h == l) {
+                head.push_str(l);
+                head.push('\n');
+            }
+        } else {
+            rest.push_str(l);
+            rest.push('\n');
+        }
+    }
+    head + &rest
+}
+
+/// Whether `def`'s WGSL uses cooperative matrices (its source enables
+/// `wgpu_cooperative_matrix`): such a kernel runs only where [`crate::Context::tensor_cores`]
+/// says so.
+pub fn needs_cooperative_matrix(def: &KernelDef) -> bool {
+    def.wgsl.contains("enable wgpu_cooperative_matrix;")
 }
 
 /// The MSL that is compiled for `def` with `spec` (also what the CPU emulator compiles).

@@ -16,6 +16,19 @@ impl Context {
             reason,
         };
         let has_subgroup = self.features().contains(wgpu::Features::SUBGROUP);
+        if super::registry::needs_cooperative_matrix(kernel) {
+            // One WGSL source, subgroups and cooperative matrices: only where the device has
+            // both, on a choice that allows WGSL with subgroups.
+            return match choice {
+                PathChoice::Auto | PathChoice::Wgsl | PathChoice::WgslSubgroup => self
+                    .tensor_cores()
+                    .map(|()| KernelPath::WgslSubgroup)
+                    .map_err(unavailable),
+                _ => Err(unavailable(format!(
+                    "the tensor-core kernel is WGSL with subgroups only (path auto, wgsl or wgsl-subgroup), not {choice}"
+                ))),
+            };
+        }
         match choice {
             PathChoice::Cpu => Ok(KernelPath::Cpu),
             PathChoice::Auto => {

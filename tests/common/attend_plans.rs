@@ -4,7 +4,7 @@
 
 use super::{POISON, Target, run_plan};
 use kvpack::attention::gpu::dispatch_plans;
-use kvpack::attention::plan::{CacheShape, Call, plan};
+use kvpack::attention::plan::{CacheShape, Call, plan, plan_kernel};
 use kvpack::codec::Codec;
 use kvpack::store::Side;
 use kvpack::store::{SideWords, Snapshot};
@@ -125,23 +125,27 @@ pub fn on_target(
         opts: c.opts,
     };
     let wide = wide_for(t);
-    let prefill = match call.prefill(&shape, 1 << 16) {
-        Ok(p) => p,
+    let tensor = tensor_cores(t);
+    let kernel = match call.split_kernel(&shape, 1 << 16, &tensor) {
+        Ok(k) => k,
         Err(e) => {
-            // The dispatch plans refuse a prefill plan on their own too (a shape that does not
-            // say the keys transform the query must not reach a kernel that is not there).
-            let p = plan(&call, &shape, c.target, 1 << 30, true).expect("plan");
-            let r = dispatch_plans(&call, &p, k, v, wide, layer.has_ring());
-            assert!(
-                matches!(r, Err(Error::Config(_))),
-                "{}: a prefill plan on {} keys must be refused by the dispatch plans",
-                c.what,
-                c.method
-            );
+            if matches!(e, Error::Config(_)) {
+                // The dispatch plans refuse a prefill plan on their own too (a shape that does
+                // not say the keys transform the query must not reach a kernel that is not
+                // there).
+                let p = plan(&call, &shape, c.target, 1 << 30, true).expect("plan");
+                let r = dispatch_plans(&call, &p, k, v, wide, layer.has_ring());
+                assert!(
+                    matches!(r, Err(Error::Config(_))),
+                    "{}: a prefill plan on {} keys must be refused by the dispatch plans",
+                    c.what,
+                    c.method
+                );
+            }
             return Err(e);
         }
     };
-    let p = plan(&call, &shape, c.target, 1 << 30, prefill).expect("plan");
+    let p = plan_kernel(&call, &shape, c.target, 1 << 30, kernel).expect("plan");
     let (dispatches, merge) =
         dispatch_plans(&call, &p, k, v, wide, layer.has_ring()).expect("dispatch plans");
     let (ks, vs) = (
@@ -218,6 +222,14 @@ pub fn on_target(
     ))
 }
 
+/// Whether `t`'s device runs the tensor-core kernel (WGSL targets only), or why not.
+pub fn tensor_cores(t: &Target) -> Result<(), String> {
+    match t {
+        Target::Wgsl(ctx, _) => ctx.tensor_cores(),
+        _ => Err(format!("{} is not a WGSL target", t.name())),
+    }
+}
+
 /// The kernels of one case on `t` (decode and prefill kernel) against the CPU reference
 /// `reference` on the same layer's words: relative L2 ≤ 1e-4 per row (spec/attention.md).
 pub fn check_case(t: &Target, c: &Case, layer: &Layer, q: &[f32], reference: &[f32]) {
@@ -235,17 +247,27 @@ pub fn check_case_within(
 ) {
     let snap = layer.snapshot().expect("snapshot");
     // Every case on both kernels (the prefill kernel also at Tq = 1: windows, rings,
-    // widths and segments are its as much as the decode kernel's).
-    for kernel in [AttendKernel::Decode, AttendKernel::Prefill] {
+    // widths and segments are its as much as the decode kernel's), and on the tensor-core
+    // kernel where the target's device runs it (f16 products: spec/attention.md's 1e-3).
+    let mut kernels = vec![AttendKernel::Decode, AttendKernel::Prefill];
+    if tensor_cores(t).is_ok() {
+        kernels.push(AttendKernel::Tensor);
+    }
+    for kernel in kernels {
+        let tol = if kernel == AttendKernel::Tensor {
+            tol.max(1e-3)
+        } else {
+            tol
+        };
         let c = Case {
             opts: AttendOptions { kernel, ..c.opts },
             ..*c
         };
         let got = on_target(t, &c, layer, &snap, q);
         let k_prep = layer.codec(Side::Keys).attend_hooks().k_prep;
-        if kernel == AttendKernel::Prefill && k_prep {
+        if kernel != AttendKernel::Decode && k_prep {
             match got {
-                Err(Error::Config(m)) if m.contains("prefill") => {
+                Err(Error::Config(m)) if m.contains("prefill") || m.contains("tensor-core") => {
                     eprintln!(
                         "attend_kernels[{}] {} ({}, Prefill): refused as it must be: {m}",
                         t.name(),

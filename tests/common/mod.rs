@@ -140,6 +140,24 @@ pub fn target(kind: &str, test: &str) -> Option<Target> {
         }
         "wgsl_gl" => gl_context().map(|c| Target::Wgsl(c, PathChoice::WgslWorkgroup)),
         "msl_emulated" => msl_emulator_available().map(|()| Target::MslEmulated(Context::cpu())),
+        // The subgroup path on a device that runs the tensor-core kernel (the H200; never
+        // lavapipe, whose wgpu offers no cooperative matrices): elsewhere a visible note, a
+        // failure only under KVPACK_REQUIRE_TENSOR=1.
+        "wgsl_tensor" => {
+            let made = gpu_context().and_then(|c| {
+                c.tensor_cores()?;
+                Ok(Target::Wgsl(c, PathChoice::WgslSubgroup))
+            });
+            if let Err(why) = &made {
+                let msg = format!("NOT RUN {test}[wgsl_tensor]: no tensor-core kernel here: {why}");
+                if std::env::var("KVPACK_REQUIRE_TENSOR").is_ok_and(|v| v == "1") {
+                    panic!("{msg} (KVPACK_REQUIRE_TENSOR=1)");
+                }
+                eprintln!("{msg}");
+                return None;
+            }
+            made
+        }
         other => Err(format!("unknown target {other}")),
     };
     match made {

@@ -45,7 +45,7 @@
 // @binding(3) q:        array<f32> [Tq][Hq][D]
 // @binding(4) partials: array<f32> [Tq·qg vectors of each KV head...][n_parts][PW]: per query
 //                       vector (row, head) and slot: m, l (base 2), o[W]
-//                       (or, when A.direct = 1, out: array<f32> [Tq][Hq][D])
+//                       (or, when AP.direct = 1, out: array<f32> [Tq][Hq][D])
 // @binding(5) kseg, @binding(6) ktab:  the key codec's segment and tables
 // @binding(7) vseg, @binding(8) vtab:  the value codec's segment and tables
 // @binding(9) ringk, @binding(10) ringv: f16 rows [ring_cap_k / _v][row_words], token pos in
@@ -56,7 +56,7 @@
 // split, values from the ring, written to the slots after the codec ones: they are in the
 // output space, not the codec's).
 
-@group(0) @binding(0) var<uniform> A: AttendParams;
+@group(0) @binding(0) var<uniform> AP: AttendParams;
 @group(0) @binding(3) var<storage, read> q: array<f32>;
 @group(0) @binding(4) var<storage, read_write> partials: array<f32>;
 @group(0) @binding(5) var<storage, read> kseg: array<u32>;
@@ -192,7 +192,7 @@ fn ring_rows(pos0: u32, first: u32, last: u32, cap: u32) -> array<u32, 8> {
     var w: array<u32, 8>;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        w[j] = (clamp(pos0 + j, first, last) % cap) * A.row_words;
+        w[j] = (clamp(pos0 + j, first, last) % cap) * AP.row_words;
     }
     return w;
 }
@@ -202,26 +202,26 @@ fn visible(pos: u32, p: u32) -> bool {
     if (pos > p) {
         return false;
     }
-    return A.window == 0u || pos + A.window > p || pos < A.sinks;
+    return AP.window == 0u || pos + AP.window > p || pos < AP.sinks;
 }
 
 fn attend_main(lid: u32, wid: u32, sgl: u32) {
-    let nsplit = A.n_split_c + A.n_split_r;
-    let per_h = A.vblocks * nsplit;
-    if (wid >= A.hkv * per_h) {
+    let nsplit = AP.n_split_c + AP.n_split_r;
+    let per_h = AP.vblocks * nsplit;
+    if (wid >= AP.hkv * per_h) {
         return; // uniform: depends on the workgroup only
     }
     let h = wid / per_h;
-    let split = (wid % per_h) / A.vblocks;
-    let vb = wid % A.vblocks;
-    let vring = split >= A.n_split_c;
-    var s0 = A.tok0 + split * A.split_c;
-    var s1 = min(s0 + A.split_c, A.c_end);
-    var part = A.part_c + split;
+    let split = (wid % per_h) / AP.vblocks;
+    let vb = wid % AP.vblocks;
+    let vring = split >= AP.n_split_c;
+    var s0 = AP.tok0 + split * AP.split_c;
+    var s1 = min(s0 + AP.split_c, AP.c_end);
+    var part = AP.part_c + split;
     if (vring) {
-        s0 = A.r0 + (split - A.n_split_c) * A.split_r;
-        s1 = min(s0 + A.split_r, A.tok_end);
-        part = A.part_r + split - A.n_split_c;
+        s0 = AP.r0 + (split - AP.n_split_c) * AP.split_r;
+        s1 = min(s0 + AP.split_r, AP.tok_end);
+        part = AP.part_r + split - AP.n_split_c;
     }
     let slice = lid / 32u;
     let lane = lid % 32u;
@@ -234,17 +234,17 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
     // @unroll 4
     for (var i = 0u; i < 4u; i++) {
         let v = vb * 4u + i;
-        live[i] = v < A.vec_total;
-        pv[i] = A.q_pos0 + min(v, A.vec_total - 1u) / A.qg;
+        live[i] = v < AP.vec_total;
+        pv[i] = AP.q_pos0 + min(v, AP.vec_total - 1u) / AP.qg;
     }
     for (var c = lid; c < 8u * R_CPL; c += WORKGROUP_SIZE) {
         var x = vec4<f32>(0.0);
         // @unroll 4
         for (var i = 0u; i < 4u; i++) {
             let v = vb * 4u + i;
-            if (v < A.vec_total && c < DIM) {
-                let head = h * A.qg + v % A.qg;
-                x[i] = q[((v / A.qg) * A.hq + head) * DIM + c] * A.scale_log2;
+            if (v < AP.vec_total && c < DIM) {
+                let head = h * AP.qg + v % AP.qg;
+                x[i] = q[((v / AP.qg) * AP.hq + head) * DIM + c] * AP.scale_log2;
             }
         }
         qs[c] = x;
@@ -275,16 +275,16 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         // Ring rows are read only for tokens in [qk, T) (clamped below T: a slot past the
         // window may hold anything; a side without a window binds a placeholder).
         var acc: array<vec4<f32>, 8>;
-        let nk = u32(clamp(i32(A.qk) - i32(lt0), 0, 8));
+        let nk = u32(clamp(i32(AP.qk) - i32(lt0), 0, 8));
         if (nk > 0u) {
-            acc = k_score(lt0 - A.tok0, A.qk - 1u - A.tok0, cg, h);
+            acc = k_score(lt0 - AP.tok0, AP.qk - 1u - AP.tok0, cg, h);
         }
-        if (RING && nk < 8u && lt0 + nk < A.t_total) {
+        if (RING && nk < 8u && lt0 + nk < AP.t_total) {
             // Row by row into acc (a second array of 8 scores would cost 32 registers).
-            let last = A.t_total - 1u;
+            let last = AP.t_total - 1u;
             // @unroll 8
             for (var j = 0u; j < 8u; j++) {
-                let w = (clamp(lt0 + j, A.qk, last) % A.ring_cap_k) * A.row_words;
+                let w = (clamp(lt0 + j, AP.qk, last) % AP.ring_cap_k) * AP.row_words;
                 acc[j] = select(acc[j], f16_dot(false, w, cg, h), j >= nk);
             }
         }
@@ -317,24 +317,24 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         // qv, from the ring above: a ring split (a codec whose space is not the output space:
         // splits are cut at qv), or per lane (a lane's weights gathered twice, masked to each
         // side: two arrays of 8 weights alive at once would cost 32 more registers).
-        let nv = u32(clamp(i32(A.qv) - i32(lt0), 0, 8));
+        let nv = u32(clamp(i32(AP.qv) - i32(lt0), 0, 8));
         if (RING && vring) {
-            let rows = ring_rows(lt0, A.qv, s1 - 1u, A.ring_cap_v);
+            let rows = ring_rows(lt0, AP.qv, s1 - 1u, AP.ring_cap_v);
             ring_accum(&vs, &ro, rows, cg, h, gather8(p, lid, sgl));
         } else if (!V_SPACE_OUT) {
-            v_accum(&vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, gather8(p, lid, sgl));
+            v_accum(&vs, lt0 - AP.tok0, min(s1, AP.qv) - 1u - AP.tok0, cg, h, gather8(p, lid, sgl));
         } else {
             // Uniform per slice: every lane's token pos against qv (gather8 is a cross-lane step).
-            let below = pos < A.qv;
+            let below = pos < AP.qv;
             let pc = gather8(select(vec4<f32>(0.0), p, below), lid, sgl);
             if (nv > 0u) {
-                v_accum(&vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pc);
+                v_accum(&vs, lt0 - AP.tok0, min(s1, AP.qv) - 1u - AP.tok0, cg, h, pc);
             }
-            if (RING && A.qv < s1) { // uniform: a cross-lane step follows
+            if (RING && AP.qv < s1) { // uniform: a cross-lane step follows
                 let pr = gather8(select(p, vec4<f32>(0.0), below), lid, sgl);
                 // Only rows of ring tokens [qv, s1) are read (another slot may hold anything).
                 if (lt0 + nv < s1) {
-                    let rows = ring_rows(lt0, A.qv, s1 - 1u, A.ring_cap_v);
+                    let rows = ring_rows(lt0, AP.qv, s1 - 1u, AP.ring_cap_v);
                     ring_accum(&vs, &ro, rows, cg, h, pr);
                 }
             }
@@ -385,7 +385,7 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
     }
 
     // 6. One vector's output directly (a single split: no merge), or the partial records.
-    if (A.direct == 1u) {
+    if (AP.direct == 1u) {
         // @unroll 4
         for (var i = 0u; i < 4u; i++) {
             let v = vb * 4u + i;
@@ -397,8 +397,8 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
             if (!vring) {
                 v_finish(lid, h);
             }
-            if (v < A.vec_total) {
-                let o = ((v / A.qg) * A.hq + h * A.qg + v % A.qg) * DIM;
+            if (v < AP.vec_total) {
+                let o = ((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM;
                 for (var c = lid; c < DIM; c += WORKGROUP_SIZE) {
                     partials[o + c] = fin[c];
                 }
@@ -410,8 +410,8 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
     // @unroll 4
     for (var i = 0u; i < 4u; i++) {
         let v = vb * 4u + i;
-        if (v < A.vec_total) {
-            let b = ((h * A.vec_total + v) * A.n_parts + part) * PW;
+        if (v < AP.vec_total) {
+            let b = ((h * AP.vec_total + v) * AP.n_parts + part) * PW;
             if (lid == 0u) {
                 partials[b] = mm[i];
                 partials[b + 1u] = ll[i];

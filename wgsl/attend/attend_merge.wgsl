@@ -20,18 +20,18 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let wid = linear_workgroup(wg, nwg);
-    if (wid >= A.hkv * A.vec_total) {
+    if (wid >= AP.hkv * AP.vec_total) {
         return; // uniform
     }
-    let h = wid / A.vec_total;
-    let v = wid % A.vec_total;
-    let base = wid * A.n_parts * PW;
+    let h = wid / AP.vec_total;
+    let v = wid % AP.vec_total;
+    let base = wid * AP.n_parts * PW;
     var mm = NEG;
-    for (var s = 0u; s < A.n_parts; s++) {
+    for (var s = 0u; s < AP.n_parts; s++) {
         mm = max(mm, q[base + s * PW]);
     }
     var ll = 0.0;
-    for (var s = 0u; s < A.n_parts; s++) {
+    for (var s = 0u; s < AP.n_parts; s++) {
         ll += q[base + s * PW + 1u] * exp2(q[base + s * PW] - mm);
     }
     let inv = select(0.0, 1.0 / ll, ll > 0.0);
@@ -41,11 +41,11 @@ fn main(
         let c = lid + k * WORKGROUP_SIZE;
         var oc = 0.0;
         var orr = 0.0;
-        for (var s = 0u; s < A.n_parts; s++) {
+        for (var s = 0u; s < AP.n_parts; s++) {
             let b = base + s * PW;
             let w = exp2(q[b] - mm);
             let x = q[b + 2u + min(c, PW - 3u)];
-            if (s < A.n_parts_c) {
+            if (s < AP.n_parts_c) {
                 oc += x * w;
             } else {
                 orr += x * w;
@@ -59,7 +59,7 @@ fn main(
     workgroupBarrier();
     v_finish(lid, h);
     workgroupBarrier();
-    let o = ((v / A.qg) * A.hq + h * A.qg + v % A.qg) * DIM;
+    let o = ((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM;
     for (var k = 0u; k < 2u; k++) {
         let c = lid + k * WORKGROUP_SIZE;
         if (c < DIM) {

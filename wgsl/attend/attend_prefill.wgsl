@@ -41,7 +41,7 @@ var<workgroup> pft: array<vec4<f32>, PF_TT * PF_S4 + 8u * PF_LPV>;
 // Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
 fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
     let e = h * DIM + c;
-    let at = (pos % cap) * A.row_words + (e >> 1u);
+    let at = (pos % cap) * AP.row_words + (e >> 1u);
     var w: u32;
     if (keys) {
         w = ringk[at];
@@ -56,32 +56,32 @@ fn pf_set(t: u32, c: u32, x: f32) {
 }
 
 fn prefill_main(lid: u32, wid: u32) {
-    let nsplit = A.n_split_c + A.n_split_r;
-    let per_h = A.vblocks * nsplit;
-    if (wid >= A.hkv * per_h) {
+    let nsplit = AP.n_split_c + AP.n_split_r;
+    let per_h = AP.vblocks * nsplit;
+    if (wid >= AP.hkv * per_h) {
         return; // uniform: depends on the workgroup only
     }
     let h = wid / per_h;
-    let split = (wid % per_h) / A.vblocks;
-    let vb = wid % A.vblocks;
-    let vring = split >= A.n_split_c;
-    var s0 = A.tok0 + split * A.split_c;
-    var s1 = min(s0 + A.split_c, A.c_end);
-    var part = A.part_c + split;
+    let split = (wid % per_h) / AP.vblocks;
+    let vb = wid % AP.vblocks;
+    let vring = split >= AP.n_split_c;
+    var s0 = AP.tok0 + split * AP.split_c;
+    var s1 = min(s0 + AP.split_c, AP.c_end);
+    var part = AP.part_c + split;
     if (vring) {
-        s0 = A.r0 + (split - A.n_split_c) * A.split_r;
-        s1 = min(s0 + A.split_r, A.tok_end);
-        part = A.part_r + split - A.n_split_c;
+        s0 = AP.r0 + (split - AP.n_split_c) * AP.split_r;
+        s1 = min(s0 + AP.split_r, AP.tok_end);
+        part = AP.part_r + split - AP.n_split_c;
     }
     let width = select(V_W, DIM, vring);
     let v = vb * PF_QB + lid / PF_LPV;
-    let live = v < A.vec_total;
-    let vc = min(v, A.vec_total - 1u);
-    let pv = A.q_pos0 + vc / A.qg;
+    let live = v < AP.vec_total;
+    let vc = min(v, AP.vec_total - 1u);
+    let pv = AP.q_pos0 + vc / AP.qg;
     let c0 = (lid % PF_LPV) * 32u;
     // The lane's query slice, scaled by scale·log2(e) (0 past D and for vectors past the call).
     var qr: array<vec4<f32>, 8>;
-    let qbase = ((vc / A.qg) * A.hq + h * A.qg + vc % A.qg) * DIM;
+    let qbase = ((vc / AP.qg) * AP.hq + h * AP.qg + vc % AP.qg) * DIM;
     // @unroll 8
     for (var i = 0u; i < 8u; i++) {
         var x = vec4<f32>(0.0);
@@ -89,7 +89,7 @@ fn prefill_main(lid: u32, wid: u32) {
         for (var k = 0u; k < 4u; k++) {
             let c = c0 + 4u * i + k;
             if (live && c < DIM) {
-                x[k] = q[qbase + c] * A.scale_log2;
+                x[k] = q[qbase + c] * AP.scale_log2;
             }
         }
         qr[i] = x;
@@ -97,8 +97,8 @@ fn prefill_main(lid: u32, wid: u32) {
     var o: array<vec4<f32>, 8>;
     var m = NEG;
     var l = 0.0;
-    let kl = A.qk - 1u - A.tok0; // the last key row of the codec (when qk > tok0)
-    let vl = min(s1, A.qv) - 1u - A.tok0;
+    let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
+    let vl = min(s1, AP.qv) - 1u - AP.tok0;
     for (var t0 = s0; t0 < s1; t0 += PF_TT) {
         // 1. The tile's keys into pft (tokens past the split: 0, masked below).
         // @unroll 32
@@ -109,10 +109,10 @@ fn prefill_main(lid: u32, wid: u32) {
             let pos = t0 + t;
             var x = 0.0;
             if (pos < s1) {
-                if (pos < A.qk) {
-                    x = k_value(pos - A.tok0, kl, c, h);
+                if (pos < AP.qk) {
+                    x = k_value(pos - AP.tok0, kl, c, h);
                 } else if (RING) {
-                    x = pf_ring(true, pos, A.ring_cap_k, c, h);
+                    x = pf_ring(true, pos, AP.ring_cap_k, c, h);
                 }
             }
             pf_set(t, c, x);
@@ -158,10 +158,10 @@ fn prefill_main(lid: u32, wid: u32) {
             let pos = t0 + t;
             var x = 0.0;
             if (pos < s1) {
-                if (!vring && pos < A.qv) {
-                    x = v_value(pos - A.tok0, vl, c, h);
+                if (!vring && pos < AP.qv) {
+                    x = v_value(pos - AP.tok0, vl, c, h);
                 } else if (RING) {
-                    x = pf_ring(false, pos, A.ring_cap_v, c, h);
+                    x = pf_ring(false, pos, AP.ring_cap_v, c, h);
                 }
             }
             pf_set(t, c, x);
@@ -178,7 +178,7 @@ fn prefill_main(lid: u32, wid: u32) {
     }
     // 5. The record of (vector, split).
     if (live) {
-        let b = ((h * A.vec_total + v) * A.n_parts + part) * PW;
+        let b = ((h * AP.vec_total + v) * AP.n_parts + part) * PW;
         if (lid % PF_LPV == 0u) {
             partials[b] = m;
             partials[b + 1u] = l;

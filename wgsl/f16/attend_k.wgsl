@@ -20,7 +20,7 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
     var acc: array<vec4<f32>, 8>;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        acc[j] = f16_dot(true, KP.rows + min(row + j, last) * A.row_words, cg, h);
+        acc[j] = f16_dot(true, KP.rows + min(row + j, last) * AP.row_words, cg, h);
     }
     return acc;
 }
@@ -28,5 +28,5 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
 // Channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
 fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     let e = h * DIM + c;
-    return unpack2x16float(kseg[KP.rows + min(row, last) * A.row_words + (e >> 1u)])[e & 1u];
+    return unpack2x16float(kseg[KP.rows + min(row, last) * AP.row_words + (e >> 1u)])[e & 1u];
 }

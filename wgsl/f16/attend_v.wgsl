@@ -44,7 +44,7 @@ fn v_add(vs: ptr<function, VState>, i: u32, x: vec4<f32>) {
 fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        let w = VP.rows + min(row + j, last) * A.row_words;
+        let w = VP.rows + min(row + j, last) * AP.row_words;
         if (F16_PAIRS) {
             // @unroll 16
             for (var i = 0u; i < R_HALF; i++) {
@@ -66,7 +66,7 @@ fn v_prepare(lid: u32, h: u32) {}
 // Channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
 fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     let e = h * DIM + c;
-    return unpack2x16float(vseg[VP.rows + min(row, last) * A.row_words + (e >> 1u)])[e & 1u];
+    return unpack2x16float(vseg[VP.rows + min(row, last) * AP.row_words + (e >> 1u)])[e & 1u];
 }
 
 fn v_finish(lid: u32, h: u32) {}

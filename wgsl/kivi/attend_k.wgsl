@@ -66,7 +66,7 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
         // @unroll 32 kch
         for (var i = 0u; i < R_CPL; i++) {
             let c = cg * R_CPL + i;
-            let gi = (blk * A.hkv + h) * DIM + lane_channel(cg, i);
+            let gi = (blk * AP.hkv + h) * DIM + lane_channel(cg, i);
             let pr = kivi_k_pair(gi);
             let a = pr.x * f32(1u << KB);
             let qa = qs[c] * a; // qs is 0 past D
@@ -101,7 +101,7 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
         // @unroll 32
         for (var i = 0u; i < R_CPL; i++) {
             let c = cg * R_CPL + i;
-            let gi = (blk * A.hkv + h) * DIM + lane_channel(cg, i);
+            let gi = (blk * AP.hkv + h) * DIM + lane_channel(cg, i);
             let pr = kivi_k_pair(gi);
             let code = kivi_k_code(KP.codes + gi * KGW, r % KG);
             acc[j] += qs[c] * kivi_reconstruct(code, pr.x, pr.y);
@@ -114,7 +114,7 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
 // reconstructs it (the prefill kernel reads keys element by element).
 fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     let r = min(row, last);
-    let gi = ((r / KG) * A.hkv + h) * DIM + c;
+    let gi = ((r / KG) * AP.hkv + h) * DIM + c;
     let pr = kivi_k_pair(gi);
     return kivi_reconstruct(kivi_k_code(KP.codes + gi * KGW, r % KG), pr.x, pr.y);
 }

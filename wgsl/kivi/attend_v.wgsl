@@ -98,7 +98,7 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
         let bit0 = (c0 - g * VG) * VB;
         // @unroll 8 vrow
         for (var j = 0u; j < 8u; j++) {
-            let rb = min(row + j, last) * A.hkv + h;
+            let rb = min(row + j, last) * AP.hkv + h;
             let pr = kivi_v_pair(rb * VNG + min(g, VNG - 1u));
             let a = pr.x * f32(1u << VB);
             let wa = p[j] * a;
@@ -126,7 +126,7 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
     }
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        let rb = min(row + j, last) * A.hkv + h;
+        let rb = min(row + j, last) * AP.hkv + h;
         // @unroll 32
         for (var i = 0u; i < V_CPL; i++) {
             let c = min(c0 + i, ATT_DIM - 1u);
@@ -142,7 +142,7 @@ fn v_prepare(lid: u32, h: u32) {}
 
 // v̂ of channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
 fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
-    let rb = min(row, last) * A.hkv + h;
+    let rb = min(row, last) * AP.hkv + h;
     let g = c / VG;
     let pr = kivi_v_pair(rb * VNG + g);
     return kivi_reconstruct(kivi_v_code(VP.codes + rb * VRW + g * VGW, c - g * VG), pr.x, pr.y);

@@ -30,7 +30,7 @@ fn k_prepare(lid: u32, h: u32) {
 
 fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
     var acc = kqjl_signed(row, last, cg, h, KP.signs, 0u);
-    let nwn = (A.hkv + 1u) / 2u;
+    let nwn = (AP.hkv + 1u) / 2u;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         let r = min(row + j, last);

@@ -73,7 +73,7 @@ fn kqjl_signed(row: u32, last: u32, cg: u32, h: u32, signs: u32, off: u32) -> ar
         // @unroll 8
         for (var j = 0u; j < 8u; j++) {
             let r = min(row + j, last);
-            let wb = signs + (r * A.hkv + h) * KQ_SW;
+            let wb = signs + (r * AP.hkv + h) * KQ_SW;
             var s = vec4<f32>(0.0);
             // @unroll 2
             for (var k = 0u; k < KQ_LW; k++) {
@@ -99,7 +99,7 @@ fn kqjl_signed(row: u32, last: u32, cg: u32, h: u32, signs: u32, off: u32) -> ar
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         let r = min(row + j, last);
-        let wb = signs + (r * A.hkv + h) * KQ_SW;
+        let wb = signs + (r * AP.hkv + h) * KQ_SW;
         var pos = vec4<f32>(0.0);
         // @unroll 2
         for (var k = 0u; k < KQ_LW; k++) {

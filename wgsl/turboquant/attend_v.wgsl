@@ -42,7 +42,7 @@ struct VState {
 }
 
 fn v_prepare(lid: u32, h: u32) {
-    let cb0 = A.hkv * VTQ_SW;
+    let cb0 = AP.hkv * VTQ_SW;
     for (var i = lid; i < VTQ_S * VTQ_N; i += WORKGROUP_SIZE) {
         let st = i / VTQ_N;
         vtq_cb[i] = bitcast<f32>(vtab[cb0 + st * 2u * VTQ_N + i - st * VTQ_N]);
@@ -77,13 +77,13 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
     let bit0 = cg * VTQ_LB;
     let w0 = bit0 >> 5u;
     let sh = bit0 & 31u;
-    let nwn = (A.hkv + 1u) / 2u;
+    let nwn = (AP.hkv + 1u) / 2u;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         let r = min(row + j, last);
         let nw = vseg[VP.norms + r * nwn + (h >> 1u)];
         wt[j] = p[j] * unpack2x16float(nw)[h & 1u];
-        let rb = VP.codes + (r * A.hkv + h) * VTQ_S * VTQ_RW;
+        let rb = VP.codes + (r * AP.hkv + h) * VTQ_S * VTQ_RW;
         // @unroll 2
         for (var st = 0u; st < VTQ_S; st++) {
             let base = rb + st * VTQ_RW;
@@ -126,14 +126,14 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
 // merged accumulator back). Centroids from the tables: the prefill kernel calls no v_prepare.
 fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     let r = min(row, last);
-    let n = unpack2x16float(vseg[VP.norms + r * ((A.hkv + 1u) / 2u) + (h >> 1u)])[h & 1u];
+    let n = unpack2x16float(vseg[VP.norms + r * ((AP.hkv + 1u) / 2u) + (h >> 1u)])[h & 1u];
     let at = c * VTQ_B;
     let off = at & 31u;
-    let cb0 = A.hkv * VTQ_SW;
+    let cb0 = AP.hkv * VTQ_SW;
     var y = 0.0;
     // @unroll 2
     for (var st = 0u; st < VTQ_S; st++) {
-        let w = VP.codes + ((r * A.hkv + h) * VTQ_S + st) * VTQ_RW + (at >> 5u);
+        let w = VP.codes + ((r * AP.hkv + h) * VTQ_S + st) * VTQ_RW + (at >> 5u);
         var hi = 0u;
         if (off + VTQ_B > 32u) {
             hi = vseg[w + 1u];

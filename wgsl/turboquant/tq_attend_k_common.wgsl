@@ -19,7 +19,7 @@ var<workgroup> ktq_cb: array<f32, KTQ_S * KTQ_N>; // centroids [stage][2^b]
 
 // The codebook into workgroup memory and q′ = c·H_P·(s ⊙ q) into qp[0 .. P) (k_prepare).
 fn ktq_prepare(lid: u32, h: u32) {
-    let cb0 = A.hkv * KTQ_SW;
+    let cb0 = AP.hkv * KTQ_SW;
     for (var i = lid; i < KTQ_S * KTQ_N; i += WORKGROUP_SIZE) {
         let st = i / KTQ_N;
         ktq_cb[i] = bitcast<f32>(ktab[cb0 + st * 2u * KTQ_N + i - st * KTQ_N]);
@@ -59,13 +59,13 @@ fn ktq_score(row: u32, last: u32, cg: u32, h: u32, codes: u32, norms: u32) -> ar
     let bit0 = cg * KTQ_LB;
     let w0 = bit0 >> 5u;
     let sh = bit0 & 31u;
-    let nwn = (A.hkv + 1u) / 2u;
+    let nwn = (AP.hkv + 1u) / 2u;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         let r = min(row + j, last);
         let nw = kseg[norms + r * nwn + (h >> 1u)];
         nrm[j] = unpack2x16float(nw)[h & 1u];
-        let rb = codes + (r * A.hkv + h) * KTQ_S * KTQ_RW;
+        let rb = codes + (r * AP.hkv + h) * KTQ_S * KTQ_RW;
         // @unroll 2
         for (var st = 0u; st < KTQ_S; st++) {
             let base = rb + st * KTQ_RW;

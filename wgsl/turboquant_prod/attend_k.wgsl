@@ -27,13 +27,13 @@ const K_PREP_W: u32 = KPR_SQ + KQ_PREP_W;
 
 fn k_prepare(lid: u32, h: u32) {
     ktq_prepare(lid, h);
-    kqjl_prepare(lid, A.hkv * KTQ_SW + 2u * KTQ_N, KPR_SQ);
+    kqjl_prepare(lid, AP.hkv * KTQ_SW + 2u * KTQ_N, KPR_SQ);
 }
 
 fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
     var acc = ktq_score(row, last, cg, h, KP.codes, KP.norms);
     let cor = kqjl_signed(row, last, cg, h, KP.signs, KPR_SQ);
-    let nwn = (A.hkv + 1u) / 2u;
+    let nwn = (AP.hkv + 1u) / 2u;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         let r = min(row + j, last);

@@ -79,7 +79,7 @@ fn k_prepare(lid: u32, h: u32) {
         qp[i] *= c;
     }
     workgroupBarrier();
-    let cb0 = A.hkv * DIM + h * KVI_C * KVI_DS;
+    let cb0 = AP.hkv * DIM + h * KVI_C * KVI_DS;
     if (KVI_CB) {
         for (var e = lid; e < KVI_C * KVI_DS; e += WORKGROUP_SIZE) {
             kvi_cb[e] = bitcast<f32>(ktab[cb0 + e]);
@@ -128,7 +128,7 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
     var acc: array<vec4<f32>, 8>;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        let base = KP.codes + (min(row + j, last) * A.hkv + h) * KVI_RW;
+        let base = KP.codes + (min(row + j, last) * AP.hkv + h) * KVI_RW;
         var a = vec4<f32>(0.0);
         // @unroll 8
         for (var m = 0u; m < KVI_SPL; m++) {

@@ -61,7 +61,7 @@ fn v_add(vs: ptr<function, VState>, i: u32, x: vec4<f32>) {
 // entry of its sub-vector's index.
 fn vvi_coord(r: u32, x: u32, h: u32) -> f32 {
     let at = (x / VVI_DS) * VVI_B;
-    let w = VP.codes + (r * A.hkv + h) * VVI_RW + (at >> 5u);
+    let w = VP.codes + (r * AP.hkv + h) * VVI_RW + (at >> 5u);
     var hi = 0u;
     if ((at & 31u) + VVI_B > 32u) {
         hi = vseg[w + 1u];

@@ -1,0 +1,392 @@
+//! The tensor-core prefill kernel (`attend_prefill_tc_<k>_<v>`, `AttendKernel::Tensor`: f16
+//! products on cooperative matrices, f32 accumulation) through layers, against the CPU path
+//! on the same stored words: relative L2 ≤ 1e-3 per row (spec/attention.md's f16-product
+//! bound). The kernel-level cases of tests/attend_kernels.rs (every shape, window, ring and
+//! segment case) also run it where the device has tensor cores; here: real SmolLM2 q/k/v,
+//! D ∈ {64, 128, 256}, GQA 1–8, scores that grow by more than the kernel's rescale threshold
+//! along the context (its rare rescale path), what `Auto` picks, and the typed refusals.
+//!
+//! Where the device has no tensor cores (lavapipe in CI: wgpu's cooperative matrices are not
+//! offered there) the refusals are checked and the rest says why it did not run;
+//! `KVPACK_REQUIRE_TENSOR=1` (the H200 runs) makes that a failure.
+
+mod common;
+
+use kvpack::{
+    AttendKernel, AttendOptions, Context, Error, Input, KvLayer, Layer, Method, PathChoice,
+};
+use rand::Rng;
+
+/// The device's context when it runs the tensor-core kernel; else prints why (a failure under
+/// `KVPACK_REQUIRE_TENSOR=1`).
+fn tensor_ctx(test: &str) -> Option<Context> {
+    let why = match common::gpu_context() {
+        Ok(c) => match c.tensor_cores() {
+            Ok(()) => return Some(c),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    let msg = format!("NOT RUN {test}: no tensor-core kernel on this device: {why}");
+    if std::env::var("KVPACK_REQUIRE_TENSOR").is_ok_and(|v| v == "1") {
+        panic!("{msg} (KVPACK_REQUIRE_TENSOR=1)");
+    }
+    eprintln!("{msg}");
+    None
+}
+
+fn opts(kernel: AttendKernel) -> AttendOptions {
+    AttendOptions {
+        kernel,
+        ..Default::default()
+    }
+}
+
+/// Appends `k`, `v` to a GPU layer of `method` and attends `q` with `o` on it and on the CPU
+/// path over its words; returns the worst row's relative L2 error of the GPU output and the kernels the GPU
+/// call dispatched.
+#[allow(clippy::too_many_arguments)]
+fn gpu_vs_cpu(
+    ctx: &Context,
+    method: &str,
+    hkv: usize,
+    d: usize,
+    hq: usize,
+    k: &[f32],
+    v: &[f32],
+    q: &[f32],
+    o: &AttendOptions,
+) -> (f64, Vec<&'static str>) {
+    let m = common::parse_method(method, hkv, d).expect("method");
+    let logged = ctx.with_dispatch_log();
+    let mut gpu = Layer::new(&logged, hkv, d, &m, PathChoice::WgslSubgroup).expect("gpu layer");
+    gpu.append(Input::F32(k), Input::F32(v)).expect("append");
+    // The CPU path over the words the GPU stored (read back: a GPU quantizer may round a
+    // boundary value differently; spec/attention.md compares over the GPU's own words).
+    let reference = gpu.attend_reference(q, hq, o).expect("cpu attend");
+    let got = gpu.attend(q, hq, o).expect("gpu attend");
+    let kernels = logged.dispatches().into_iter().map(|(k, _, _)| k).collect();
+    (common::rel_l2_rows(&got, &reference, d), kernels)
+}
+
+#[test]
+fn tensor_kernel_refusals_are_typed() {
+    // A key codec that transforms the query is refused on every device (before the device
+    // is asked).
+    let tq = Method::parse("turboquant-mse:bits=4").expect("method");
+    let cpu = Context::cpu();
+    let shape = kvpack::attention::plan::CacheShape {
+        qk: 64,
+        qv: 64,
+        seg_tokens: 1 << 20,
+        ring_cap: [1, 1],
+        row_words: 64,
+        value_dim: 64,
+        value_space_out: false,
+        key_prep: true,
+        ring: false,
+    };
+    let call = kvpack::attention::plan::Call {
+        tq: 64,
+        hq: 4,
+        hkv: 2,
+        dim: 64,
+        tokens: 64,
+        opts: opts(AttendKernel::Tensor),
+    };
+    let r = call.split_kernel(&shape, 1 << 16, &Ok(()));
+    assert!(
+        matches!(&r, Err(Error::Config(m)) if m.contains("tensor-core")),
+        "query-transforming keys: {r:?}"
+    );
+    // Auto never picks it for such keys, even where the device has tensor cores.
+    let auto = kvpack::attention::plan::Call {
+        opts: opts(AttendKernel::Auto),
+        ..call
+    };
+    assert_eq!(
+        auto.split_kernel(&shape, 1 << 16, &Ok(())).expect("auto"),
+        kvpack::attention::plan::SplitKernel::Decode
+    );
+    drop(tq);
+    // No GPU: the reason says so.
+    assert_eq!(cpu.tensor_cores(), Err("no GPU device".to_string()));
+    let Ok(ctx) = common::gpu_context() else {
+        common::skip(
+            "tensor_kernel_refusals_are_typed (GPU part)",
+            "no GPU adapter",
+        );
+        return;
+    };
+    let mut rng = common::rng("tensor_refusals");
+    let (hkv, d, hq, t) = (2, 64, 8, 96);
+    let k: Vec<f32> = (0..t * hkv * d)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    let q: Vec<f32> = (0..64 * hq * d)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    let m = Method::parse("kivi-4").expect("method");
+    // The workgroup-memory path never runs it (it needs subgroups), on any device.
+    let mut wl = Layer::new(&ctx, hkv, d, &m, PathChoice::WgslWorkgroup).expect("layer");
+    wl.append(Input::F32(&k), Input::F32(&k)).expect("append");
+    match wl.attend(&q, hq, &opts(AttendKernel::Tensor)) {
+        Err(Error::PathUnavailable { reason, .. }) => {
+            eprintln!("tensor on wgsl-workgroup: refused: {reason}")
+        }
+        other => panic!("tensor kernel on wgsl-workgroup: {other:?}"),
+    }
+    // Auto runs the decode kernel for a 64-row chunk on every device (the tensor-core kernel
+    // is slower where it runs: BENCHMARKS.md).
+    let logged = ctx.with_dispatch_log();
+    let mut a = Layer::new(&logged, hkv, d, &m, PathChoice::WgslSubgroup).expect("layer");
+    a.append(Input::F32(&k), Input::F32(&k)).expect("append");
+    a.attend(&q, hq, &opts(AttendKernel::Auto)).expect("auto");
+    let ran = logged.dispatches();
+    assert!(
+        ran.iter()
+            .all(|(k, _, _)| !k.starts_with("attend_prefill_tc")),
+        "Auto dispatched the tensor kernel: {ran:?}"
+    );
+    match ctx.tensor_cores() {
+        Ok(()) => eprintln!("tensor_kernel_refusals_are_typed: this device has tensor cores"),
+        Err(why) => {
+            // Asked for explicitly where the device has none: the device's reason, typed.
+            let mut l = Layer::new(&ctx, hkv, d, &m, PathChoice::WgslSubgroup).expect("layer");
+            l.append(Input::F32(&k), Input::F32(&k)).expect("append");
+            match l.attend(&q, hq, &opts(AttendKernel::Tensor)) {
+                Err(Error::PathUnavailable { reason, .. }) => assert_eq!(reason, why),
+                other => panic!("tensor kernel without tensor cores: {other:?}"),
+            }
+            eprintln!(
+                "tensor_kernel_refusals_are_typed: no tensor cores here ({why}); refused, typed"
+            );
+        }
+    }
+}
+
+/// SmolLM2-135M's real q/k/v (every 5th layer, both fixtures): a 64-row prefill chunk at the
+/// end of the text on the tensor-core kernel against the CPU path.
+#[test]
+fn tensor_kernel_on_smollm2() {
+    let Some(ctx) = tensor_ctx("tensor_kernel_on_smollm2") else {
+        return;
+    };
+    for fixture in ["paris.safetensors", "story-512.safetensors"] {
+        if let Some(path) = common::shared_fixture(fixture, "tensor_kernel_on_smollm2") {
+            smollm2_fixture(&ctx, &path);
+        }
+    }
+}
+
+fn smollm2_fixture(ctx: &Context, path: &std::path::Path) {
+    let (shape, k) = common::load_f16(path, "k");
+    let (_, v) = common::load_f16(path, "v");
+    let (qshape, q) = common::load_f16(path, "q");
+    let (layers, tokens, hkv, d) = (shape[0], shape[1], shape[2], shape[3]);
+    let hq = qshape[2];
+    let tq = 64;
+    for method in ["kivi-4", "kivi-2", "f16", "kivi-4/turboquant-mse:bits=4"] {
+        let mut worst = 0f64;
+        for l in (0..layers).step_by(5) {
+            let per = tokens * hkv * d;
+            let f = |x: &[half::f16]| x.iter().map(|x| x.to_f32()).collect::<Vec<f32>>();
+            let (kl, vl) = (f(&k[l * per..(l + 1) * per]), f(&v[l * per..(l + 1) * per]));
+            let qper = tokens * hq * d;
+            let ql = f(&q[l * qper + (tokens - tq) * hq * d..(l + 1) * qper]);
+            let (err, ran) = gpu_vs_cpu(
+                ctx,
+                method,
+                hkv,
+                d,
+                hq,
+                &kl,
+                &vl,
+                &ql,
+                &opts(AttendKernel::Tensor),
+            );
+            assert!(
+                ran.iter().any(|k| k.starts_with("attend_prefill_tc")),
+                "{method} layer {l}: the tensor kernel did not run: {ran:?}"
+            );
+            worst = worst.max(err);
+            assert!(err <= 1e-3, "{method} layer {l}: worst row rel L2 {err:e}");
+        }
+        eprintln!(
+            "tensor_kernel_on_smollm2 {} {method}: worst row rel L2 vs the CPU path {worst:e}",
+            path.display()
+        );
+    }
+}
+
+/// Random q/k/v over head widths, GQA ratios, windows and sinks, a custom scale, a ring that
+/// wraps, vector counts that leave a workgroup part-empty and several splits.
+#[test]
+fn tensor_kernel_shapes() {
+    let Some(ctx) = tensor_ctx("tensor_kernel_shapes") else {
+        return;
+    };
+    let mut rng = common::rng("tensor_kernel_shapes");
+    // (method, hkv, d, hq, t, tq, window, sinks, scale, chunk tokens)
+    let cases: &[(
+        &str,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        Option<usize>,
+        usize,
+        Option<f32>,
+        Option<usize>,
+    )] = &[
+        ("kivi-4", 2, 64, 8, 333, 16, None, 0, None, None),
+        (
+            "kivi:bits=2,group=32,residual=32",
+            3,
+            64,
+            9,
+            700,
+            20,
+            Some(100),
+            4,
+            None,
+            Some(128),
+        ),
+        (
+            "kivi-4",
+            8,
+            128,
+            32,
+            1000,
+            64,
+            None,
+            0,
+            Some(0.05),
+            Some(256),
+        ),
+        ("f16", 1, 128, 8, 257, 33, Some(64), 0, None, None),
+        ("kivi-4", 2, 256, 4, 300, 40, None, 0, None, Some(128)),
+        (
+            "f16:residual=16",
+            4,
+            256,
+            4,
+            131,
+            50,
+            Some(40),
+            2,
+            None,
+            None,
+        ),
+        (
+            "kivi-2/turboquant-mse:bits=3",
+            2,
+            128,
+            16,
+            400,
+            24,
+            None,
+            0,
+            None,
+            Some(96),
+        ),
+        ("kivi-4", 1, 64, 1, 200, 64, None, 0, None, None),
+    ];
+    for &(method, hkv, d, hq, t, tq, window, sinks, scale, chunk) in cases {
+        let mut n = |x| {
+            (0..x)
+                .map(|_| rng.random_range(-1.0f32..1.0))
+                .collect::<Vec<f32>>()
+        };
+        let (k, v, q) = (n(t * hkv * d), n(t * hkv * d), n(tq * hq * d));
+        let o = AttendOptions {
+            window,
+            sinks,
+            scale,
+            chunk_tokens: chunk,
+            kernel: AttendKernel::Tensor,
+        };
+        let need = kvpack::attention::plan::tensor_workgroup_bytes(d, d);
+        let limit = ctx.max_workgroup_storage_size() as usize;
+        if need > limit {
+            // Too wide for this device's workgroup storage: a typed error, not a run.
+            let m = common::parse_method(method, hkv, d).expect("method");
+            let mut l = Layer::new(&ctx, hkv, d, &m, PathChoice::WgslSubgroup).expect("layer");
+            l.append(Input::F32(&k), Input::F32(&v)).expect("append");
+            match l.attend(&q, hq, &o) {
+                Err(Error::Limit {
+                    needed, limit: lim, ..
+                }) => {
+                    assert_eq!((needed as usize, lim as usize), (need, limit));
+                    eprintln!(
+                        "tensor_kernel_shapes {method} D {d}: {need} bytes of workgroup storage > {limit}: Error::Limit"
+                    );
+                }
+                other => {
+                    panic!("{method} D {d}: {need} B > {limit} B must be Error::Limit: {other:?}")
+                }
+            }
+            continue;
+        }
+        let (err, ran) = gpu_vs_cpu(&ctx, method, hkv, d, hq, &k, &v, &q, &o);
+        eprintln!(
+            "tensor_kernel_shapes {method} hkv {hkv} D {d} hq {hq} T {t} Tq {tq} window {window:?} sinks {sinks}: worst row rel L2 {err:e}, {} dispatches",
+            ran.len()
+        );
+        assert!(ran.iter().any(|k| k.starts_with("attend_prefill_tc")));
+        assert!(err <= 1e-3, "{method} D {d}: worst row rel L2 {err:e}");
+    }
+}
+
+/// Scores that grow along the context by much more than the kernel's rescale threshold
+/// (2^8): the output of earlier tiles must be rescaled (the kernel's rare path), or the
+/// result is off by orders of magnitude.
+#[test]
+fn tensor_kernel_rescales_when_scores_grow() {
+    let Some(ctx) = tensor_ctx("tensor_kernel_rescales_when_scores_grow") else {
+        return;
+    };
+    let (hkv, d, hq, t, tq) = (2, 64, 8, 512, 64);
+    let mut rng = common::rng("tensor_rescale");
+    // Key t points along the query's direction with a length growing with t: its score grows
+    // by ~17 (log2 units: 2·8·6/√64·log2 e) over the context, twice the rescale threshold.
+    let q: Vec<f32> = (0..tq * hq * d)
+        .map(|i| if i % d < 8 { 2.0 } else { 0.0 })
+        .collect();
+    let k: Vec<f32> = (0..t * hkv * d)
+        .map(|i| {
+            let tok = i / (hkv * d);
+            let c = i % d;
+            let base = if c < 8 {
+                tok as f32 / t as f32 * 6.0
+            } else {
+                0.0
+            };
+            base + rng.random_range(-0.05f32..0.05)
+        })
+        .collect();
+    let v: Vec<f32> = (0..t * hkv * d)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    for method in ["f16", "kivi-4"] {
+        let (err, ran) = gpu_vs_cpu(
+            &ctx,
+            method,
+            hkv,
+            d,
+            hq,
+            &k,
+            &v,
+            &q,
+            &AttendOptions {
+                chunk_tokens: Some(512),
+                kernel: AttendKernel::Tensor,
+                ..Default::default()
+            },
+        );
+        eprintln!("tensor_kernel_rescales_when_scores_grow {method}: worst row rel L2 {err:e}");
+        assert!(ran.iter().any(|k| k.starts_with("attend_prefill_tc")));
+        assert!(err <= 1e-3, "{method}: worst row rel L2 {err:e}");
+    }
+}

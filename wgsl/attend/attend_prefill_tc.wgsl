@@ -1,0 +1,342 @@
+enable f16;
+enable wgpu_cooperative_matrix;
+diagnostic(off, derivative_uniformity);
+// attend_prefill_tc: the prefill kernel's GEMM form on cooperative matrices (tensor cores:
+// wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, 16×16×16 f16 operands with an f32 accumulator, the
+// only configuration this kernel uses; the host builds it only where the adapter lists it and
+// every subgroup is 32 wide). Composed like attend_prefill.wgsl: after the core
+// (wgsl/attend/attend_core.wgsl: bindings, uniform, `visible`, PW) and the codecs' hooks, of
+// which it uses only the element readers k_value / v_value (see attend_prefill.wgsl).
+//
+// **Mapping.** A workgroup of 4 subgroups × 32 serves one KV head h, TC_QB = 64 query vectors
+// and one split (dispatch index ((h · splits) + split) · vblocks + vb, as the other kernels).
+// Subgroup sg owns vectors vb·64 + 16·sg .. + 15: their scaled queries as A-matrices (f16,
+// loaded once) and their output as TC_NO C-matrices (f32) live in its registers. Per tile of
+// TC_TT tokens (32; 16 where D > 128, for workgroup storage) every invocation decodes its share
+// of the tile's keys and values (k_value / v_value, or the ring's f16 rows; 0 past the split
+// and past the row's width) into workgroup memory as f16; then
+//   S (16 × TC_TT, per subgroup) = Q·K̂ᵀ     3 × TC_KD MMAs per 16 tokens, stored (f32)
+//   softmax: lane pair (sl, sl ^ 1) owns a vector, TC_TT / 2 tokens each: masks, the tile's
+//     max; weights p = 2^(s − m) against a reference max m that moves only when the tile's
+//     max exceeds it by more than TC_TAU (then the vector's output is rescaled: rare, and
+//     done for the whole workgroup when any vector needs it, through workgroup memory, since a
+//     C-matrix has no element access); p ≤ 2^TC_TAU stays in f16 range
+//   O += P·V̂                                 2 × TC_NO MMAs per 16 tokens.
+// **Precision.** Scores are q_hi·k_hi + 2^-11·(q_lo·k_hi + q_hi·k_lo) (x_hi = f16(x),
+// x_lo = f16(2^11·(x − x_hi)): scaled, since the remainders themselves are f16 subnormals that
+// the device flushes to zero; two accumulators, so two independent MMA chains), and the
+// weights enter as P_hi·V̂ + 2^-11·P_lo·V̂ likewise: the rounding of q·scale·log2(e), k̂ and p
+// to f16 no longer shows (one f16 product each was off by 2.0e-3 per row on SmolLM2's layer
+// 5, above the bound). Only v̂ is rounded to f16 (exact for f16 rows and the ring):
+// spec/attention.md's f16-product bound (1e-3 relative L2 per row).
+//
+// Workgroup memory is three arrays, each a whole number of 16-byte units, so that every
+// region a cooperative matrix is loaded from or stored to starts 32-byte aligned whatever
+// order the driver lays the arrays out in (a 4-byte atomic declared on its own shifted the
+// matrices' view of the arrays against the plain accesses' on the H200):
+//   tch (f16): [K̂_hi: TC_TT × TC_DP][K̂_lo: TC_TT × TC_DP][V̂: TC_TT × TC_WP]
+//              [P_hi: TC_QB × TC_TT][P_lo: TC_QB × TC_TT]
+//              (before the tile loop its first TC_OP elements stage the queries, in
+//              TC_QH slices of TC_QS channels)
+//   tcs (f32): [S: TC_QB × TC_TT (then staging of O and of rescales)][factors: TC_QB]
+//   tcflag: a rescale flag (atomic, padded to 16 bytes).
+// The record (m, l, o) of every (vector, split) goes to the partials (always: the merge
+// kernel finishes). Workgroup storage: 2·(TC_OP + 2·TC_QB·TC_TT) + 4·(TC_QB·TC_TT + TC_QB) + 16
+// bytes (plan::tensor_workgroup_bytes).
+
+alias TcA = coop_mat16x16<f16, A>;
+alias TcB = coop_mat16x16<f16, B>;
+alias TcC = coop_mat16x16<f32, C>;
+
+const TC_QB: u32 = 64u;
+const TC_DP: u32 = (DIM + 15u) / 16u * 16u;
+const TC_W: u32 = max(V_W, DIM);
+const TC_WP: u32 = (TC_W + 15u) / 16u * 16u;
+const TC_TT: u32 = select(32u, 16u, TC_DP > 128u);
+const TC_TB: u32 = TC_TT / 16u;   // token blocks of a tile
+const TC_LT: u32 = TC_TT / 2u;    // tokens of a lane in the softmax
+const TC_KD: u32 = TC_DP / 16u;
+const TC_NO: u32 = TC_WP / 16u;
+// Elements of a tile's keys (values) each invocation decodes (exact: TC_TT·16 ≥ 2·128).
+const TC_KE: u32 = TC_TT * TC_DP / WORKGROUP_SIZE;
+const TC_VE: u32 = TC_TT * TC_WP / WORKGROUP_SIZE;
+const TC_TAU: f32 = 8.0;
+// The scale of the low parts (2^11) and its inverse.
+const TC_LO: f32 = 2048.0;
+const TC_ILO: f32 = 1.0 / 2048.0;
+// Measuring only (ATT_TC_NOLOAD = 1, KVPACK_TC_NOLOAD=1): tiles of synthetic values instead of
+// the codecs' reads, for the kernel's floor without memory traffic.
+const TC_NOLOAD: bool = ATT_TC_NOLOAD == 1u;
+
+// Regions of tch (f16 elements) and of tcs.
+const TC_OKL: u32 = TC_TT * TC_DP;
+const TC_OV: u32 = 2u * TC_TT * TC_DP;
+const TC_OP: u32 = TC_OV + TC_TT * TC_WP;
+const TC_OPL: u32 = TC_OP + TC_QB * TC_TT;
+const TC_OR: u32 = TC_QB * TC_TT;
+// Query staging: TC_QH slices of TC_QS channels (64 · TC_QS ≤ TC_OP), TC_QKD k-steps each.
+const TC_QH: u32 = select(1u, 2u, TC_QB * TC_DP > TC_OP);
+const TC_QS: u32 = TC_DP / TC_QH;
+const TC_QKD: u32 = TC_QS / 16u;
+const TC_QE: u32 = TC_QB * TC_QS / WORKGROUP_SIZE;
+
+var<workgroup> tch: array<f16, TC_OPL + TC_QB * TC_TT>;
+var<workgroup> tcs: array<f32, TC_OR + TC_QB>;
+var<workgroup> tcflag: array<atomic<u32>, 4>;
+
+// Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
+fn tc_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
+    let e = h * DIM + c;
+    let at = (pos % cap) * AP.row_words + (e >> 1u);
+    var w: u32;
+    if (keys) {
+        w = ringk[at];
+    } else {
+        w = ringv[at];
+    }
+    return unpack2x16float(w)[e & 1u];
+}
+
+// Stages slice `r` of the workgroup's queries (scaled by scale·log2(e); 0 past D and for
+// vectors past the call): their f16 part (lo = false) or the f16 rounding of what that part
+// leaves (lo = true), rows of TC_QS channels at the start of tch.
+fn tc_stage_q(lid: u32, h: u32, vb: u32, r: u32, lo: bool) {
+    // @unroll 64
+    for (var k = 0u; k < TC_QE; k++) {
+        let e = lid + k * WORKGROUP_SIZE;
+        let row = e / TC_QS;
+        let c = r * TC_QS + e - row * TC_QS;
+        let v = vb * TC_QB + row;
+        var x = 0.0;
+        if (v < AP.vec_total && c < DIM) {
+            x = q[((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM + c] * AP.scale_log2;
+        }
+        let hi = f16(x);
+        tch[e] = select(hi, f16((x - f32(hi)) * TC_LO), lo);
+    }
+}
+
+// Rescales row r (0..15) of every output matrix of subgroup sg by the factor of vector
+// 16·sg + r (tcs[TC_OR + ·]), through the subgroup's rows of `tcs` (called uniformly by the
+// whole workgroup: it has barriers).
+fn tc_rescale(o: ptr<function, array<TcC, TC_NO>>, sg: u32, sl: u32) {
+    let base = sg * 16u * TC_TT;
+    let rr = sl / 2u;
+    let f = tcs[TC_OR + sg * 16u + rr];
+    // @unroll 16
+    for (var j = 0u; j < TC_NO; j++) {
+        coopStoreT((*o)[j], &tcs[base], TC_TT);
+        workgroupBarrier();
+        // @unroll 8
+        for (var i = 0u; i < 8u; i++) {
+            let a = base + rr * TC_TT + (sl % 2u) * 8u + i;
+            tcs[a] = tcs[a] * f;
+        }
+        workgroupBarrier();
+        (*o)[j] = coopLoadT<TcC>(&tcs[base], TC_TT);
+        workgroupBarrier();
+    }
+}
+
+fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
+    let nsplit = AP.n_split_c + AP.n_split_r;
+    let per_h = AP.vblocks * nsplit;
+    if (wid >= AP.hkv * per_h) {
+        return; // uniform: depends on the workgroup only
+    }
+    let h = wid / per_h;
+    let split = (wid % per_h) / AP.vblocks;
+    let vb = wid % AP.vblocks;
+    let vring = split >= AP.n_split_c;
+    var s0 = AP.tok0 + split * AP.split_c;
+    var s1 = min(s0 + AP.split_c, AP.c_end);
+    var part = AP.part_c + split;
+    if (vring) {
+        s0 = AP.r0 + (split - AP.n_split_c) * AP.split_r;
+        s1 = min(s0 + AP.split_r, AP.tok_end);
+        part = AP.part_r + split - AP.n_split_c;
+    }
+    let width = select(V_W, DIM, vring);
+    // 1. The queries' A-matrices (hi and lo parts), slice by slice through tch.
+    var qh: array<TcA, TC_KD>;
+    var ql: array<TcA, TC_KD>;
+    // @unroll 2
+    for (var r = 0u; r < TC_QH; r++) {
+        tc_stage_q(lid, h, vb, r, false);
+        workgroupBarrier();
+        // @unroll 16
+        for (var k = 0u; k < TC_QKD; k++) {
+            qh[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QS + k * 16u], TC_QS);
+        }
+        workgroupBarrier();
+        tc_stage_q(lid, h, vb, r, true);
+        workgroupBarrier();
+        // @unroll 16
+        for (var k = 0u; k < TC_QKD; k++) {
+            ql[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QS + k * 16u], TC_QS);
+        }
+        workgroupBarrier();
+    }
+    // The vector of this lane pair and its state (both lanes keep m; l is per lane).
+    let row = sg * 16u + sl / 2u;
+    let half = sl % 2u;
+    let v = vb * TC_QB + row;
+    let live = v < AP.vec_total;
+    let pv = AP.q_pos0 + min(v, AP.vec_total - 1u) / AP.qg;
+    var o: array<TcC, TC_NO>;
+    // @unroll 16
+    for (var j = 0u; j < TC_NO; j++) {
+        o[j] = TcC();
+    }
+    var m = NEG;
+    var l = 0.0;
+    let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
+    let vl = min(s1, AP.qv) - 1u - AP.tok0;
+    for (var t0 = s0; t0 < s1; t0 += TC_TT) {
+        if (lid == 0u) {
+            atomicStore(&tcflag[0], 0u); // every invocation read the last tile's flag
+        }
+        // 2. The tile's keys (hi and lo parts) and values, in f16 (0 past the split and the
+        //    width).
+        // @unroll 32
+        for (var k = 0u; k < TC_KE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let t = e / TC_DP;
+            let c = e - t * TC_DP;
+            let pos = t0 + t;
+            var x = 0.0;
+            if (TC_NOLOAD) {
+                x = f32((e + t0) & 7u) * 0.125;
+            } else if (pos < s1 && c < DIM) {
+                if (pos < AP.qk) {
+                    x = k_value(pos - AP.tok0, kl, c, h);
+                } else if (RING) {
+                    x = tc_ring(true, pos, AP.ring_cap_k, c, h);
+                }
+            }
+            let hi = f16(x);
+            tch[e] = hi;
+            tch[TC_OKL + e] = f16((x - f32(hi)) * TC_LO);
+        }
+        // @unroll 64
+        for (var k = 0u; k < TC_VE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let t = e / TC_WP;
+            let c = e - t * TC_WP;
+            let pos = t0 + t;
+            var x = 0.0;
+            if (TC_NOLOAD) {
+                x = f32((e + t0) & 7u) * 0.125;
+            } else if (pos < s1 && c < width) {
+                if (!vring && pos < AP.qv) {
+                    x = v_value(pos - AP.tok0, vl, c, h);
+                } else if (RING) {
+                    x = tc_ring(false, pos, AP.ring_cap_v, c, h);
+                }
+            }
+            tch[TC_OV + e] = f16(x);
+        }
+        workgroupBarrier();
+        // 3. Scores of the subgroup's 16 vectors × TC_TT tokens.
+        // @unroll 2
+        for (var tb = 0u; tb < TC_TB; tb++) {
+            var s = TcC();
+            var sl2 = TcC();
+            // @unroll 16
+            for (var k = 0u; k < TC_KD; k++) {
+                let at = tb * 16u * TC_DP + k * 16u;
+                let kh = coopLoad<TcB>(&tch[at], TC_DP);
+                let klo = coopLoad<TcB>(&tch[TC_OKL + at], TC_DP);
+                s = coopMultiplyAdd(qh[k], kh, s);
+                sl2 = coopMultiplyAdd(ql[k], kh, sl2);
+                sl2 = coopMultiplyAdd(qh[k], klo, sl2);
+            }
+            coopStoreT(s + sl2 * TC_ILO, &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
+        }
+        workgroupBarrier();
+        // 4. Masks, the tile's max, weights (lane pair: TC_LT tokens each).
+        var sv: array<f32, 16>;
+        var mt = NEG;
+        // @unroll 16
+        for (var j = 0u; j < TC_LT; j++) {
+            let t = half * TC_LT + j;
+            let pos = t0 + t;
+            let ok = live && pos < s1 && visible(pos, pv);
+            sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
+            mt = max(mt, sv[j]);
+        }
+        mt = max(mt, subgroupShuffleXor(mt, 1u));
+        var corr = 1.0;
+        if (mt > m + TC_TAU) {
+            corr = exp2(m - mt);
+            if (m > NEG) {
+                atomicOr(&tcflag[0], 1u);
+            }
+            m = mt;
+        }
+        l *= corr;
+        // @unroll 16
+        for (var j = 0u; j < TC_LT; j++) {
+            let p = select(0.0, exp2(sv[j] - m), sv[j] > NEG);
+            l += p;
+            let ph = f16(p);
+            tch[TC_OP + row * TC_TT + half * TC_LT + j] = ph;
+            tch[TC_OPL + row * TC_TT + half * TC_LT + j] = f16((p - f32(ph)) * TC_LO);
+        }
+        if (half == 0u) {
+            tcs[TC_OR + row] = corr;
+        }
+        // (a barrier: S, P, the factors and the flag are complete for everyone)
+        if (workgroupUniformLoad(&tcflag[0]) != 0u) {
+            tc_rescale(&o, sg, sl);
+        }
+        // 5. O += P·V̂ for the subgroup's 16 vectors (the low parts' products summed apart,
+        //    then scaled in).
+        // @unroll 16
+        for (var j = 0u; j < TC_NO; j++) {
+            var ol = TcC();
+            // @unroll 2
+            for (var kb = 0u; kb < TC_TB; kb++) {
+                let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_TT + kb * 16u], TC_TT);
+                let pl = coopLoadT<TcA>(&tch[TC_OPL + sg * 16u * TC_TT + kb * 16u], TC_TT);
+                let vm = coopLoadT<TcB>(&tch[TC_OV + kb * 16u * TC_WP + j * 16u], TC_WP);
+                o[j] = coopMultiplyAdd(pa, vm, o[j]);
+                ol = coopMultiplyAdd(pl, vm, ol);
+            }
+            o[j] = o[j] + ol * TC_ILO;
+        }
+        workgroupBarrier();
+    }
+    // 6. The record of (vector, split): m, l (the lane pair's sum), o through workgroup memory.
+    l += subgroupShuffleXor(l, 1u);
+    let b = ((h * AP.vec_total + min(v, AP.vec_total - 1u)) * AP.n_parts + part) * PW;
+    if (live && half == 0u) {
+        partials[b] = m;
+        partials[b + 1u] = l;
+    }
+    let base = sg * 16u * TC_TT;
+    // @unroll 16
+    for (var j = 0u; j < TC_NO; j++) {
+        coopStoreT(o[j], &tcs[base], TC_TT);
+        workgroupBarrier();
+        // @unroll 8
+        for (var i = 0u; i < 8u; i++) {
+            let c = j * 16u + half * 8u + i;
+            if (live && c < width) {
+                partials[b + 2u + c] = tcs[base + (sl / 2u) * TC_TT + half * 8u + i];
+            }
+        }
+        workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(subgroup_invocation_id) sl: u32,
+) {
+    tc_main(lid, linear_workgroup(wg, nwg), sg, sl);
+}
