@@ -76,7 +76,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // ---- attention, the tensor-core prefill kernel (attend_prefill_tc) ----
         (m("wgsl tensor attend: P·V̂ reads the first 16 tokens' values for both blocks", Wgsl, "attend_prefill_tc", "&tch[TC_OV + kb * 16u * TC_WP + j * 16u]", None, "&tch[TC_OV + j * 16u]"), Attend, TC),
         (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TC),
-        (m("wgsl tensor attend: tokens past the split not masked", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(pos, pv);", None, "let ok = live && visible(pos, pv);"), Attend, TC),
+        (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(pos, pv);", None, "let ok = live && pos < s1 && pos <= pv;"), Attend, TC),
         (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TC),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = tb * 16u * TC_DP + k * 16u;", None, "let at = (1u - tb) * 16u * TC_DP + k * 16u;"), Attend, TC),
         // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----

@@ -221,25 +221,27 @@ fn smollm2_fixture(ctx: &Context, path: &std::path::Path) {
 
 /// Random q/k/v over head widths, GQA ratios, windows and sinks, a custom scale, a ring that
 /// wraps, vector counts that leave a workgroup part-empty and several splits.
+/// (method, hkv, d, hq, t, tq, window, sinks, scale, chunk tokens)
+type ShapeCase = (
+    &'static str,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    Option<usize>,
+    usize,
+    Option<f32>,
+    Option<usize>,
+);
+
 #[test]
 fn tensor_kernel_shapes() {
     let Some(ctx) = tensor_ctx("tensor_kernel_shapes") else {
         return;
     };
     let mut rng = common::rng("tensor_kernel_shapes");
-    // (method, hkv, d, hq, t, tq, window, sinks, scale, chunk tokens)
-    let cases: &[(
-        &str,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        Option<usize>,
-        usize,
-        Option<f32>,
-        Option<usize>,
-    )] = &[
+    let cases: &[ShapeCase] = &[
         ("kivi-4", 2, 64, 8, 333, 16, None, 0, None, None),
         (
             "kivi:bits=2,group=32,residual=32",

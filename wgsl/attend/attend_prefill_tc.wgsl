@@ -22,9 +22,10 @@ diagnostic(off, derivative_uniformity);
 //     done for the whole workgroup when any vector needs it, through workgroup memory, since a
 //     C-matrix has no element access); p ≤ 2^TC_TAU stays in f16 range
 //   O += P·V̂                                 2 × TC_NO MMAs per 16 tokens.
-// **Precision.** Scores are q_hi·k_hi + 2^-11·(q_lo·k_hi + q_hi·k_lo) (x_hi = f16(x),
-// x_lo = f16(2^11·(x − x_hi)): scaled, since the remainders themselves are f16 subnormals that
-// the device flushes to zero; two accumulators, so two independent MMA chains), and the
+// **Precision.** Scores are q_hi·k_hi + 2^-11·(q_lo·k_hi + q_hi·k_lo) (tc_split: x_hi is x
+// with its mantissa cut to f16's 10 bits, x_lo = 2^11·(x − x_hi) in f16, scaled so that it is
+// no f16 subnormal; cut with bit operations, since the H200's compiler folded f32(f16(x)) back
+// to x and left every remainder 0; two accumulators, so two independent MMA chains), and the
 // weights enter as P_hi·V̂ + 2^-11·P_lo·V̂ likewise: the rounding of q·scale·log2(e), k̂ and p
 // to f16 no longer shows (one f16 product each was off by 2.0e-3 per row on SmolLM2's layer
 // 5, above the bound). Only v̂ is rounded to f16 (exact for f16 rows and the ring):
@@ -84,6 +85,13 @@ var<workgroup> tch: array<f16, TC_OPL + TC_QB * TC_TT>;
 var<workgroup> tcs: array<f32, TC_OR + TC_QB>;
 var<workgroup> tcflag: array<atomic<u32>, 4>;
 
+// x as the f16 pair (hi, 2^11·(x − hi)): hi is x with its mantissa cut to 10 bits (exact in
+// f16 for |x| ≥ 2^-14; smaller parts of x, and the subnormals, are below the bound's concern).
+fn tc_split(x: f32) -> vec2<f16> {
+    let hi = bitcast<f32>(bitcast<u32>(x) & 0xffffe000u);
+    return vec2<f16>(f16(hi), f16((x - hi) * TC_LO));
+}
+
 // Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
 fn tc_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
     let e = h * DIM + c;
@@ -111,8 +119,8 @@ fn tc_stage_q(lid: u32, h: u32, vb: u32, r: u32, lo: bool) {
         if (v < AP.vec_total && c < DIM) {
             x = q[((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM + c] * AP.scale_log2;
         }
-        let hi = f16(x);
-        tch[e] = select(hi, f16((x - f32(hi)) * TC_LO), lo);
+        let p = tc_split(x);
+        tch[e] = select(p.x, p.y, lo);
     }
 }
 
@@ -214,9 +222,9 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                     x = tc_ring(true, pos, AP.ring_cap_k, c, h);
                 }
             }
-            let hi = f16(x);
-            tch[e] = hi;
-            tch[TC_OKL + e] = f16((x - f32(hi)) * TC_LO);
+            let p = tc_split(x);
+            tch[e] = p.x;
+            tch[TC_OKL + e] = p.y;
         }
         // @unroll 64
         for (var k = 0u; k < TC_VE; k++) {
@@ -279,9 +287,9 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         for (var j = 0u; j < TC_LT; j++) {
             let p = select(0.0, exp2(sv[j] - m), sv[j] > NEG);
             l += p;
-            let ph = f16(p);
-            tch[TC_OP + row * TC_TT + half * TC_LT + j] = ph;
-            tch[TC_OPL + row * TC_TT + half * TC_LT + j] = f16((p - f32(ph)) * TC_LO);
+            let ps = tc_split(p);
+            tch[TC_OP + row * TC_TT + half * TC_LT + j] = ps.x;
+            tch[TC_OPL + row * TC_TT + half * TC_LT + j] = ps.y;
         }
         if (half == 0u) {
             tcs[TC_OR + row] = corr;
