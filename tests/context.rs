@@ -77,6 +77,18 @@ fn auto_picks_the_workgroup_variant_without_subgroups() {
     };
     assert!(!ctx.features().contains(wgpu::Features::SUBGROUP));
     for k in kvpack::kernels::all() {
+        if kvpack::gpu::registry::needs_cooperative_matrix(k) {
+            // The tensor-core kernel needs subgroups: unavailable here, with the reason.
+            for choice in [PathChoice::Auto, PathChoice::Wgsl] {
+                match ctx.resolve(k, choice) {
+                    Err(kvpack::Error::PathUnavailable { reason, .. }) => {
+                        assert!(!reason.is_empty())
+                    }
+                    other => panic!("{} on {choice}: {other:?}", k.name),
+                }
+            }
+            continue;
+        }
         assert_eq!(
             ctx.resolve(k, PathChoice::Auto).expect("auto"),
             KernelPath::WgslWorkgroup

@@ -18,8 +18,11 @@ impl Context {
         let has_subgroup = self.features().contains(wgpu::Features::SUBGROUP);
         if super::registry::needs_cooperative_matrix(kernel) {
             // One WGSL source, subgroups and cooperative matrices: only where the device has
-            // both, on a choice that allows WGSL with subgroups.
+            // both, on a choice that allows WGSL with subgroups (the CPU path, which has one
+            // form of attention, serves it as every kernel).
             return match choice {
+                PathChoice::Cpu => Ok(KernelPath::Cpu),
+                PathChoice::Auto if self.gpu().is_none() => Ok(KernelPath::Cpu),
                 PathChoice::Auto | PathChoice::Wgsl | PathChoice::WgslSubgroup => self
                     .tensor_cores()
                     .map(|()| KernelPath::WgslSubgroup)

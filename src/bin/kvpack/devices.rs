@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 /// The kind of a kernel, from its name (the registry's naming rule).
 fn kind(name: &str) -> &'static str {
-    if name.starts_with("attend_prefill_") {
+    if name.starts_with("attend_prefill_tc_") {
+        "attention prefill (tensor cores)"
+    } else if name.starts_with("attend_prefill_") {
         "attention prefill"
     } else if name.starts_with("attend_merge_") {
         "attention merge"
@@ -27,11 +29,12 @@ fn kind(name: &str) -> &'static str {
 }
 
 /// The kinds in the order they are printed.
-const KINDS: [&str; 6] = [
+const KINDS: [&str; 7] = [
     "codec encode",
     "codec decode",
     "attention decode",
     "attention prefill",
+    "attention prefill (tensor cores)",
     "attention merge",
     "bitpack",
 ];
@@ -44,6 +47,10 @@ fn feature_names(f: wgpu::Features) -> Vec<&'static str> {
         (wgpu::Features::SHADER_F16, "SHADER_F16"),
         (wgpu::Features::TIMESTAMP_QUERY, "TIMESTAMP_QUERY"),
         (wgpu::Features::PASSTHROUGH_SHADERS, "PASSTHROUGH_SHADERS"),
+        (
+            wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX,
+            "EXPERIMENTAL_COOPERATIVE_MATRIX",
+        ),
     ]
     .into_iter()
     .filter(|(k, _)| f.contains(*k))
@@ -112,6 +119,10 @@ fn report(index: usize, adapter: &wgpu::Adapter) -> Value {
                 Value::Null
             };
             r["kinds"] = kinds;
+            r["tensor_cores"] = match ctx.tensor_cores() {
+                Ok(()) => Value::Bool(true),
+                Err(why) => Value::from(why),
+            };
             r["kernels"] = Value::from(kernels);
         }
         Err(e) => r["device_error"] = Value::from(e.to_string()),
@@ -191,7 +202,7 @@ pub fn text(adapters: &[Value]) -> String {
                     })
                     .unwrap_or_default()
             };
-            s += &format!("      {k:<18} {} | {}\n", paths("auto"), paths("wgsl"));
+            s += &format!("      {k:<32} {} | {}\n", paths("auto"), paths("wgsl"));
         }
     }
     s
