@@ -24,8 +24,10 @@ const TABLES: [(&str, &str, &[&str]); 2] = [
         "quality-qwen15",
         "Qwen2.5-Coder-1.5B, 1,024 tokens of Rust",
         &[
+            "benches/results/quality/qwen2.5-coder-1.5b-more.json",
             "benches/results/quality/qwen2.5-coder-1.5b.json",
             "benches/results/quality/qwen2.5-coder-1.5b-center.json",
+            "benches/results/quality/qwen2.5-coder-1.5b-center-more.json",
         ],
     ),
 ];

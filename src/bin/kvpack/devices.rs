@@ -76,8 +76,14 @@ fn kernel_paths(ctx: &Context) -> (Vec<Value>, Value) {
             let list = entry[choice.to_string()]
                 .as_array_mut()
                 .expect("an array per choice");
-            if !list.iter().any(|p| p == &Value::from(path.as_str())) {
-                list.push(Value::from(path.as_str()));
+            // Per kind, "unavailable" once (each kernel's row keeps its reason).
+            let short = if path.starts_with("unavailable") {
+                "unavailable"
+            } else {
+                path.as_str()
+            };
+            if !list.iter().any(|p| p == &Value::from(short)) {
+                list.push(Value::from(short));
             }
             row[choice.to_string()] = Value::from(path);
         }
@@ -203,6 +209,11 @@ pub fn text(adapters: &[Value]) -> String {
                     .unwrap_or_default()
             };
             s += &format!("      {k:<32} {} | {}\n", paths("auto"), paths("wgsl"));
+        }
+        match &a["tensor_cores"] {
+            Value::Bool(true) => s += "    tensor cores: yes (attend_prefill_tc kernels)\n",
+            Value::String(why) => s += &format!("    tensor cores: no: {why}\n"),
+            _ => {}
         }
     }
     s
