@@ -1,5 +1,5 @@
 //! Bit packing on every path: [`BitPacker`] packs codes of b bits (1..=8) into a dense
-//! LSB-first bitstream of u32 words and back (../shared/spec/bitpack.md).
+//! LSB-first bitstream of u32 words and back (docs/contracts/bitpack.md).
 //!
 //! GPU layouts (shared by `wgsl/bitpack/bitpack.wgsl`, `wgsl/bitpack/bitunpack.wgsl` and their MSL twins):
 //! - codes: `array<u32>` of `ceil(n / 4)` words, code i is byte `i % 4` of word `i / 4`

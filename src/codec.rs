@@ -13,7 +13,7 @@
 //!   and tests; a codec without a reconstruction returns an error);
 //! - its GPU kernels: [`Codec::encode_gpu`] (reads the side's residual ring and the incoming
 //!   rows, writes whole blocks into a segment) and [`Codec::decode_gpu`];
-//! - attention's four hooks (../shared/spec/attention.md): [`Codec::prepare_query`],
+//! - attention's four hooks (docs/contracts/attention.md): [`Codec::prepare_query`],
 //!   [`Codec::score`] (keys), [`Codec::value`] (values) and [`Codec::finish_output`] on the
 //!   CPU, and the same on the GPU ([`Codec::attend_hooks`]: its `attend_k`/`attend_v` sources
 //!   composed with the shared core, its specialization and uniform).

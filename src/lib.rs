@@ -2,7 +2,7 @@
 //!
 //! Compresses the key/value cache of transformer LLMs on the GPU and runs attention on the
 //! compressed cache. Every kernel exists three times under one contract
-//! (`../shared/spec/`): a CPU reference ([`cpu`]), a portable WGSL kernel (`wgsl/`) for any
+//! (`docs/contracts/`): a CPU reference ([`cpu`]), a portable WGSL kernel (`wgsl/`) for any
 //! wgpu adapter, and a hand-written Metal Shading Language kernel (`msl/`) for Apple GPUs.
 //!
 //! Start with a [`Context`]: [`Context::from_device`] for an application's own device,

@@ -1,6 +1,6 @@
-//! Attention that reads a compressed cache in its stored form (../shared/spec/attention.md).
+//! Attention that reads a compressed cache in its stored form (docs/contracts/attention.md).
 //!
-//! **One core, codec hooks** (spec/attention.md "The codec hooks"). The core owns tiling,
+//! **One core, codec hooks** (docs/contracts/attention.md "The codec hooks"). The core owns tiling,
 //! masks, the online softmax, grouped-query sharing, splits and their merge, and the residual
 //! window; a key codec and a value codec (any pair) plug in:
 //! - on the CPU, through the hooks of [`crate::codec::Codec`] (prepare_query, score, value,
@@ -54,7 +54,7 @@ pub enum AttendKernel {
     Prefill,
     /// The prefill kernel's GEMM form on tensor cores (`attend_prefill_tc_<k>_<v>`: wgpu's
     /// experimental cooperative matrices, 16×16×16 f16 products with f32 accumulation, 64
-    /// query vectors per workgroup): within spec/attention.md's f16-product bound (relative L2
+    /// query vectors per workgroup): within docs/contracts/attention.md's f16-product bound (relative L2
     /// ≤ 1e-3 per row) of the f32 kernels, not their 1e-4. [`crate::Error::PathUnavailable`]
     /// where the device cannot run it ([`crate::Context::tensor_cores`] says why), an error
     /// for a key codec that transforms the query.

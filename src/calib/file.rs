@@ -66,7 +66,7 @@ pub struct Meta {
     pub tokens: usize,
 }
 
-/// Q-Filters' orientation report of one query head (../shared/spec/qfilters.md).
+/// Q-Filters' orientation report of one query head (docs/contracts/qfilters.md).
 #[derive(Clone, Debug, PartialEq)]
 pub struct HeadReport {
     /// Layer.

@@ -1,4 +1,4 @@
-//! k-means of ../shared/spec/vecinfer.md, "Codebooks", in f64: k-means++ seeding from a
+//! k-means of docs/contracts/vecinfer.md, "Codebooks", in f64: k-means++ seeding from a
 //! SplitMix64 stream, then Lloyd iterations until no assignment changes or `max_iters`.
 //! The details the spec leaves open, fixed here (every path that trains codebooks follows
 //! them, so a calibration is reproducible bit for bit):

@@ -1,5 +1,5 @@
-//! Calibration shared by VecInfer (../shared/spec/vecinfer.md, "Codebooks") and Q-Filters
-//! (../shared/spec/qfilters.md, "Calibration"): run a model over a text, collect every layer's
+//! Calibration shared by VecInfer (docs/contracts/vecinfer.md, "Codebooks") and Q-Filters
+//! (docs/contracts/qfilters.md, "Calibration"): run a model over a text, collect every layer's
 //! post-RoPE queries, keys and values, and derive per (layer, head)
 //! - VecInfer: the key smoothing λ `[L, Hkv, D]` and k-means codebooks of transformed key and
 //!   value sub-vectors `[L, Hkv, C, d_s]` per preset (`kmeans`);

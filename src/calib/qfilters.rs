@@ -1,4 +1,4 @@
-//! Q-Filters calibration (../shared/spec/qfilters.md, "Calibration"): per (layer, query head)
+//! Q-Filters calibration (docs/contracts/qfilters.md, "Calibration"): per (layer, query head)
 //! the first right singular vector v of Q_h (N × D post-RoPE queries, not mean-centred), in
 //! f64 through the eigenvectors of Q_hᵀQ_h ([`super::eigen`]); s = +1 when more than half of
 //! the entries of Q_h·v are > 0, else −1; u_h = s·v. A KV head's u is the mean of its query

@@ -1,4 +1,4 @@
-//! CPU reference of attention over a compressed cache (../shared/spec/attention.md): online
+//! CPU reference of attention over a compressed cache (docs/contracts/attention.md): online
 //! softmax in f32 over the visible tokens, grouped-query heads sharing every key and value,
 //! causal masking, sliding window with sinks. The codec of each side plugs in through its
 //! four hooks ([`crate::codec::Codec`]): the key codec prepares each query row once
@@ -64,7 +64,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// The absolute positions of a cache that evicted tokens (spec/attention.md, "Which keys a
+/// The absolute positions of a cache that evicted tokens (docs/contracts/attention.md, "Which keys a
 /// query sees"): the cache holds `tokens` of the `appended` tokens; held token j of head h
 /// sits at position `table[j·H + h]` for `j < table.len() / H`, and at `j + appended −
 /// tokens` after that (tokens never evicted: the newest).

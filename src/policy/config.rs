@@ -5,7 +5,7 @@
 //!         | streaming:budget=B,sinks=S[,stride=N]
 //!         | knorm:budget=B[,sinks=S,window=W,stride=N]
 //! ```
-//! Defaults (../shared/spec/qfilters.md): budget 512 tokens per KV head, 4 sinks, window 0,
+//! Defaults (docs/contracts/qfilters.md): budget 512 tokens per KV head, 4 sinks, window 0,
 //! stride 1. `flip=true` scores with −u (the negative control: it must do worse).
 
 use std::fmt;

@@ -1,4 +1,4 @@
-//! Token eviction over any layer (../shared/spec/qfilters.md): Q-Filters (calibrated filters,
+//! Token eviction over any layer (docs/contracts/qfilters.md): Q-Filters (calibrated filters,
 //! keep the keys that project most on the direction the layer's queries concentrate on),
 //! StreamingLLM (sinks + the most recent tokens) and key norm (keep the smallest ‖k‖), each
 //! combinable with every codec (`kivi-4+qfilters:budget=256,calib=FILE`, or `--evict` in the

@@ -1,4 +1,4 @@
-//! The scoring at append (../shared/spec/qfilters.md): the CPU reference. Scores are computed
+//! The scoring at append (docs/contracts/qfilters.md): the CPU reference. Scores are computed
 //! once per (token, KV head) on the key as appended, rounded to f16 (what the cache stores),
 //! in f32 summed in channel order, and kept beside the cache (4 bytes per token-head).
 

@@ -1,4 +1,4 @@
-//! Which units each head evicts (../shared/spec/qfilters.md, "Scoring and eviction"): the
+//! Which units each head evicts (docs/contracts/qfilters.md, "Scoring and eviction"): the
 //! CPU reference of the selection. A unit is `U` consecutive held tokens (1 for per-token
 //! codecs, a whole key block for KIVI), scored by the mean of its tokens' scores (summed in
 //! token order, f32). Among the candidate units, each head evicts the `n` lowest scores; on

@@ -1,4 +1,4 @@
-//! The Q-Filters quality check (../shared/spec/qfilters.md, "Quality checks"): per (layer, KV
+//! The Q-Filters quality check (docs/contracts/qfilters.md, "Quality checks"): per (layer, KV
 //! head), the Spearman correlation between each key's score ⟨k_j, u⟩ and the attention mass
 //! the key receives, averaged over the later queries i > j (exact causal softmax attention on
 //! the uncompressed post-RoPE q and k, scale 1/√D, averaged over the KV head's query heads).

@@ -1,4 +1,4 @@
-//! Compaction of one side's stored words after an eviction (../shared/spec/qfilters.md,
+//! Compaction of one side's stored words after an eviction (docs/contracts/qfilters.md,
 //! "Scoring and eviction"): every head keeps its own units (a unit is `U` tokens, a whole
 //! number of the side's blocks), and the kept units' bits move down to the front of the
 //! stream, head by head, in their order; nothing is decoded or re-encoded. The per-head bit

@@ -1,6 +1,6 @@
 //! `kvpack calibrate`: run a model over a text and write the calibration file of VecInfer
-//! (λ and k-means codebooks per layer and KV head, ../shared/spec/vecinfer.md) and Q-Filters
-//! (the filters, ../shared/spec/qfilters.md), with a progress bar on stderr and a JSON summary
+//! (λ and k-means codebooks per layer and KV head, docs/contracts/vecinfer.md) and Q-Filters
+//! (the filters, docs/contracts/qfilters.md), with a progress bar on stderr and a JSON summary
 //! on stdout (the Q-Filters orientation report per query head: majority and sum-of-signs rules
 //! and where they disagree).
 

@@ -1,6 +1,6 @@
 //! KIVI (Liu et al., ICML 2024): keys quantized per channel over blocks of `G` tokens, values
 //! per token over groups of channels, the newest tokens kept in f16 by the shared store
-//! (../shared/spec/kivi.md).
+//! (docs/contracts/kivi.md).
 //!
 //! - [`config`]: [`KiviConfig`], both sides' settings in one struct (the convenient form;
 //!   [`crate::Method::kivi`] turns it into a method), and [`KiviSide`], one side's;

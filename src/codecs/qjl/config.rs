@@ -1,5 +1,5 @@
 //! QJL's settings (keys only): sketch rows m and the seed of the Gaussian table
-//! (../shared/spec/qjl.md).
+//! (docs/contracts/qjl.md).
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! QJL keys (Zandieh, Daliri, Han 2024; ../shared/spec/qjl.md): each (token, head) key is
+//! QJL keys (Zandieh, Daliri, Han 2024; docs/contracts/qjl.md): each (token, head) key is
 //! stored as the m sign bits of a Gaussian projection `S k` plus its f16 norm, and attention
 //! estimates ⟨q, k⟩ from them without reconstructing k (`√(π/2)/m · n · ⟨S q, 2σ − 1⟩`, S q
 //! once per query row). Keys only: a value method is required (`qjl:m=128/kivi:bits=4`).

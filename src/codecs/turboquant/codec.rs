@@ -2,7 +2,7 @@
 //! the norm and the codes of the rotated unit vector (streams `codes` and `norms`, tables
 //! `signs` and `codebooks`: [`super::layout`]). Attention reads the codes in the rotated
 //! space: keys through the rotated query, values accumulated there and inverse-rotated once
-//! per output row (../shared/spec/turboquant.md, "Attention on TurboQuant codes").
+//! per output row (docs/contracts/turboquant.md, "Attention on TurboQuant codes").
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! TurboQuant's settings for one side: the variant (MSE or RVQ), bits per code and the seed
-//! of the rotation's signs (../shared/spec/turboquant.md).
+//! of the rotation's signs (docs/contracts/turboquant.md).
 
 use std::fmt;
 

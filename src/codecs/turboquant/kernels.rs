@@ -47,7 +47,7 @@ pub static TURBOQUANT_QUANT: KernelDef = KernelDef {
     workgroup_size: 64,
 };
 
-/// TurboQuant-Prod quantization of keys, fused (../shared/spec/turboquant.md
+/// TurboQuant-Prod quantization of keys, fused (docs/contracts/turboquant.md
 /// "TurboQuant-Prod"): the MSE stage at b − 1 bits (TurboQuant-MSE's steps, shared), the
 /// residual r = u − inverse-rotate(ŷ₁), its f16 norm ρ and the m sign bits of S·r, packed by
 /// `subgroupBallot` (subgroup variant), atomicOr (workgroup variant) or `simd_ballot` (MSL).

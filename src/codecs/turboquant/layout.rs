@@ -1,12 +1,12 @@
 //! TurboQuant's stored form in u32 words (CPU and GPU alike), for one side of a layer
-//! (../shared/spec/turboquant.md). One block is one token (TurboQuant is per token: no group
+//! (docs/contracts/turboquant.md). One block is one token (TurboQuant is per token: no group
 //! along tokens); a layer holds `H` KV heads of width `D`, rotated in `P` = the smallest power
 //! of two ≥ D dimensions, `S` code rows per vector (MSE: 1, RVQ: 2), `b` bits per code.
 //!
 //! **Streams** (per token, blocks one after another):
 //! ```text
 //! codes: u32 [H][S][row_words]     row_words = ceil(P·b / 32): the P codes of one stage,
-//!                                  LSB-first (../shared/spec/bitpack.md), zero padding bits
+//!                                  LSB-first (docs/contracts/bitpack.md), zero padding bits
 //! norms: u32 [ceil(H / 2)]         the f16 norm of head h in half h % 2 of word h / 2
 //!                                  (low half first; an odd H leaves the last high half 0)
 //! ```

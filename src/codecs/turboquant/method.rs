@@ -1,7 +1,7 @@
 //! TurboQuant's rows of the method table: `turboquant-mse:bits=B` and `turboquant-rvq:bits=B`
 //! (B per stage), with `kbits`/`vbits` for the sides of a spec for both, and `seed`. Either can
 //! store keys, values or both (`turboquant-mse:bits=4/kivi:bits=2`). The residual window
-//! defaults to 0 (../shared/spec/turboquant.md: every token is quantized at once).
+//! defaults to 0 (docs/contracts/turboquant.md: every token is quantized at once).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! TurboQuant (Zandieh et al., ICLR 2026; ../shared/spec/turboquant.md): each (token, head)
+//! TurboQuant (Zandieh et al., ICLR 2026; docs/contracts/turboquant.md): each (token, head)
 //! vector is normalized, rotated by a random Hadamard rotation (signs from SplitMix64, then
 //! the Sylvester–Hadamard butterflies) so that every coordinate follows one known density,
 //! and quantized coordinate-wise with the Lloyd–Max codebook of that density; one f16 norm

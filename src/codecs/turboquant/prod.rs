@@ -1,4 +1,4 @@
-//! The [`Codec`] of TurboQuant-Prod keys (../shared/spec/turboquant.md, "TurboQuant-Prod"):
+//! The [`Codec`] of TurboQuant-Prod keys (docs/contracts/turboquant.md, "TurboQuant-Prod"):
 //! b bits in total, stage 1 is TurboQuant-MSE at b − 1 bits, then the m sign bits of the
 //! Gaussian sketch of its residual in the rotated-back P-space, with the residual's norm ρ.
 //! Attention adds the sketch correction `n·ρ·√(π/2)/m·⟨S q, 2σ − 1⟩` to the MSE score, with

@@ -2,7 +2,7 @@
 //! n_sub = P/d_s indices (log2 C bits each, bitpack.md) into its layer's calibrated codebook
 //! of the head (stream `codes`, `[tokens][H][row_words]`); tables (counted once per layer):
 //! keys λ `[H][D]` then the codebooks `[H][C][d_s]` (f32 bits), values the codebooks only.
-//! Attention (../shared/spec/vecinfer.md): the key hook's prepared query is the LUT
+//! Attention (docs/contracts/vecinfer.md): the key hook's prepared query is the LUT
 //! `[n_sub][C]` of q̃ = H_P·(q ⊙ λ)/√P and a score is the sum of n_sub entries; values
 //! accumulate the codebook rows in the transformed space (P wide) and the normalized output
 //! is transformed back once.

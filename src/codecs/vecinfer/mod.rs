@@ -1,4 +1,4 @@
-//! VecInfer (../shared/spec/vecinfer.md): keys smoothed by a calibrated λ and both sides
+//! VecInfer (docs/contracts/vecinfer.md): keys smoothed by a calibrated λ and both sides
 //! rotated by the Sylvester–Hadamard transform, then stored as n_sub = P/d_s indices into a
 //! calibrated codebook of sub-vectors per (layer, KV head); attention sums per-query LUT
 //! entries for keys and accumulates values in the transformed space.

@@ -1,4 +1,4 @@
-//! CPU reference of `wgsl/bitpack/bitpack.wgsl` (../shared/spec/bitpack.md).
+//! CPU reference of `wgsl/bitpack/bitpack.wgsl` (docs/contracts/bitpack.md).
 
 use crate::error::{Error, Result};
 

@@ -1,4 +1,4 @@
-//! CPU reference of `wgsl/bitpack/bitunpack.wgsl` (../shared/spec/bitpack.md).
+//! CPU reference of `wgsl/bitpack/bitunpack.wgsl` (docs/contracts/bitpack.md).
 
 use super::bitpack::{check_bits, packed_words};
 use crate::error::{Error, Result};

@@ -1,4 +1,4 @@
-//! CPU references of the bit-packing kernels (../shared/spec/bitpack.md).
+//! CPU references of the bit-packing kernels (docs/contracts/bitpack.md).
 
 // The kernel stem is the file stem (`bitpack` in the `bitpack` family folder).
 #[allow(clippy::module_inception)]

@@ -1,5 +1,5 @@
-//! The 1-bit Gaussian sketch shared by QJL keys (../shared/spec/qjl.md) and the second stage
-//! of TurboQuant-Prod (../shared/spec/turboquant.md, "TurboQuant-Prod"): sign bits of S·v
+//! The 1-bit Gaussian sketch shared by QJL keys (docs/contracts/qjl.md) and the second stage
+//! of TurboQuant-Prod (docs/contracts/turboquant.md, "TurboQuant-Prod"): sign bits of S·v
 //! packed LSB-first, and the estimator's `√(π/2)/m · ⟨S q, 2σ − 1⟩`.
 
 use super::vector::check_len;

@@ -1,4 +1,4 @@
-//! The random streams of ../shared/spec/turboquant.md, "Random signs and matrices": one
+//! The random streams of docs/contracts/turboquant.md, "Random signs and matrices": one
 //! SplitMix64 generator per (seed, layer, head, stream), the ±1 sign vectors it gives, and the
 //! Gaussian tables of the Prod and QJL sketches. Generated on the CPU only (WGSL and MSL have
 //! no u64/f64); the GPU reads the tables.
@@ -12,11 +12,11 @@ pub const STREAM_KEY_SIGNS: u64 = 0;
 pub const STREAM_VALUE_SIGNS: u64 = 1;
 /// Stream of TurboQuant-Prod's Gaussian sketch (one table per layer, head = 0).
 pub const STREAM_PROD_SKETCH: u64 = 2;
-/// Stream of QJL's Gaussian sketch (../shared/spec/qjl.md; one table per layer, head = 0).
+/// Stream of QJL's Gaussian sketch (docs/contracts/qjl.md; one table per layer, head = 0).
 pub const STREAM_QJL_SKETCH: u64 = 3;
-/// Stream of VecInfer's key k-means (../shared/spec/vecinfer.md).
+/// Stream of VecInfer's key k-means (docs/contracts/vecinfer.md).
 pub const STREAM_VECINFER_KMEANS_KEYS: u64 = 4;
-/// Stream of VecInfer's value k-means (../shared/spec/vecinfer.md).
+/// Stream of VecInfer's value k-means (docs/contracts/vecinfer.md).
 pub const STREAM_VECINFER_KMEANS_VALUES: u64 = 5;
 
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -71,7 +71,7 @@ pub fn signs(seed: u64, layer: u64, head: u64, stream: u64, p: usize) -> Vec<f32
         .collect()
 }
 
-/// The same signs as P bits, LSB-first in u32 words (../shared/spec/bitpack.md with b = 1):
+/// The same signs as P bits, LSB-first in u32 words (docs/contracts/bitpack.md with b = 1):
 /// bit i is bit 63 of the i-th output, i.e. 1 where `s_i = −1` (the f32 sign bit to XOR in).
 /// `ceil(p / 32)` words, unused high bits of the last word zero.
 pub fn signs_packed(seed: u64, layer: u64, head: u64, stream: u64, p: usize) -> Vec<u32> {

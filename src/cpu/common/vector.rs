@@ -1,5 +1,5 @@
-//! f32 vector arithmetic in the order the specs fix (../shared/spec/turboquant.md and
-//! ../shared/spec/qjl.md, "Notation"): sums in index order, each product and each sum rounded
+//! f32 vector arithmetic in the order the specs fix (docs/contracts/turboquant.md and
+//! docs/contracts/qjl.md, "Notation"): sums in index order, each product and each sum rounded
 //! to f32 (Rust never contracts `a * b + c` into an FMA), and the input and norm checks.
 
 use half::f16;

@@ -1,4 +1,4 @@
-//! The arithmetic of one KIVI group (../shared/spec/kivi.md, "One group"), shared by the
+//! The arithmetic of one KIVI group (docs/contracts/kivi.md, "One group"), shared by the
 //! key and value references. WGSL twin: `wgsl/kivi/kivi_common.wgsl`; MSL: `msl/kivi/kivi_common.metal`
 //! inlined in each kernel.
 

@@ -1,5 +1,5 @@
 //! CPU reference of `wgsl/kivi/kivi_quant_keys.wgsl`: per-channel key quantization of whole
-//! token blocks (../shared/spec/kivi.md; layout in `src/codecs/kivi/layout.rs`).
+//! token blocks (docs/contracts/kivi.md; layout in `src/codecs/kivi/layout.rs`).
 //!
 //! One "invocation" owns one (block, head, channel) group: min/max over the block's `Gk`
 //! tokens of that channel, then its `key_group_words` words of codes and its (scale, lo).

@@ -1,5 +1,5 @@
 //! CPU reference of `wgsl/kivi/kivi_quant_values.wgsl`: per-token value quantization
-//! (../shared/spec/kivi.md; layout in `src/codecs/kivi/layout.rs`).
+//! (docs/contracts/kivi.md; layout in `src/codecs/kivi/layout.rs`).
 //!
 //! One "workgroup" owns one (token, head, group) of `Gv` consecutive channels (the last one
 //! of a row ragged when `Gv ∤ D`): min/max over its channels, then its code words and its

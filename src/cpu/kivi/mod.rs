@@ -1,4 +1,4 @@
-//! CPU references of KIVI's kernels (../shared/spec/kivi.md; layout in
+//! CPU references of KIVI's kernels (docs/contracts/kivi.md; layout in
 //! [`crate::codecs::kivi::layout`]).
 
 pub mod attend_k;

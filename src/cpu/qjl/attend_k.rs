@@ -1,4 +1,4 @@
-//! CPU twin of `wgsl/qjl/attend_k.wgsl` (attention on QJL keys, ../shared/spec/qjl.md
+//! CPU twin of `wgsl/qjl/attend_k.wgsl` (attention on QJL keys, docs/contracts/qjl.md
 //! "Kernels"): the query is sketched once per row (`S q`, m values: [`prepare_query`]), and the
 //! score of stored key j is `n_j · (√(π/2)/m · (2·Σ_{σ_i=1} (S q)_i − Σ_i (S q)_i))` from its
 //! sign row and f16 norm ([`super::score::qjl_score`], sums in index order). No key is ever

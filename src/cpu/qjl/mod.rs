@@ -1,8 +1,8 @@
-//! CPU reference of QJL keys (../shared/spec/qjl.md): per key the f16 norm and the m sign
+//! CPU reference of QJL keys (docs/contracts/qjl.md): per key the f16 norm and the m sign
 //! bits of a Gaussian projection; ⟨q, k⟩ is estimated from them without reconstructing k.
 //!
 //! Shapes for a batch of n keys (tokens × H KV heads × D): sign rows `[n][H][m/32]` (bit i of
-//! a row = σ_i, LSB-first, ../shared/spec/bitpack.md), norms `[n][H]` f16. The sketch S is
+//! a row = σ_i, LSB-first, docs/contracts/bitpack.md), norms `[n][H]` f16. The sketch S is
 //! `[m][D]` f32, one per layer, shared by its heads ([`sketch_table`]).
 
 pub mod attend_k;

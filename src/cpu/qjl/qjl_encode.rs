@@ -1,4 +1,4 @@
-//! CPU twin of the kernel `qjl_encode` (wgsl/qjl/, msl/qjl/) (../shared/spec/qjl.md, "Stored per key").
+//! CPU twin of the kernel `qjl_encode` (wgsl/qjl/, msl/qjl/) (docs/contracts/qjl.md, "Stored per key").
 //! One "invocation" owns one (token, head) key k (D values, rounded to f16 on entry):
 //! n = ‖k‖₂ in f32 (sum of squares in index order, correctly rounded square root), stored f16;
 //! σ_i = [(S k)_i ≥ 0] for i = 0..m, (S k)_i summed in index order in f32.

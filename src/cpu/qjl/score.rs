@@ -1,4 +1,4 @@
-//! The QJL score (../shared/spec/qjl.md, "Estimator"): ⟨q, k⟩ ≈ √(π/2)/m · n · ⟨S q, 2σ − 1⟩,
+//! The QJL score (docs/contracts/qjl.md, "Estimator"): ⟨q, k⟩ ≈ √(π/2)/m · n · ⟨S q, 2σ − 1⟩,
 //! with S q computed once per query. Exact f32 order:
 //! `n_st · (√(π/2)/m · (2·Σ_{σ_i=1} (S q)_i − Σ_i (S q)_i))`, sums in index order, the
 //! constant computed in f64 and rounded once.

@@ -1,5 +1,5 @@
 //! CPU twin of `wgsl/turboquant/attend_k.wgsl` (the key hooks of attention on TurboQuant
-//! codes, ../shared/spec/turboquant.md "Attention on TurboQuant codes"): the query is rotated
+//! codes, docs/contracts/turboquant.md "Attention on TurboQuant codes"): the query is rotated
 //! once per row with its KV head's key signs (`q′ = rotate(q)`, D → P zero-padded), and the
 //! score of a stored key is `n_j · Σ_i q′_i·ŷ_{j,i}` (f32, index order) with ŷ the centroids
 //! of its codes (RVQ: ŷ₁ + ê₂ per coordinate, in f32). No key is ever rotated back. The GPU

@@ -1,4 +1,4 @@
-//! Scalar Lloyd–Max codebooks (../shared/spec/turboquant.md, "Codebook" and
+//! Scalar Lloyd–Max codebooks (docs/contracts/turboquant.md, "Codebook" and
 //! "TurboQuant-RVQ"), computed in f64 and handed to every path as f32 tables.
 //!
 //! Procedure, for a density symmetric about 0 (`density.rs`) and b bits: only the

@@ -1,4 +1,4 @@
-//! The f64 densities behind the codebooks (../shared/spec/turboquant.md, "Codebook" and
+//! The f64 densities behind the codebooks (docs/contracts/turboquant.md, "Codebook" and
 //! "TurboQuant-RVQ"), with integrals accurate to ~1e-15:
 //!
 //! - [`CoordDensity`]: one coordinate t of a uniform random unit vector in R^P,

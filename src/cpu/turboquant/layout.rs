@@ -1,8 +1,8 @@
-//! Shapes of TurboQuant's stored tensors (../shared/spec/turboquant.md). For a batch of n
+//! Shapes of TurboQuant's stored tensors (docs/contracts/turboquant.md). For a batch of n
 //! vectors of one layer side (tokens × H KV heads × D):
 //!
 //! - MSE: codes `[n][H][row_words]` (one row of P codes of b bits, LSB-first per
-//!   ../shared/spec/bitpack.md, padded to whole words with zero bits), norms `[n][H]` f16.
+//!   docs/contracts/bitpack.md, padded to whole words with zero bits), norms `[n][H]` f16.
 //! - RVQ: codes `[n][H][2][row_words]` (stage-1 row, then stage-2 row), norms `[n][H]`.
 //! - Prod: stage-1 codes `[n][H][row_words(b − 1)]`, norms `[n][H]`, residual norms ρ
 //!   `[n][H]` f16, sign rows `[n][H][m/32]`.

@@ -1,4 +1,4 @@
-//! CPU reference of TurboQuant (../shared/spec/turboquant.md): a random rotation, then a
+//! CPU reference of TurboQuant (docs/contracts/turboquant.md): a random rotation, then a
 //! scalar Lloyd–Max codebook per coordinate. MSE (b bits), RVQ (two stages of b bits) and
 //! Prod (keys: MSE at b − 1 bits plus a 1-bit sketch of the residual).
 //!

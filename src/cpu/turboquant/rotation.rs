@@ -1,4 +1,4 @@
-//! The random rotation of ../shared/spec/turboquant.md, "Rotation":
+//! The random rotation of docs/contracts/turboquant.md, "Rotation":
 //! `y = (1/√P)·H_P·(s ⊙ u)` with the Sylvester–Hadamard matrix in natural order, and its
 //! inverse `u = s ⊙ ((1/√P)·H_P·y)`. Every product and sum is rounded to f32, in this order:
 //! forward = signs, butterflies, × c; inverse = butterflies, × c, × signs.

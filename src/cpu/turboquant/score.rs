@@ -1,5 +1,5 @@
-//! Attention on TurboQuant codes, CPU side (../shared/spec/turboquant.md, "Attention on
-//! TurboQuant codes"; hooks in ../shared/spec/attention.md). Keys are never rotated back:
+//! Attention on TurboQuant codes, CPU side (docs/contracts/turboquant.md, "Attention on
+//! TurboQuant codes"; hooks in docs/contracts/attention.md). Keys are never rotated back:
 //! the query is rotated once with its KV head's key signs and dotted with the centroids.
 //! Values are accumulated in the rotated space and inverse-rotated once.
 //!

@@ -1,4 +1,4 @@
-//! CPU reference of the kernel `turboquant_dequant` (../shared/spec/turboquant.md,
+//! CPU reference of the kernel `turboquant_dequant` (docs/contracts/turboquant.md,
 //! "TurboQuant-MSE" reconstruction): `x̂ = n_st · inverse-rotate(ŷ)`, in this order with every
 //! product rounded to f32: butterflies on ŷ, × c, × s_i (exact), × n_st; the first D
 //! coordinates. Shapes in [`super::layout`]; outputs are `[n, H, D]` f32.

@@ -1,5 +1,5 @@
 //! CPU reference of the kernel `turboquant_prod_quant` (wgsl/turboquant/turboquant_prod_*.wgsl,
-//! msl/turboquant/turboquant_prod_quant.metal; ../shared/spec/turboquant.md "TurboQuant-Prod"):
+//! msl/turboquant/turboquant_prod_quant.metal; docs/contracts/turboquant.md "TurboQuant-Prod"):
 //! per key, TurboQuant-MSE at b − 1 bits ([`super::turboquant_quant`]), û₁ = inverse-rotate(ŷ₁),
 //! r = u − û₁ (P values), ρ = ‖r‖₂ and the m sign bits of S·r. Shapes in [`super::layout`].
 

@@ -1,5 +1,5 @@
 //! CPU reference of the kernel `turboquant_quant` (wgsl/turboquant/, msl/turboquant/;
-//! ../shared/spec/turboquant.md, "TurboQuant-MSE", "TurboQuant-RVQ", "TurboQuant-Prod"). One
+//! docs/contracts/turboquant.md, "TurboQuant-MSE", "TurboQuant-RVQ", "TurboQuant-Prod"). One
 //! "invocation" owns one (token, head) vector ([`quantize_vector`]: what the codec's CPU path
 //! and the kernels do per vector); shapes in [`super::layout`].
 //!

@@ -1,5 +1,5 @@
 //! CPU twin of `wgsl/turboquant_prod/attend_k.wgsl` and `msl/turboquant_prod/attend_k.metal`
-//! (TurboQuant-Prod's key hooks, ../shared/spec/turboquant.md "Attention on TurboQuant codes"):
+//! (TurboQuant-Prod's key hooks, docs/contracts/turboquant.md "Attention on TurboQuant codes"):
 //! TurboQuant's rotated query ([`crate::cpu::turboquant::attend_k`]) and QJL's `S q`, once per
 //! query row; the score of a stored key adds `n·ρ·√(π/2)/m·⟨S q, 2σ − 1⟩` to the MSE score.
 
@@ -35,7 +35,7 @@ pub struct ProdWords<'a> {
     pub residual_norms: &'a [u32],
 }
 
-/// The Prod scores of stored token `j`, head `h` (../shared/spec/turboquant.md): for each
+/// The Prod scores of stored token `j`, head `h` (docs/contracts/turboquant.md): for each
 /// prepared query `[q′ | S q]` ([`prepare_prod_query`]),
 /// `n · (Σ_i q′_i·ŷ₁_i + ρ · (√(π/2)/m · (2·Σ_{σ_i=1} (S q)_i − Σ_i (S q)_i)))`, in this order
 /// (as [`crate::cpu::turboquant::score::prod_score`]); `yhat` is scratch (P values).

@@ -1,4 +1,4 @@
-//! CPU twin of `wgsl/vecinfer/attend_k.wgsl` (../shared/spec/vecinfer.md, "Attention"): per
+//! CPU twin of `wgsl/vecinfer/attend_k.wgsl` (docs/contracts/vecinfer.md, "Attention"): per
 //! query head, q̃ = H_P·(q ⊙ λ)/√P with its KV head's λ, then the LUT `[n_sub][C]`,
 //! `LUT[s][c] = Σ_i q̃[s·d_s + i]·cb[c][i]` (f32, index order); the score of a stored key is
 //! `Σ_s LUT[s][index_s]` in s order. No key is ever reconstructed.

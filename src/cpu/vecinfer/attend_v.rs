@@ -1,4 +1,4 @@
-//! CPU twin of `wgsl/vecinfer/attend_v.wgsl` (../shared/spec/vecinfer.md, "Attention"): values
+//! CPU twin of `wgsl/vecinfer/attend_v.wgsl` (docs/contracts/vecinfer.md, "Attention"): values
 //! accumulate in the transformed space, `acc += p_j · ṽ̂_j` with ṽ̂_j the value codebook rows
 //! of token j's indices (P values), and the normalized output is transformed back once.
 

@@ -1,4 +1,4 @@
-//! CPU reference of VecInfer (../shared/spec/vecinfer.md): outlier smoothing (λ) and a
+//! CPU reference of VecInfer (docs/contracts/vecinfer.md): outlier smoothing (λ) and a
 //! Sylvester–Hadamard transform, product vector quantization of the transformed vectors into
 //! indices of a per-(layer, KV head) codebook of sub-vectors, the reconstruction, and the
 //! look-up-table (LUT) score of attention.

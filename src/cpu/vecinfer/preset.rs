@@ -1,5 +1,5 @@
 //! The codebook geometry of one side (keys or values) of VecInfer: sub-vector width d_s and
-//! centroid count C (../shared/spec/vecinfer.md, "Parameters").
+//! centroid count C (docs/contracts/vecinfer.md, "Parameters").
 
 use crate::error::{Error, Result};
 

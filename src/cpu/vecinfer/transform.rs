@@ -1,4 +1,4 @@
-//! VecInfer's transform (../shared/spec/vecinfer.md, "Transform"), in f32 with every product
+//! VecInfer's transform (docs/contracts/vecinfer.md, "Transform"), in f32 with every product
 //! and sum rounded, in this order:
 //! - keys:    u_i = k_i / λ_i (i < D), zero-padded to P, butterflies, × c;
 //! - queries: u_i = q_i · λ_i, zero-padded, butterflies, × c (so ⟨q̃, k̃⟩ = ⟨q, k⟩ in reals);

@@ -1,5 +1,5 @@
 //! CPU twin of `wgsl/vecinfer/vecinfer_dequant.wgsl`: the reconstruction of stored vectors from
-//! their packed index rows (../shared/spec/vecinfer.md): x̃̂ = the codebook rows of the n_sub
+//! their packed index rows (docs/contracts/vecinfer.md): x̃̂ = the codebook rows of the n_sub
 //! indices side by side (P values), then the inverse transform (keys: × λ after it).
 
 use super::Preset;

@@ -1,4 +1,4 @@
-//! CPU twin of `wgsl/vecinfer/vecinfer_quant.wgsl` (../shared/spec/vecinfer.md, "Quantize"):
+//! CPU twin of `wgsl/vecinfer/vecinfer_quant.wgsl` (docs/contracts/vecinfer.md, "Quantize"):
 //! every transformed vector (P values) is cut into n_sub = P/d_s sub-vectors and each takes the
 //! index of its nearest codebook row: `argmin_c Σ_i (x_i − cb[c][i])²` over the d_s
 //! coordinates in index order, f32, ties to the lower index. Indices are packed per
