@@ -84,10 +84,7 @@ static CHUNK: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
 
 /// The options every timed and checked call uses (`--chunk` sets the chunk size).
 fn attend_opts() -> AttendOptions {
-    AttendOptions {
-        chunk_tokens: CHUNK.get().copied().flatten(),
-        ..Default::default()
-    }
+    AttendOptions::default().chunk_tokens(CHUNK.get().copied().flatten())
 }
 
 fn parse_args() -> Result<Opts, String> {

@@ -266,10 +266,7 @@ enum Which {
 }
 
 fn layout(bits: u32, vgroup: usize) -> kvpack::Result<Layout> {
-    let cfg = KiviConfig {
-        value_group: vgroup,
-        ..KiviConfig::uniform(bits, GROUP, 128)
-    };
+    let cfg = KiviConfig::uniform(bits, GROUP, 128).value_group(vgroup);
     Layout::new(HEADS, DIM, &cfg)
 }
 

@@ -40,6 +40,7 @@ impl std::str::FromStr for PathChoice {
 
 /// Where the context's device came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Origin {
     /// The application handed kvpack its own device and queue.
     AppDevice,
@@ -51,8 +52,10 @@ pub enum Origin {
     CpuNoAdapter(String),
 }
 
-/// Options for [`Context::headless_with`].
+/// Options for [`Context::headless_with`]: `HeadlessOptions::new().require_gpu(true)` (the
+/// type is `#[non_exhaustive]`: build it with [`HeadlessOptions::new`] and the setters).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct HeadlessOptions {
     /// Backends to consider; `None` reads `WGPU_BACKEND` (all backends when unset).
     pub backends: Option<wgpu::Backends>,
@@ -73,6 +76,38 @@ impl Default for HeadlessOptions {
             withhold_features: wgpu::Features::empty(),
             require_gpu: false,
         }
+    }
+}
+
+impl HeadlessOptions {
+    /// The defaults: backends from `WGPU_BACKEND`, adapter from `WGPU_ADAPTER_NAME`, nothing
+    /// withheld, a CPU context when no adapter is found.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the backends to consider (`None`: `WGPU_BACKEND`, else all).
+    pub fn backends(mut self, backends: impl Into<Option<wgpu::Backends>>) -> Self {
+        self.backends = backends.into();
+        self
+    }
+
+    /// Sets a substring of the adapter name to pick (`None`: `WGPU_ADAPTER_NAME`).
+    pub fn adapter_name(mut self, name: impl Into<Option<String>>) -> Self {
+        self.adapter_name = name.into();
+        self
+    }
+
+    /// Sets the features kvpack must not request even when offered.
+    pub fn withhold_features(mut self, features: wgpu::Features) -> Self {
+        self.withhold_features = features;
+        self
+    }
+
+    /// Sets whether a missing adapter is [`Error::NoAdapter`] instead of a CPU context.
+    pub fn require_gpu(mut self, require: bool) -> Self {
+        self.require_gpu = require;
+        self
     }
 }
 
@@ -188,6 +223,9 @@ pub(crate) struct Gpu {
     /// on devices it creates; an application's own device keeps its own callback, so kvpack
     /// sees its loss only as failed operations, [`crate::Error::Gpu`]).
     pub lost: Arc<std::sync::OnceLock<String>>,
+    /// MSL kernels the Metal driver rejected, and those asked for explicitly
+    /// ([`crate::gpu::msl_fallback`]).
+    pub msl: Arc<Mutex<crate::gpu::msl_fallback::MslState>>,
 }
 
 /// The dispatches of [`Context::with_dispatch_log`]: (kernel, x, y).
@@ -258,6 +296,7 @@ impl Context {
             built: Arc::default(),
             subgroup_order: Arc::default(),
             lost: Arc::default(),
+            msl: Arc::default(),
             coop16: false,
         };
         Ok(Self::build(Origin::AppDevice, Some(gpu), PathChoice::Auto))
@@ -392,6 +431,7 @@ impl Context {
             built: Arc::default(),
             subgroup_order: Arc::default(),
             lost: Arc::default(),
+            msl: Arc::default(),
             coop16,
         };
         let lost = gpu.lost.clone();
@@ -561,10 +601,18 @@ impl Context {
     /// it missed). The same handle on a CPU context.
     #[doc(hidden)]
     pub fn with_own_pipeline_cache(&self) -> Self {
-        let mut inner = self.clone_inner();
-        if let Some(g) = &mut inner.gpu {
+        self.with_gpu_edit(|g| {
             g.pipelines = Arc::default();
             g.built = Arc::default();
+        })
+    }
+
+    /// A handle to the same device with `edit` applied to its GPU state (the same handle on
+    /// a CPU context).
+    pub(crate) fn with_gpu_edit(&self, edit: impl FnOnce(&mut Gpu)) -> Self {
+        let mut inner = self.clone_inner();
+        if let Some(g) = &mut inner.gpu {
+            edit(g);
         }
         Self {
             inner: Arc::new(inner),
@@ -684,6 +732,9 @@ impl Context {
         let Some(g) = self.gpu() else {
             return Err("no GPU device".into());
         };
+        if self.simulates_metal() {
+            return Ok(());
+        }
         if g.info.backend != wgpu::Backend::Metal {
             return Err(format!("backend is {:?}, MSL needs Metal", g.info.backend));
         }

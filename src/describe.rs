@@ -55,7 +55,12 @@ impl Context {
                         {
                             format!("{p} (one WGSL source: no cross-lane operations)")
                         }
-                        _ => p.to_string(),
+                        _ => match self.msl_rejection(k.name) {
+                            Some(m) if p != KernelPath::Msl => {
+                                format!("{p} (the Metal driver rejected its MSL: {m})")
+                            }
+                            _ => p.to_string(),
+                        },
                     })
                     .map_err(|e| e.to_string());
                 (k.name, r)
@@ -90,6 +95,7 @@ fn feature_names(f: wgpu::Features) -> Vec<&'static str> {
 
 /// Facts about the GPU of a context.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct GpuFacts {
     /// Adapter name.
     pub adapter: String,
@@ -112,6 +118,7 @@ pub struct GpuFacts {
 
 /// The output of [`Context::describe`]; `Display` prints it as a small report.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Description {
     /// Where the device came from.
     pub origin: Origin,

@@ -1312,8 +1312,25 @@ impl KvLayer for Layer {
                 c.attend_note().map_or(String::new(), |n| format!(" ({n})"))
             )
         };
+        let fallbacks = self.ctx.msl_fallbacks();
+        let note = if fallbacks.is_empty()
+            || !self
+                .codecs
+                .iter()
+                .any(|c| c.path() == crate::path::KernelPath::Msl)
+        {
+            String::new()
+        } else {
+            let names: Vec<&str> = fallbacks.iter().map(|(k, _)| *k).collect();
+            format!(
+                "; the Metal driver rejected the MSL of {} (they run their {} kernels: see \
+                 Context::msl_fallbacks)",
+                names.join(", "),
+                crate::gpu::msl_fallback::FALLBACK
+            )
+        };
         format!(
-            "{}; {}; residual window {} tokens",
+            "{}; {}; residual window {} tokens{note}",
             side(&self.codecs[0]),
             side(&self.codecs[1]),
             self.residual

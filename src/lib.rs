@@ -66,6 +66,12 @@ pub use store::{GpuDtype, GpuInput, Input, Memory, MemoryReport, Snapshot};
 /// `kvpack::wgpu` types instead of meeting two incompatible `wgpu::Device`s.
 pub use wgpu;
 
+/// The README's `rust` blocks, compiled and run as doctests (`cargo test --doc`), so that the
+/// snippets users copy are the API as it is.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// A layer of any method (KIVI: [`Layer::kivi`]).
 pub type KiviLayer = Layer;
 /// A layer of any method (f16: [`Layer::f16`]).

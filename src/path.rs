@@ -5,6 +5,7 @@ use std::fmt;
 
 /// Which path the caller wants. `Auto` picks the best one this context can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum PathChoice {
     /// MSL on Metal with passthrough shaders and subgroups; else WGSL (subgroup variant when
     /// `SUBGROUP` is enabled, workgroup-memory variant otherwise); else the CPU reference.
@@ -37,6 +38,7 @@ impl fmt::Display for PathChoice {
 
 /// The path a kernel actually runs on, after resolution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum KernelPath {
     /// The CPU reference in `src/cpu/`.
     Cpu,

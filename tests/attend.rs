@@ -58,11 +58,7 @@ fn check(t: &Target, layer: &Layer, q: &[f32], k: &[f32], v: &[f32], c: &Case, w
 fn cases() -> Vec<(&'static str, Case)> {
     let kivi2 = KiviConfig::uniform(2, 32, 32);
     let kivi4 = KiviConfig::uniform(4, 32, 128);
-    let w = |window, sinks| AttendOptions {
-        window: Some(window),
-        sinks,
-        ..Default::default()
-    };
+    let w = |window, sinks| AttendOptions::default().window(Some(window)).sinks(sinks);
     vec![
         (
             "T=1000 Tq=2 8/2 D=64 chunks of 32 tokens",
@@ -72,10 +68,7 @@ fn cases() -> Vec<(&'static str, Case)> {
                 hq: 8,
                 hkv: 2,
                 d: 64,
-                opts: AttendOptions {
-                    chunk_tokens: Some(32),
-                    ..Default::default()
-                },
+                opts: AttendOptions::default().chunk_tokens(Some(32)),
                 cfg: kivi4,
             },
         ),
@@ -183,14 +176,8 @@ fn cases() -> Vec<(&'static str, Case)> {
                 hq: 16,
                 hkv: 4,
                 d: 256,
-                opts: AttendOptions {
-                    scale: Some(0.05),
-                    ..Default::default()
-                },
-                cfg: KiviConfig {
-                    params: kvpack::ParamStorage::F32,
-                    ..KiviConfig::uniform(3, 32, 64)
-                },
+                opts: AttendOptions::default().scale(Some(0.05)),
+                cfg: KiviConfig::uniform(3, 32, 64).params(kvpack::ParamStorage::F32),
             },
         ),
     ]
@@ -363,25 +350,11 @@ fn attend_bad_input(t: &Target) {
         })
     ));
     assert!(matches!(
-        layer.attend(
-            &q,
-            4,
-            &AttendOptions {
-                window: Some(0),
-                ..o
-            }
-        ),
+        layer.attend(&q, 4, &o.window(Some(0))),
         Err(Error::Config(_))
     ));
     assert!(matches!(
-        layer.attend(
-            &q,
-            4,
-            &AttendOptions {
-                scale: Some(f32::INFINITY),
-                ..o
-            }
-        ),
+        layer.attend(&q, 4, &o.scale(Some(f32::INFINITY))),
         Err(Error::NonFinite { .. })
     ));
     if t.is_gpu() {
@@ -598,10 +571,7 @@ fn attend_splits_change_nothing(t: &Target) {
         .expect("append");
     let auto = layer.attend(&q, c.hq, &c.opts).expect("attend");
     for split in [32, 96, 128, 2048] {
-        let opts = AttendOptions {
-            chunk_tokens: Some(split),
-            ..c.opts
-        };
+        let opts = c.opts.chunk_tokens(Some(split));
         let out = layer.attend(&q, c.hq, &opts).expect("attend");
         let err = rel_l2_rows(&out, &auto, c.d);
         assert!(err <= 5e-5, "split {split}: rel L2 {err:e}");
@@ -637,14 +607,7 @@ fn attend_every_codec(t: &Target, spec: &str) {
     let method = common::parse_method(spec, hkv, d).expect("method");
     for (tq, opts) in [
         (1, AttendOptions::default()),
-        (
-            5,
-            AttendOptions {
-                window: Some(90),
-                sinks: 3,
-                ..Default::default()
-            },
-        ),
+        (5, AttendOptions::default().window(Some(90)).sinks(3)),
     ] {
         let (q, k, v) = common::random_qkv(&mut rng, tokens, tq, hq, hkv, d);
         let mut layer = method.layer(t.ctx(), hkv, d, t.path()).expect("layer");

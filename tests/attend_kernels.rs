@@ -22,11 +22,7 @@ use kvpack::store::Side;
 use kvpack::{AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
 
 fn cases() -> Vec<Case> {
-    let w = |window, sinks| AttendOptions {
-        window: Some(window),
-        sinks,
-        ..Default::default()
-    };
+    let w = |window, sinks| AttendOptions::default().window(Some(window)).sinks(sinks);
     let base = Case {
         what: "",
         method: "kivi:bits=2,group=32,residual=32",
@@ -103,10 +99,7 @@ fn cases() -> Vec<Case> {
             hq: 6,
             hkv: 2,
             d: 80,
-            opts: AttendOptions {
-                scale: Some(0.05),
-                ..Default::default()
-            },
+            opts: AttendOptions::default().scale(Some(0.05)),
             ..base
         },
         Case {

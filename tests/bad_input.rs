@@ -231,10 +231,7 @@ fn unavailable_paths_are_errors_not_fallbacks() {
 
 #[test]
 fn unknown_adapter_name_is_an_error() {
-    let opts = HeadlessOptions {
-        adapter_name: Some("no such adapter 7f3a".into()),
-        ..Default::default()
-    };
+    let opts = HeadlessOptions::default().adapter_name(Some("no such adapter 7f3a".into()));
     match Context::headless_with(&opts) {
         Err(Error::NoAdapter(msg)) => assert!(msg.contains("no such adapter 7f3a"), "{msg}"),
         other => panic!("expected NoAdapter, got {other:?}"),
@@ -311,10 +308,7 @@ fn cache_and_context_knobs_reject_bad_values() {
     assert_eq!(cache.layer(1).map(|l| l.len()), Some(1));
     assert_eq!(cache.layer(0).map(|l| l.len()), Some(0));
     // Value groups above 256 channels are refused (the GPU kernels hold a group per slice).
-    let cfg = KiviConfig {
-        value_group: 512,
-        ..KiviConfig::uniform(2, 32, 0)
-    };
+    let cfg = KiviConfig::uniform(2, 32, 0).value_group(512);
     assert!(matches!(
         Cache::uniform(
             &ctx,

@@ -126,14 +126,7 @@ fn attention_is_unchanged_on_an_f16_cache() {
     let hq = 6;
     for (tq, opts) in [
         (1, AttendOptions::default()),
-        (
-            4,
-            AttendOptions {
-                window: Some(20),
-                sinks: 3,
-                ..Default::default()
-            },
-        ),
+        (4, AttendOptions::default().window(Some(20)).sinks(3)),
     ] {
         let q: Vec<f32> = (0..tq * hq * D)
             .map(|_| rng.random_range(-0.05f32..0.05))

@@ -301,25 +301,15 @@ fn attend_window_sinks_and_scale_change_the_result() {
     let cases: [(&[&str], AttendOptions); 3] = [
         (
             &["--window", "10"],
-            AttendOptions {
-                window: Some(10),
-                ..Default::default()
-            },
+            AttendOptions::default().window(Some(10)),
         ),
         (
             &["--window", "10", "--sinks", "4"],
-            AttendOptions {
-                window: Some(10),
-                sinks: 4,
-                ..Default::default()
-            },
+            AttendOptions::default().window(Some(10)).sinks(4),
         ),
         (
             &["--scale", "0.5"],
-            AttendOptions {
-                scale: Some(0.5),
-                ..Default::default()
-            },
+            AttendOptions::default().scale(Some(0.5)),
         ),
     ];
     let mut outs = vec![plain.clone()];

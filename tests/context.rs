@@ -142,10 +142,7 @@ fn with_path_keeps_the_device_and_changes_the_default() {
 #[test]
 fn no_adapter_gives_a_cpu_context_that_says_so() {
     // No backend enabled: no adapter can exist.
-    let opts = kvpack::HeadlessOptions {
-        backends: Some(wgpu::Backends::empty()),
-        ..Default::default()
-    };
+    let opts = kvpack::HeadlessOptions::default().backends(Some(wgpu::Backends::empty()));
     let ctx = Context::headless_with(&opts).expect("a CPU context");
     assert!(
         matches!(ctx.origin(), Origin::CpuNoAdapter(_)),
@@ -159,10 +156,7 @@ fn no_adapter_gives_a_cpu_context_that_says_so() {
     );
     let text = ctx.describe().to_string();
     assert!(text.contains("CPU only: no adapter"), "{text}");
-    let strict = kvpack::HeadlessOptions {
-        require_gpu: true,
-        ..opts
-    };
+    let strict = opts.require_gpu(true);
     assert!(matches!(
         Context::headless_with(&strict),
         Err(kvpack::Error::NoAdapter(_))

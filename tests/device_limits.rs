@@ -80,11 +80,7 @@ fn queries(rng: &mut impl Rng) -> Vec<(String, Vec<f32>, usize, AttendOptions)> 
         (16, 8, AttendKernel::Prefill, None),
         (16, 8, AttendKernel::Decode, None),
     ] {
-        let opts = AttendOptions {
-            kernel,
-            chunk_tokens: chunk,
-            ..Default::default()
-        };
+        let opts = AttendOptions::default().kernel(kernel).chunk_tokens(chunk);
         v.push((
             format!("Tq={tq} Hq={hq} {kernel:?} chunk {chunk:?}"),
             q(rng, tq, hq),
@@ -448,10 +444,7 @@ fn small_bindings_are_a_typed_limit(t: &Target) {
         let big_q: Vec<f32> = (0..tq * 8 * D)
             .map(|_| rng.random_range(-1.0f32..1.0))
             .collect();
-        let opts = AttendOptions {
-            kernel,
-            ..Default::default()
-        };
+        let opts = AttendOptions::default().kernel(kernel);
         match l.attend(&big_q, 8, &opts) {
             Err(Error::Limit {
                 what,

@@ -11,10 +11,7 @@ use kvpack::{
 };
 
 fn own_gpu(test: &str) -> Option<Context> {
-    let opts = HeadlessOptions {
-        require_gpu: true,
-        ..Default::default()
-    };
+    let opts = HeadlessOptions::default().require_gpu(true);
     match Context::headless_with(&opts) {
         Ok(c) => Some(c),
         Err(e) => {

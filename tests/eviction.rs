@@ -413,11 +413,7 @@ fn kept_sets_follow_the_spec_and_attention_reads_true_positions() {
                 .collect();
             for opts in [
                 AttendOptions::default(),
-                AttendOptions {
-                    window: Some(9),
-                    sinks: 2,
-                    ..Default::default()
-                },
+                AttendOptions::default().window(Some(9)).sinks(2),
             ] {
                 let out = ev.attend(&q, hq, &opts).unwrap();
                 for i in 0..tq {
@@ -652,11 +648,7 @@ fn caches_under_eviction_save_and_load() {
         let q: Vec<f32> = (0..3 * 4 * d)
             .map(|_| rng.random_range(-1.0f32..1.0))
             .collect();
-        let opts = AttendOptions {
-            window: Some(30),
-            sinks: 2,
-            ..Default::default()
-        };
+        let opts = AttendOptions::default().window(Some(30)).sinks(2);
         assert_eq!(
             b.attend(&q, 4, &opts).unwrap(),
             a.attend(&q, 4, &opts).unwrap(),

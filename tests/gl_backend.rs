@@ -65,14 +65,7 @@ fn gl_parity(t: &Target, spec: &str) {
     let hq = 6;
     for (tq, opts) in [
         (1, AttendOptions::default()),
-        (
-            5,
-            AttendOptions {
-                window: Some(48),
-                sinks: 3,
-                ..Default::default()
-            },
-        ),
+        (5, AttendOptions::default().window(Some(48)).sinks(3)),
     ] {
         let q: Vec<f32> = (0..tq * hq * D)
             .map(|_| rng.random_range(-1.5f32..1.5))

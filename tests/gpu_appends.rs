@@ -138,6 +138,7 @@ fn append_from_gpu(
         match dtype {
             kvpack::GpuDtype::F16 => bytemuck::cast_slice(&f16s(x)).to_vec(),
             kvpack::GpuDtype::F32 => bytemuck::cast_slice(x).to_vec(),
+            other => panic!("no test input for {other:?}"),
         }
     };
     let kb = app_buffer(ctx, pad_k, &bytes(k), storage());
@@ -285,6 +286,7 @@ fn gpu_append_bad_values(t: &Target, spec: &str) {
                 match dtype {
                     kvpack::GpuDtype::F16 => bytemuck::cast_slice(&f16s(x)).to_vec(),
                     kvpack::GpuDtype::F32 => bytemuck::cast_slice(x).to_vec(),
+                    other => panic!("no test input for {other:?}"),
                 }
             };
             // The host's verdict on the same values (f16 input: rounded first, as the app's
@@ -297,6 +299,7 @@ fn gpu_append_bad_values(t: &Target, spec: &str) {
             let host_err = match dtype {
                 kvpack::GpuDtype::F32 => host.append(Input::F32(bk), Input::F32(bv)),
                 kvpack::GpuDtype::F16 => host.append(Input::F16(&hk), Input::F16(&hv)),
+                other => panic!("no host append for {other:?}"),
             }
             .err()
             .map(|e| e.to_string());

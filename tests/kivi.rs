@@ -309,14 +309,13 @@ fn kivi_chunking_is_invisible(t: &Target) {
     let (h, d) = (3, 64);
     for cfg in [
         KiviConfig::uniform(2, 32, 128),
-        KiviConfig {
-            key_bits: 3,
-            value_bits: 4,
-            key_group: 32,
-            value_group: 16,
-            residual: 32,
-            params: ParamStorage::F32,
-        },
+        KiviConfig::default()
+            .key_bits(3)
+            .value_bits(4)
+            .key_group(32)
+            .value_group(16)
+            .residual(32)
+            .params(ParamStorage::F32),
     ] {
         let (k, v) = random_kv(&mut rng, 240, h, d);
         let mut chunks = vec![200];
@@ -453,14 +452,13 @@ fn kivi_near_lossless(t: &Target) {
     let v: Vec<f32> = (0..n * h * d)
         .map(|_| rng.random_range(0.25..0.5))
         .collect();
-    let cfg = KiviConfig {
-        key_bits: 2,
-        key_group: 1,
-        value_bits: 8,
-        value_group: 32,
-        residual: 0,
-        params: ParamStorage::F16,
-    };
+    let cfg = KiviConfig::default()
+        .key_bits(2)
+        .key_group(1)
+        .value_bits(8)
+        .value_group(32)
+        .residual(0)
+        .params(ParamStorage::F16);
     let mut lay = layer(t, h, d, &cfg);
     lay.append(Input::F32(&k), Input::F32(&v)).expect("append");
     let (kh, vh) = lay.reconstruct().expect("reconstruct");
@@ -697,14 +695,13 @@ fn kivi_segments(t: &Target) {
     };
     let mut rng = common::rng("kivi_segments");
     let (h, d) = (2, 80);
-    let cfg = KiviConfig {
-        key_bits: 3,
-        key_group: 32,
-        value_bits: 3,
-        value_group: 32,
-        residual: 32,
-        params: ParamStorage::F16,
-    };
+    let cfg = KiviConfig::default()
+        .key_bits(3)
+        .key_group(32)
+        .value_bits(3)
+        .value_group(32)
+        .residual(32)
+        .params(ParamStorage::F16);
     let (k, v) = random_kv(&mut rng, 2000, h, d);
     let (lay, _) = run_and_compare(&small, h, d, &cfg, &k, &v, &[700, 1, 33, 1266], "segments");
     let m = lay.memory();

@@ -202,34 +202,15 @@ fn layer_bad_input_is_typed_and_changes_nothing(t: &Target, spec: &str) {
         |e| non_finite(e, "q"),
     );
     for (what, opts) in [
-        (
-            "window 0",
-            AttendOptions {
-                window: Some(0),
-                ..def
-            },
-        ),
-        (
-            "chunk 33",
-            AttendOptions {
-                chunk_tokens: Some(33),
-                ..def
-            },
-        ),
+        ("window 0", def.window(Some(0))),
+        ("chunk 33", def.chunk_tokens(Some(33))),
     ] {
         expect_err(attend(&q(1, 2), 2, &opts), &name(what), "Config", |e| {
             matches!(e, Error::Config(_))
         });
     }
     expect_err(
-        attend(
-            &q(1, 2),
-            2,
-            &AttendOptions {
-                scale: Some(f32::INFINITY),
-                ..def
-            },
-        ),
+        attend(&q(1, 2), 2, &def.scale(Some(f32::INFINITY))),
         &name("infinite scale"),
         "NonFinite scale",
         |e| non_finite(e, "scale"),

@@ -69,11 +69,8 @@ fn check(what: &str, got: &[f32], want: &[f32], c: &Case) {
 
 /// The grid: every edge of the mask, GQA ratios 1..=8, D in {41, 64, 80, 96, 128, 256}.
 fn grid() -> Vec<Case> {
-    let w = |window: usize, sinks: usize| AttendOptions {
-        window: Some(window),
-        sinks,
-        ..Default::default()
-    };
+    let w =
+        |window: usize, sinks: usize| AttendOptions::default().window(Some(window)).sinks(sinks);
     let base = Case {
         what: "",
         method: "f16",
@@ -228,7 +225,7 @@ fn mask_oracle(t: &Target) {
         };
         for &kernel in kernels {
             let c = Case {
-                opts: AttendOptions { kernel, ..c.opts },
+                opts: c.opts.kernel(kernel),
                 ..c
             };
             let (got, dispatches, direct) =
@@ -281,7 +278,7 @@ fn mask_oracle_layer_split_grid(t: &Target) {
         let want = oracle(&c, &vh);
         for kernel in [AttendKernel::Decode, AttendKernel::Prefill] {
             let got = layer
-                .attend(&q, c.hq, &AttendOptions { kernel, ..c.opts })
+                .attend(&q, c.hq, &c.opts.kernel(kernel))
                 .unwrap_or_else(|e| panic!("{} {}: attend: {e}", t.name(), c.what));
             check(
                 &format!("{} layer, split grid, {} ({kernel:?})", t.name(), c.what),
@@ -313,12 +310,10 @@ fn mask_oracle_msl_window_into_wrapped_ring() {
         hq: 7,
         hkv: 1,
         d: 64,
-        opts: AttendOptions {
-            window: Some(100),
-            sinks: 3,
-            kernel: AttendKernel::Decode,
-            ..Default::default()
-        },
+        opts: AttendOptions::default()
+            .window(Some(100))
+            .sinks(3)
+            .kernel(AttendKernel::Decode),
         seg_tokens: 128,
         ring_extra: 7,
         target: 8,

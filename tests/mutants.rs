@@ -179,11 +179,7 @@ fn attend_cases() -> Vec<Case> {
             what: "mutants: prefill Tq=5 window 70 sinks 3, kivi-2, two segments",
             t: 400,
             tq: 5,
-            opts: AttendOptions {
-                window: Some(70),
-                sinks: 3,
-                ..Default::default()
-            },
+            opts: AttendOptions::default().window(Some(70)).sinks(3),
             seg_tokens: 256,
             target: 16,
             ..base

@@ -90,28 +90,9 @@ fn exercise(t: &Target, ctx: &Context, l: &mut dyn KvLayer, test: &str) {
     let attend_all = |l: &dyn KvLayer, rng: &mut rand::rngs::StdRng| {
         for (tq, opts) in [
             (1, AttendOptions::default()),
-            (
-                1,
-                AttendOptions {
-                    window: Some(24),
-                    sinks: 2,
-                    ..Default::default()
-                },
-            ),
-            (
-                12,
-                AttendOptions {
-                    chunk_tokens: Some(32),
-                    ..Default::default()
-                },
-            ),
-            (
-                12,
-                AttendOptions {
-                    kernel: AttendKernel::Prefill,
-                    ..Default::default()
-                },
-            ),
+            (1, AttendOptions::default().window(Some(24)).sinks(2)),
+            (12, AttendOptions::default().chunk_tokens(Some(32))),
+            (12, AttendOptions::default().kernel(AttendKernel::Prefill)),
         ] {
             let q = random(rng, tq * HQ * D);
             match l.attend(&q, HQ, &opts) {

@@ -539,14 +539,7 @@ fn qjl_attention_on(t: &Target, ctx: &kvpack::Context, form: Option<&str>) {
         );
         assert!(err <= 1e-4, "{} {spec}: {err:e}", t.name());
         if t.is_gpu() {
-            let r = l.attend(
-                &qs,
-                hq,
-                &AttendOptions {
-                    kernel: AttendKernel::Prefill,
-                    ..opts
-                },
-            );
+            let r = l.attend(&qs, hq, &opts.kernel(AttendKernel::Prefill));
             assert!(
                 matches!(r, Err(Error::Config(_))),
                 "{} {spec}: prefill {:?}",

@@ -36,10 +36,7 @@ fn tensor_ctx(test: &str) -> Option<Context> {
 }
 
 fn opts(kernel: AttendKernel) -> AttendOptions {
-    AttendOptions {
-        kernel,
-        ..Default::default()
-    }
+    AttendOptions::default().kernel(kernel)
 }
 
 /// Appends `k`, `v` to a GPU layer of `method` and attends `q` with `o` on it and on the CPU
@@ -302,13 +299,12 @@ fn tensor_kernel_shapes() {
                 .collect::<Vec<f32>>()
         };
         let (k, v, q) = (n(t * hkv * d), n(t * hkv * d), n(tq * hq * d));
-        let o = AttendOptions {
-            window,
-            sinks,
-            scale,
-            chunk_tokens: chunk,
-            kernel: AttendKernel::Tensor,
-        };
+        let o = AttendOptions::default()
+            .window(window)
+            .sinks(sinks)
+            .scale(scale)
+            .chunk_tokens(chunk)
+            .kernel(AttendKernel::Tensor);
         let need = kvpack::attention::plan::tensor_workgroup_bytes(d, d);
         let limit = ctx.max_workgroup_storage_size() as usize;
         if need > limit {
@@ -381,11 +377,9 @@ fn tensor_kernel_rescales_when_scores_grow() {
             &k,
             &v,
             &q,
-            &AttendOptions {
-                chunk_tokens: Some(512),
-                kernel: AttendKernel::Tensor,
-                ..Default::default()
-            },
+            &AttendOptions::default()
+                .chunk_tokens(Some(512))
+                .kernel(AttendKernel::Tensor),
         );
         eprintln!("tensor_kernel_rescales_when_scores_grow {method}: worst row rel L2 {err:e}");
         assert!(ran.iter().any(|k| k.starts_with("attend_prefill_tc")));

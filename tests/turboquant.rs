@@ -364,6 +364,7 @@ fn turboquant_kernels_match_reference(t: &Target) {
                     .expect("rvq");
                     (m.codes, m.norms)
                 }
+                other => panic!("no CPU quantizer for {other:?}"),
             };
             assert_eq!(want.0, codes, "{}: codes", c.what);
             for (i, n) in norms.iter().enumerate() {
@@ -661,10 +662,7 @@ fn turboquant_prefill_kernel_choice(t: &Target) {
             .and_then(|m| m.layer(t.ctx(), hkv, d, t.path()))
             .expect("layer");
         l.append(Input::F32(&k), Input::F32(&v)).expect("append");
-        let opts = |kernel| AttendOptions {
-            kernel,
-            ..AttendOptions::default()
-        };
+        let opts = |kernel| AttendOptions::default().kernel(kernel);
         let dec = l
             .attend(&q, hq, &opts(AttendKernel::Decode))
             .expect("decode kernel");

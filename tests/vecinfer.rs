@@ -444,14 +444,7 @@ fn gpu_lut_attention_matches_reference(t: &common::Target) {
         }
         for (rows, opts) in [
             (1, AttendOptions::default()),
-            (
-                tq,
-                AttendOptions {
-                    window: Some(90),
-                    sinks: 3,
-                    ..Default::default()
-                },
-            ),
+            (tq, AttendOptions::default().window(Some(90)).sinks(3)),
         ] {
             let qq = &q[(tq - rows) * hq * d..];
             let reference = layer.attend_reference(qq, hq, &opts).unwrap();

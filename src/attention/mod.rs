@@ -17,8 +17,11 @@ pub mod plan;
 
 use crate::error::{Error, Result};
 
-/// Options of one attention call.
+/// Options of one attention call: `AttendOptions::new().window(256).sinks(4)` (the type is
+/// `#[non_exhaustive]`: build it with [`AttendOptions::new`] and the setters, so that a new
+/// option is not a breaking change).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct AttendOptions {
     /// Score scale; `None` is 1/√D.
     pub scale: Option<f32>,
@@ -36,8 +39,46 @@ pub struct AttendOptions {
     pub kernel: AttendKernel,
 }
 
+impl AttendOptions {
+    /// The defaults: scale 1/√D, no window, no sinks, automatic splits and kernel.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the score scale (`None`: 1/√D).
+    pub fn scale(mut self, scale: impl Into<Option<f32>>) -> Self {
+        self.scale = scale.into();
+        self
+    }
+
+    /// Sets the sliding window W in tokens (`None`: no window).
+    pub fn window(mut self, window: impl Into<Option<usize>>) -> Self {
+        self.window = window.into();
+        self
+    }
+
+    /// Sets the number of attention sinks kept visible under a window.
+    pub fn sinks(mut self, sinks: usize) -> Self {
+        self.sinks = sinks;
+        self
+    }
+
+    /// Sets the tokens per split on the GPU (`None`: automatic).
+    pub fn chunk_tokens(mut self, chunk_tokens: impl Into<Option<usize>>) -> Self {
+        self.chunk_tokens = chunk_tokens.into();
+        self
+    }
+
+    /// Sets the GPU kernel of the call's splits.
+    pub fn kernel(mut self, kernel: AttendKernel) -> Self {
+        self.kernel = kernel;
+        self
+    }
+}
+
 /// The GPU kernel of an attention call's splits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AttendKernel {
     /// The faster kernel as measured: today the decode kernel for every call (on the H200 a
     /// 64-row chunk at 32k tokens takes 3.1 ms on it, 6.4 ms on the tensor-core kernel and

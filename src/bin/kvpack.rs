@@ -469,12 +469,10 @@ fn run(command: Command) -> Result<(), String> {
                 return Err(format!("--scale {s} is not finite"));
             }
             let big = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
-            let opts = kvpack::AttendOptions {
-                scale,
-                window: window.map(big),
-                sinks,
-                ..Default::default()
-            };
+            let opts = kvpack::AttendOptions::default()
+                .scale(scale)
+                .window(window.map(big))
+                .sinks(sinks);
             let n = big(queries);
             let (q, k, v) = io::read_qkv(&input)?;
             attend::check_shapes(&q, &k, n)?;

@@ -3,6 +3,7 @@
 //! error scopes. Nothing here installs an uncaptured-error handler.
 
 pub mod cache;
+pub mod msl_fallback;
 pub mod pipeline;
 pub(crate) mod probe;
 pub mod registry;

@@ -54,6 +54,11 @@ pub fn pipeline(
             reason: "the CPU path has no pipeline".into(),
         });
     }
+    if path == KernelPath::Msl {
+        if let Some(instead) = super::msl_fallback::instead_of_msl(gpu, def)? {
+            return pipeline(ctx, def, instead, spec);
+        }
+    }
     let key = PipelineKey {
         kernel: def.name,
         path,
@@ -62,7 +67,13 @@ pub fn pipeline(
     if let Some(p) = lock(&gpu.pipelines).get(&key) {
         return Ok(p.clone());
     }
-    let built = Arc::new(build(gpu, def, path, spec)?);
+    let built = match build(gpu, def, path, spec) {
+        Err(Error::Shader { message, .. }) if path == KernelPath::Msl => {
+            let instead = super::msl_fallback::rejected(gpu, def, message)?;
+            return pipeline(ctx, def, instead, spec);
+        }
+        r => Arc::new(r?),
+    };
     lock(&gpu.pipelines).insert(key, built.clone());
     let spec_text: Vec<String> = spec.0.iter().map(|(n, v)| format!("{n}={v}")).collect();
     lock(&gpu.built).push(format!("{} {path} [{}]", def.name, spec_text.join(", ")));
@@ -99,6 +110,17 @@ fn build(
                 requested: path.to_string(),
                 reason: "kernel has no MSL source".into(),
             })?;
+            let src = super::msl_fallback::source(gpu, src);
+            if let Some(message) = super::msl_fallback::simulated_compile(gpu, &src) {
+                // Nothing was pushed to the device yet but the two scopes: pop them.
+                let _ = pollster::block_on(internal.pop());
+                let _ = pollster::block_on(validation.pop());
+                return Err(Error::Shader {
+                    kernel: def.name,
+                    path,
+                    message,
+                });
+            }
             let entry_points = [wgpu::PassthroughShaderEntryPoint {
                 name: Cow::Borrowed(def.name),
                 workgroup_size: (def.workgroup_size, 1, 1),

@@ -35,7 +35,10 @@ impl Context {
         match choice {
             PathChoice::Cpu => Ok(KernelPath::Cpu),
             PathChoice::Auto => {
-                if self.msl_available().is_ok() && kernel.msl.is_some() {
+                if self.msl_available().is_ok()
+                    && kernel.msl.is_some()
+                    && self.msl_rejection(kernel.name).is_none()
+                {
                     Ok(KernelPath::Msl)
                 } else if self.gpu().is_some() {
                     Ok(if has_subgroup && self.subgroup_variant_ok(kernel) {
@@ -75,6 +78,7 @@ impl Context {
                 if kernel.msl.is_none() {
                     return Err(unavailable("kernel has no MSL source".into()));
                 }
+                self.note_explicit_msl(kernel.name);
                 Ok(KernelPath::Msl)
             }
         }

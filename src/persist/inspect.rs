@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 
 /// One section of a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SectionInfo {
     /// `layer 0 keys stream 0 (codes)`, `layer 0 values residual window`, ...
     pub name: String,
@@ -32,6 +33,7 @@ pub struct SectionInfo {
 
 /// One layer of a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LayerInfo {
     /// The model layer its codecs drew per-layer tables for.
     pub index: usize,
@@ -51,6 +53,7 @@ pub struct LayerInfo {
 
 /// What [`inspect`] reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Inspection {
     /// Format version.
     pub version: u32,

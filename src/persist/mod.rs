@@ -104,6 +104,7 @@ use crate::store::{Geometry, Side, Snapshot};
 
 /// One layer of a saved cache: its method, geometry, layer index and stored words.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct SavedLayer {
     /// The model layer its codecs drew per-layer tables for ([`KvLayer::index`]).
     pub index: usize,
@@ -132,6 +133,7 @@ impl SavedLayer {
 /// [`SavedCache::open`] write and read files, [`SavedCache::to_layers`] builds layers on a
 /// path. See the module docs for the format.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct SavedCache {
     /// The layers, in order.
     pub layers: Vec<SavedLayer>,

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 
 /// How tokens are scored (higher: kept).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum Policy {
     /// Q-Filters: ⟨k, u⟩ with u the layer's calibrated filter of the KV head.
     QFilters {
@@ -50,6 +51,7 @@ pub const POLICY_NAMES: [&str; 3] = ["qfilters", "streaming", "knorm"];
 
 /// An eviction policy and its budget (see the module docs).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Eviction {
     /// How tokens are scored.
     pub policy: Policy,

@@ -31,6 +31,7 @@ use super::select::{self, Held, Order};
 /// appended, the tokens appended since the last eviction, and the checksum of the scorer's
 /// filters ([`Scorer::checksum`]).
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct EvictionState {
     /// Tokens appended (the next token's position).
     pub appended: usize,

@@ -27,6 +27,7 @@ use crate::path::KernelPath;
 
 /// The element type of a [`GpuInput`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum GpuDtype {
     /// IEEE binary16, two per 4-byte word, element `2i` in the low half (little-endian
     /// storage, what `half::f16` slices and WGSL's `pack2x16float` produce).
@@ -68,6 +69,7 @@ impl GpuDtype {
 /// in the commands it records: the application must have written it before those run (an
 /// earlier command of the same encoder or an earlier submission).
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct GpuInput<'a> {
     /// The application's buffer.
     pub buffer: &'a wgpu::Buffer,

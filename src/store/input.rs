@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 
 /// One append's input: `[n, H, D]` row-major, f16 or f32.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum Input<'a> {
     /// f16 values.
     F16(&'a [f16]),

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 
 /// The stored words of one side.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct SideWords {
     /// Tokens stored in the codec's form (`Q` of this side, a multiple of its block).
     pub quantized: usize,
@@ -30,6 +31,7 @@ impl SideWords {
 
 /// The stored words of one layer (see [`crate::layer::KvLayer::snapshot`]).
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// Tokens held.
     pub tokens: usize,

@@ -260,7 +260,7 @@ pub fn check_case_within(
             tol
         };
         let c = Case {
-            opts: AttendOptions { kernel, ..c.opts },
+            opts: c.opts.kernel(kernel),
             ..*c
         };
         let got = on_target(t, &c, layer, &snap, q);

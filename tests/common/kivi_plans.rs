@@ -393,14 +393,13 @@ pub fn configs() -> Vec<(KiviConfig, usize, usize, usize, usize, usize, f32)> {
         (KiviConfig::uniform(2, 32, 128), 3, 64, 2, 40, 1, 1.0),
         (KiviConfig::uniform(4, 32, 32), 2, 80, 3, 10, 0, 1.0),
         (
-            KiviConfig {
-                key_bits: 3,
-                key_group: 4,
-                value_bits: 5,
-                value_group: 32,
-                residual: 8,
-                params: ParamStorage::F32,
-            },
+            KiviConfig::default()
+                .key_bits(3)
+                .key_group(4)
+                .value_bits(5)
+                .value_group(32)
+                .residual(8)
+                .params(ParamStorage::F32),
             2,
             80,
             5,
@@ -409,14 +408,13 @@ pub fn configs() -> Vec<(KiviConfig, usize, usize, usize, usize, usize, f32)> {
             1.0,
         ),
         (
-            KiviConfig {
-                key_bits: 8,
-                key_group: 128,
-                value_bits: 1,
-                value_group: 16,
-                residual: 0,
-                params: ParamStorage::F16,
-            },
+            KiviConfig::default()
+                .key_bits(8)
+                .key_group(128)
+                .value_bits(1)
+                .value_group(16)
+                .residual(0)
+                .params(ParamStorage::F16),
             1,
             48,
             1,
@@ -425,14 +423,13 @@ pub fn configs() -> Vec<(KiviConfig, usize, usize, usize, usize, usize, f32)> {
             1.0,
         ),
         (
-            KiviConfig {
-                key_bits: 7,
-                key_group: 32,
-                value_bits: 6,
-                value_group: 128,
-                residual: 64,
-                params: ParamStorage::F16,
-            },
+            KiviConfig::default()
+                .key_bits(7)
+                .key_group(32)
+                .value_bits(6)
+                .value_group(128)
+                .residual(64)
+                .params(ParamStorage::F16),
             2,
             130,
             2,
@@ -442,14 +439,13 @@ pub fn configs() -> Vec<(KiviConfig, usize, usize, usize, usize, usize, f32)> {
         ),
         // Value groups above 64 channels take the subgroup-cooperative kernel (ragged: 96+96+8).
         (
-            KiviConfig {
-                key_bits: 2,
-                key_group: 32,
-                value_bits: 3,
-                value_group: 96,
-                residual: 32,
-                params: ParamStorage::F16,
-            },
+            KiviConfig::default()
+                .key_bits(2)
+                .key_group(32)
+                .value_bits(3)
+                .value_group(96)
+                .residual(32)
+                .params(ParamStorage::F16),
             2,
             200,
             2,
@@ -458,14 +454,13 @@ pub fn configs() -> Vec<(KiviConfig, usize, usize, usize, usize, usize, f32)> {
             1.0,
         ),
         (
-            KiviConfig {
-                key_bits: 5,
-                key_group: 32,
-                value_bits: 2,
-                value_group: 256,
-                residual: 0,
-                params: ParamStorage::F32,
-            },
+            KiviConfig::default()
+                .key_bits(5)
+                .key_group(32)
+                .value_bits(2)
+                .value_group(256)
+                .residual(0)
+                .params(ParamStorage::F32),
             1,
             256,
             1,
@@ -475,14 +470,13 @@ pub fn configs() -> Vec<(KiviConfig, usize, usize, usize, usize, usize, f32)> {
         ),
         // H·D odd: the last channel pair of a row has one channel.
         (
-            KiviConfig {
-                key_bits: 4,
-                key_group: 4,
-                value_bits: 3,
-                value_group: 8,
-                residual: 8,
-                params: ParamStorage::F32,
-            },
+            KiviConfig::default()
+                .key_bits(4)
+                .key_group(4)
+                .value_bits(3)
+                .value_group(8)
+                .residual(8)
+                .params(ParamStorage::F32),
             3,
             41,
             3,

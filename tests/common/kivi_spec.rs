@@ -31,6 +31,7 @@ pub fn stored_words(scale: f32, lo: f32, p: ParamStorage) -> Vec<u32> {
             let l = if lo == 0.0 { 0 } else { lo.to_bits() };
             vec![scale.to_bits(), l]
         }
+        other => panic!("the spec reference has no storage {other:?}"),
     }
 }
 
@@ -42,6 +43,7 @@ pub fn load(words: &[u32], p: ParamStorage) -> (f32, f32) {
             f16::from_bits((words[0] >> 16) as u16).to_f32(),
         ),
         ParamStorage::F32 => (f32::from_bits(words[0]), f32::from_bits(words[1])),
+        other => panic!("the spec reference has no storage {other:?}"),
     }
 }
 

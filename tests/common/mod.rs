@@ -74,11 +74,9 @@ pub fn skip(test: &str, reason: &str) {
 }
 
 fn headless(withhold: wgpu::Features) -> Result<Context, String> {
-    let opts = HeadlessOptions {
-        withhold_features: withhold,
-        require_gpu: true,
-        ..Default::default()
-    };
+    let opts = HeadlessOptions::default()
+        .withhold_features(withhold)
+        .require_gpu(true);
     Context::headless_with(&opts).map_err(|e| e.to_string())
 }
 
@@ -101,11 +99,9 @@ pub fn gpu_context_without_subgroups() -> Result<Context, String> {
 pub fn gl_context() -> Result<Context, String> {
     static CTX: OnceLock<Result<Context, String>> = OnceLock::new();
     CTX.get_or_init(|| {
-        let opts = HeadlessOptions {
-            backends: Some(wgpu::Backends::GL),
-            require_gpu: true,
-            ..Default::default()
-        };
+        let opts = HeadlessOptions::default()
+            .backends(Some(wgpu::Backends::GL))
+            .require_gpu(true);
         Context::headless_with(&opts).map_err(|e| format!("no GL adapter (EGL): {e}"))
     })
     .clone()

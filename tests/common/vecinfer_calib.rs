@@ -178,11 +178,7 @@ pub fn lut_cases(story_calib: Option<&std::path::Path>, full: bool) -> Vec<LutCa
         d: 32,
         ..base
     };
-    let w = |window, sinks| AttendOptions {
-        window: Some(window),
-        sinks,
-        ..Default::default()
-    };
+    let w = |window, sinks| AttendOptions::default().window(Some(window)).sinks(sinks);
     let mut out = vec![
         LutCase {
             case: Case {

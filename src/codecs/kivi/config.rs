@@ -6,8 +6,11 @@ use super::layout::{Layout, ParamStorage};
 use crate::error::Result;
 use crate::store::{Geometry, Side};
 
-/// KIVI settings of both sides of a layer.
+/// KIVI settings of both sides of a layer: `KiviConfig::uniform(4, 32, 128).value_bits(2)`
+/// (the type is `#[non_exhaustive]`: build it with [`KiviConfig::uniform`] or `default()` and
+/// the setters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct KiviConfig {
     /// Key bits, 1..=8.
     pub key_bits: u32,
@@ -40,6 +43,42 @@ impl KiviConfig {
             residual,
             params: ParamStorage::F16,
         }
+    }
+
+    /// Sets the key bits (1..=8; checked when a layer is made).
+    pub fn key_bits(mut self, bits: u32) -> Self {
+        self.key_bits = bits;
+        self
+    }
+
+    /// Sets the key group (tokens per channel group, and the flush block).
+    pub fn key_group(mut self, group: usize) -> Self {
+        self.key_group = group;
+        self
+    }
+
+    /// Sets the value bits (1..=8; checked when a layer is made).
+    pub fn value_bits(mut self, bits: u32) -> Self {
+        self.value_bits = bits;
+        self
+    }
+
+    /// Sets the value group (channels per group).
+    pub fn value_group(mut self, group: usize) -> Self {
+        self.value_group = group;
+        self
+    }
+
+    /// Sets the residual window R in tokens (a multiple of the key group; may be 0).
+    pub fn residual(mut self, residual: usize) -> Self {
+        self.residual = residual;
+        self
+    }
+
+    /// Sets the storage of each group's (scale, lo).
+    pub fn params(mut self, params: ParamStorage) -> Self {
+        self.params = params;
+        self
     }
 }
 

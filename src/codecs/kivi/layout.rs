@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 
 /// How each group's (scale, lo) pair is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum ParamStorage {
     /// Two f16 in one u32 (the spec's default).
     #[default]

@@ -8,6 +8,7 @@ use crate::store::Side;
 
 /// Which TurboQuant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Variant {
     /// One stage of b bits (`turboquant-mse`).
     Mse,

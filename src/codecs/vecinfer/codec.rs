@@ -64,6 +64,7 @@ pub struct VecInferCodec {
 /// How VecInfer's GPU attention scores its keys, chosen at construction from the device's
 /// workgroup storage ([`lut_form`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LutForm {
     /// The LUT in f32 (16 bytes an entry).
     F32,
