@@ -53,6 +53,8 @@ struct Args {
 }
 
 fn main() {
+    // RUST_LOG filters (e.g. RUST_LOG=kvpack=debug,wgpu_hal=info); warnings by default.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = Args::parse();
     if let Err(e) = run(&args) {
         eprintln!("error: {e}");

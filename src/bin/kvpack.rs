@@ -356,6 +356,8 @@ struct DumpKvArgs {
 }
 
 fn main() -> ExitCode {
+    // RUST_LOG filters (e.g. RUST_LOG=kvpack=debug,wgpu_hal=info); warnings by default.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
