@@ -5,7 +5,7 @@ use crate::context::{Context, PathChoice};
 use crate::error::{Error, Result};
 use crate::layer::KvLayer;
 use crate::method::Method;
-use crate::store::{Input, MemoryReport};
+use crate::store::{GpuInput, Input, MemoryReport};
 
 /// The caches of all layers of a model.
 #[derive(Debug)]
@@ -55,6 +55,20 @@ impl Cache {
         self.layers.get(l).map(|b| &**b)
     }
 
+    /// One layer, for everything [`KvLayer`] offers (recorded appends and attention, device
+    /// input, snapshots, ...).
+    pub fn layer_mut(&mut self, l: usize) -> Option<&mut dyn KvLayer> {
+        match self.layers.get_mut(l) {
+            Some(b) => Some(&mut **b),
+            None => None,
+        }
+    }
+
+    fn layer_or_error(&mut self, l: usize) -> Result<&mut dyn KvLayer> {
+        let e = self.index_error(l);
+        self.layer_mut(l).ok_or(e)
+    }
+
     fn index_error(&self, l: usize) -> Error {
         Error::Shape {
             what: "layer index",
@@ -66,6 +80,57 @@ impl Cache {
     pub fn append(&mut self, l: usize, k: Input<'_>, v: Input<'_>) -> Result<()> {
         let e = self.index_error(l);
         self.layers.get_mut(l).ok_or(e)?.append(k, v)
+    }
+
+    /// Appends K and V that live in the application's device buffers to layer `l`, blocking
+    /// (see [`KvLayer::append_gpu`]).
+    pub fn append_gpu(&mut self, l: usize, k: GpuInput<'_>, v: GpuInput<'_>) -> Result<()> {
+        self.layer_or_error(l)?.append_gpu(k, v)
+    }
+
+    /// Records an append of K and V from the application's device buffers to layer `l` into
+    /// `encoder` (see [`KvLayer::encode_append_gpu`]; [`Cache::sync`] reports a rejected one).
+    pub fn encode_append_gpu(
+        &mut self,
+        l: usize,
+        encoder: &mut wgpu::CommandEncoder,
+        k: GpuInput<'_>,
+        v: GpuInput<'_>,
+    ) -> Result<()> {
+        self.layer_or_error(l)?.encode_append_gpu(encoder, k, v)
+    }
+
+    /// Records attention of the device buffer `q` `[tq, Hq, D]` over layer `l` into `out`
+    /// (see [`KvLayer::encode_attend`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_attend(
+        &self,
+        l: usize,
+        encoder: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &crate::AttendOptions,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        self.layers
+            .get(l)
+            .ok_or_else(|| self.index_error(l))?
+            .encode_attend(encoder, q, tq, hq, opts, out)
+    }
+
+    /// [`KvLayer::sync`] for every layer: the first layer's error, after every layer synced
+    /// (each rolls back its own rejected appends).
+    pub fn sync(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        for layer in &mut self.layers {
+            if let Err(e) = layer.sync() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
     }
 
     /// Attention of `q` `[Tq, Hq, D]` over layer `l` (see [`KvLayer::attend`]).

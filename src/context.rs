@@ -226,6 +226,8 @@ pub(crate) struct Gpu {
     /// MSL kernels the Metal driver rejected, and those asked for explicitly
     /// ([`crate::gpu::msl_fallback`]).
     pub msl: Arc<Mutex<crate::gpu::msl_fallback::MslState>>,
+    /// Uniform buffers by content ([`crate::gpu::uniforms`]).
+    pub uniforms: Arc<Mutex<crate::gpu::uniforms::UniformCache>>,
 }
 
 /// The dispatches of [`Context::with_dispatch_log`]: (kernel, x, y).
@@ -297,6 +299,7 @@ impl Context {
             subgroup_order: Arc::default(),
             lost: Arc::default(),
             msl: Arc::default(),
+            uniforms: Arc::default(),
             coop16: false,
         };
         Ok(Self::build(Origin::AppDevice, Some(gpu), PathChoice::Auto))
@@ -432,6 +435,7 @@ impl Context {
             subgroup_order: Arc::default(),
             lost: Arc::default(),
             msl: Arc::default(),
+            uniforms: Arc::default(),
             coop16,
         };
         let lost = gpu.lost.clone();

@@ -370,7 +370,7 @@ fn attend_bad_input(t: &Target) {
     }
     assert!(layer.attend(&q, 4, &o).is_ok());
 }
-parity_tests!(attend_bad_input);
+parity_tests!(attend_bad_input, gl);
 
 /// The f16 baseline cache: the CPU path equals exact attention on the f16-rounded inputs;
 /// the GPU path equals the CPU path; storage split in segments (a small binding limit) and

@@ -142,7 +142,7 @@ fn bitpack_every_width_and_size(t: &Target) {
         }
     }
 }
-parity_tests!(bitpack_every_width_and_size, msl);
+parity_tests!(bitpack_every_width_and_size, msl, gl);
 
 /// All-ones codes set every bit of the stream: a word written short of its last code, or a
 /// code shifted past its word, shows at once.
@@ -163,7 +163,7 @@ fn bitpack_extreme_codes(t: &Target) {
         }
     }
 }
-parity_tests!(bitpack_extreme_codes, msl);
+parity_tests!(bitpack_extreme_codes, msl, gl);
 
 /// Dispatches split over x and y: the per-dimension limit lowered to 20 workgroups makes a
 /// 100,003-code pack run on a (20, 8) or (20, 20) grid; a wrong linear index shows as a wrong word.
@@ -189,4 +189,4 @@ fn bitpack_split_dispatch(t: &Target) {
         check_round_trip(&t, &codes, bits);
     }
 }
-parity_tests!(bitpack_split_dispatch);
+parity_tests!(bitpack_split_dispatch, gl);

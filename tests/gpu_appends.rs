@@ -599,7 +599,7 @@ fn gpu_append_rounding(t: &Target) {
     assert!(want == got);
 }
 
-parity_tests!(gpu_append_rounding);
+parity_tests!(gpu_append_rounding, gl);
 
 /// A rejected recorded append in the middle of a chain recorded into one encoder (GPU and
 /// host appends, the window growing several times after it): the appends before it are kept,
@@ -800,3 +800,86 @@ fn frame_loop_runs() {
         "{report:?}"
     );
 }
+
+/// `Cache`'s device-input methods reach the layer they name: appends from the app's buffers
+/// to layer 1 of a two-layer cache (blocking, then recorded and synced) store what host
+/// appends store, leave layer 0 untouched, and attention recorded through the cache equals
+/// the layer's own; a layer index past the end is a typed error that changes nothing.
+fn cache_device_appends(t: &Target) {
+    if !t.is_gpu() {
+        return; // the CPU path refuses device input: gpu_append_parity checks that refusal
+    }
+    let ctx = t.ctx();
+    let spec = "kivi:bits=4,group=32,residual=32";
+    let method = common::parse_method(spec, H, D).expect("method");
+    let mut cache = kvpack::Cache::uniform(ctx, 2, H, D, &method, t.path()).expect("cache");
+    let mut host = kvpack::Cache::uniform(ctx, 2, H, D, &method, t.path()).expect("cache");
+    let mut rng = common::rng("cache_device_appends");
+    let (k, v) = random(&mut rng, 70);
+    let (kb, vb) = (
+        app_buffer(ctx, 0, bytemuck::cast_slice(&k), storage()),
+        app_buffer(ctx, 0, bytemuck::cast_slice(&v), storage()),
+    );
+    let at = |tok: usize| (tok * ROW * 4) as u64;
+    cache
+        .append_gpu(1, GpuInput::f32(&kb, 0, 50), GpuInput::f32(&vb, 0, 50))
+        .expect("append_gpu");
+    let mut enc = ctx
+        .device()
+        .expect("device")
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    cache
+        .encode_append_gpu(
+            1,
+            &mut enc,
+            GpuInput::f32(&kb, at(50), 20),
+            GpuInput::f32(&vb, at(50), 20),
+        )
+        .expect("encode_append_gpu");
+    ctx.queue().expect("queue").submit([enc.finish()]);
+    cache.sync().expect("sync");
+    host.append(1, Input::F32(&k), Input::F32(&v))
+        .expect("host append");
+    let snap =
+        |c: &kvpack::Cache, l: usize| c.layer(l).expect("layer").snapshot().expect("snapshot");
+    assert!(
+        snap(&cache, 1) == snap(&host, 1),
+        "layer 1 differs from the host appends"
+    );
+    assert_eq!(
+        cache.layer(0).expect("layer 0").len(),
+        0,
+        "layer 0 was written"
+    );
+    let before = snap(&cache, 1);
+    let bad = cache.append_gpu(2, GpuInput::f32(&kb, 0, 1), GpuInput::f32(&vb, 0, 1));
+    assert!(matches!(bad, Err(Error::Shape { .. })), "{bad:?}");
+    assert!(snap(&cache, 1) == before, "a bad index changed layer 1");
+    // Attention recorded through the cache equals the layer's own blocking call.
+    let q: Vec<f32> = (0..2 * H * D).map(|i| (i as f32 * 0.37).sin()).collect();
+    let opts = AttendOptions::new();
+    let want = host.attend(1, &q, H, &opts).expect("attend");
+    let qb = app_buffer(ctx, 0, bytemuck::cast_slice(&q), storage());
+    let out = ctx
+        .device()
+        .expect("device")
+        .create_buffer(&wgpu::BufferDescriptor {
+            label: Some("out"),
+            size: (q.len() * 4) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+    let mut enc = ctx
+        .device()
+        .expect("device")
+        .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    cache
+        .encode_attend(1, &mut enc, &qb, 2, H, &opts, &out)
+        .expect("encode_attend");
+    ctx.queue().expect("queue").submit([enc.finish()]);
+    let bytes = kvpack::gpu::readback(ctx, &out, (q.len() * 4) as u64).expect("readback");
+    let got: Vec<f32> = bytemuck::cast_slice(&bytes).to_vec();
+    assert_eq!(got, want, "recorded attention through the cache");
+}
+
+parity_tests!(cache_device_appends, gl);

@@ -29,7 +29,7 @@ fn kivi_kernels_match_reference(t: &Target) {
     }
     eprintln!("kivi_kernels[{}]: {boundary} boundary codes", t.name());
 }
-parity_tests!(kivi_kernels_match_reference, msl);
+parity_tests!(kivi_kernels_match_reference, msl, gl);
 
 /// b = 1 with f16 parameters and a range of 120000: the status flag is raised on every path.
 fn kivi_kernels_flag_f16_overflow(t: &Target) {
@@ -58,4 +58,4 @@ fn kivi_kernels_flag_f16_overflow(t: &Target) {
         );
     }
 }
-parity_tests!(kivi_kernels_flag_f16_overflow, msl);
+parity_tests!(kivi_kernels_flag_f16_overflow, msl, gl);

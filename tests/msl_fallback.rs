@@ -11,7 +11,7 @@
 
 mod common;
 
-use kvpack::{AttendOptions, Context, Error, Input, KvLayer, PathChoice};
+use kvpack::{AttendOptions, Context, Error, Input, PathChoice};
 
 const H: usize = 2;
 const D: usize = 64;

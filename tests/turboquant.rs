@@ -431,7 +431,7 @@ fn turboquant_kernels_match_reference(t: &Target) {
         );
     }
 }
-parity_tests!(turboquant_kernels_match_reference, msl);
+parity_tests!(turboquant_kernels_match_reference, msl, gl);
 
 /// A copy of turboquant_quant with `from` replaced by `to` in the variant's source (which
 /// must contain it), under a name of its own (a pipeline of its own).

@@ -697,7 +697,7 @@ fn prod_kernels_match_reference(t: &Target) {
         }
     }
 }
-parity_tests!(prod_kernels_match_reference, msl);
+parity_tests!(prod_kernels_match_reference, msl, gl);
 
 /// turboquant_prod_quant with `from` replaced by `to` in every source of the variant `t` runs
 /// (a leaked KernelDef of its own name: never the cached pipeline).

@@ -271,12 +271,12 @@ pub fn encode<'a>(
         let kseg = ks.segments.get(d.segment);
         let vseg = vs.segments.get(d.segment);
         uniforms.push((
-            gpu::uniform_buffer(
+            gpu::uniforms::uniform(
                 ctx,
                 "kvpack key codec uniform",
                 &k.attend_uniform(kseg.map(|r| r.ranges)),
             )?,
-            gpu::uniform_buffer(
+            gpu::uniforms::uniform(
                 ctx,
                 "kvpack value codec uniform",
                 &v.attend_uniform(vseg.map(|r| r.ranges)),

@@ -9,6 +9,7 @@ pub(crate) mod probe;
 pub mod registry;
 pub mod resolve;
 pub mod timing;
+pub mod uniforms;
 pub mod unroll;
 
 use crate::context::{Context, Gpu};
@@ -306,26 +307,7 @@ pub(crate) fn encode_plan_with(
         return Ok(());
     }
     let pipeline = pipeline::pipeline(ctx, def, path, &plan.spec)?;
-    let gpu = gpu_of(ctx, def.name)?;
-    ctx.count_allocation(plan.uniform.len() as u64);
-    let size = (plan.uniform.len() as u64).div_ceil(4) * 4;
-    let uniform = init_buffer(
-        &gpu.device,
-        def.name,
-        &plan.uniform,
-        size,
-        wgpu::BufferUsages::UNIFORM,
-    )
-    .map_err(|message| {
-        or_lost(
-            gpu,
-            def.name,
-            Error::Gpu {
-                during: def.name,
-                message,
-            },
-        )
-    })?;
+    let uniform = uniforms::uniform(ctx, def.name, &plan.uniform)?;
     let mut all: Vec<Bind<'_>> = vec![Bind::from(&uniform)];
     all.extend_from_slice(storage);
     encode_dispatch_with(
@@ -439,7 +421,7 @@ pub fn encode_plans_in_one_pass(
             continue;
         }
         let pipeline = pipeline::pipeline(ctx, def, *path, &plan.spec)?;
-        let uniform = uniform_buffer(ctx, def.name, &plan.uniform)?;
+        let uniform = uniforms::uniform(ctx, def.name, &plan.uniform)?;
         let (x, y) = split_workgroups(ctx, plan.workgroups)?;
         ctx.log_dispatch(def.name, x, y);
         prepared.push((pipeline, uniform, storage, x, y, def.name));
@@ -551,13 +533,16 @@ pub fn readback_range(
             actual: buf.size() as usize,
         });
     }
-    ctx.count_allocation(size);
-    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("kvpack readback"),
-        size,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
+    // Inside the out-of-memory scope of every allocation (a snapshot of a large cache can
+    // exceed what the device has left): a typed error, not wgpu's panicking default handler.
+    let staging = allocate(ctx, "kvpack readback", size, |device| {
+        Ok(device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("kvpack readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }))
+    })?;
     submit_blocking(ctx, during, |enc| {
         enc.copy_buffer_to_buffer(buf, offset, &staging, 0, size);
         Ok(())

@@ -165,15 +165,30 @@ pub fn target(kind: &str, test: &str) -> Option<Target> {
     }
 }
 
-/// Instantiates `body(&Target)` as one `#[test]` per target; `parity_tests!(body, msl)` adds
-/// the `msl_emulated` target for bodies that run kernels through [`run_plan`].
+/// Instantiates `body(&Target)` as one `#[test]` per target: the CPU reference and both WGSL
+/// variants on Vulkan; `parity_tests!(body, msl)` adds the `msl_emulated` target for bodies
+/// that run kernels through [`run_plan`], and `gl` (`parity_tests!(body, gl)`,
+/// `parity_tests!(body, msl, gl)`) the workgroup variants on wgpu's GL backend (`wgsl_gl`:
+/// naga's GLSL writer and the driver's GLSL compiler, one test at a time). llvmpipe's GL is
+/// slow on the attention kernels: measured cold on this 2-core machine (2026-12-02),
+/// `attend_kernels_match_reference` ran over 540 s and `mask_oracle` over 395 s before they
+/// were stopped, `lut_attention_kernels_match_reference` over 240 s, `qjl_kernels_match_reference`
+/// 350 s; those stay on Vulkan, and GL covers
+/// attention through `tests/gl_backend.rs` (every codec's layer: appends, attention,
+/// reconstruction), `attend_bad_input` and `cache_device_appends`.
 #[macro_export]
 macro_rules! parity_tests {
     ($body:ident) => {
         $crate::parity_tests!(@module $body, cpu, wgsl_subgroup, wgsl_workgroup);
     };
+    ($body:ident, gl) => {
+        $crate::parity_tests!(@module $body, cpu, wgsl_subgroup, wgsl_workgroup, wgsl_gl);
+    };
     ($body:ident, msl) => {
         $crate::parity_tests!(@module $body, cpu, wgsl_subgroup, wgsl_workgroup, msl_emulated);
+    };
+    ($body:ident, msl, gl) => {
+        $crate::parity_tests!(@module $body, cpu, wgsl_subgroup, wgsl_workgroup, wgsl_gl, msl_emulated);
     };
     (@module $body:ident, $($kind:ident),*) => {
         mod $body {

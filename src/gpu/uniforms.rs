@@ -1,0 +1,69 @@
+//! Uniform buffers reused by content. A dispatch's uniform (binding 0, and the codecs'
+//! attention uniforms) is a few dozen bytes that depend on the call's shape: the same bytes
+//! recur for every layer of a model at one decode step (same geometry, same length) and for
+//! every step of an append pattern. Each distinct content is uploaded once per device and
+//! kept (up to [`CAPACITY`] contents, the oldest dropped first), instead of a buffer per
+//! dispatch. Sharing is safe because a uniform is only read.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use crate::context::Context;
+use crate::error::Result;
+
+/// Distinct uniform contents kept per device (each at most a few hundred bytes).
+pub const CAPACITY: usize = 1024;
+
+type Key = (&'static str, Vec<u8>);
+
+/// The uniforms of one device, by (label, padded bytes).
+#[derive(Debug, Default)]
+pub(crate) struct UniformCache {
+    map: HashMap<Key, wgpu::Buffer>,
+    order: VecDeque<Key>,
+    hits: u64,
+    misses: u64,
+}
+
+fn lock(m: &Mutex<UniformCache>) -> std::sync::MutexGuard<'_, UniformCache> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A uniform buffer holding `data` (padded with zeros to 16 bytes): the device's buffer of
+/// that content when it has one, else a new one (kept for the next call).
+pub fn uniform(ctx: &Context, label: &'static str, data: &[u8]) -> Result<wgpu::Buffer> {
+    let gpu = super::gpu_of(ctx, label)?;
+    let mut padded = data.to_vec();
+    padded.resize(data.len().div_ceil(16).max(1) * 16, 0);
+    let key = (label, padded);
+    {
+        let mut c = lock(&gpu.uniforms);
+        if let Some(b) = c.map.get(&key).cloned() {
+            c.hits += 1;
+            return Ok(b);
+        }
+    }
+    let buffer = super::uniform_buffer(ctx, label, &key.1)?;
+    let mut c = lock(&gpu.uniforms);
+    c.misses += 1;
+    if c.map.len() >= CAPACITY {
+        if let Some(old) = c.order.pop_front() {
+            c.map.remove(&old);
+        }
+    }
+    c.order.push_back(key.clone());
+    c.map.insert(key, buffer.clone());
+    Ok(buffer)
+}
+
+impl Context {
+    /// Uniform uploads served from the device's cache and made new so far, `(hits, misses)`
+    /// (all handles of the device together; `(0, 0)` without a GPU). For tests and tuning.
+    #[doc(hidden)]
+    pub fn uniform_stats(&self) -> (u64, u64) {
+        self.gpu().map_or((0, 0), |g| {
+            let c = lock(&g.uniforms);
+            (c.hits, c.misses)
+        })
+    }
+}
