@@ -396,7 +396,7 @@ impl Layer {
             for c in &codecs {
                 crate::store::gpu::prepare_encode(&ctx, &**c)?;
             }
-            attention::gpu::prepare(&ctx, &*codecs[0], &*codecs[1], choice, dim, ring)
+            attention::gpu::prepare(&ctx, &*codecs[0], &*codecs[1], choice, dim, ring, false)
         })
     }
 
@@ -710,6 +710,7 @@ impl Layer {
             value_space_out: self.codecs[1].attend_value_space_out(),
             key_prep: self.codecs[0].attend_hooks().k_prep,
             ring: self.has_ring(),
+            positions: None,
         };
         ([side(0), side(1)], shape)
     }

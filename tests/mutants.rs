@@ -39,6 +39,9 @@ enum Check {
     /// Attention with QJL keys, both forms of the sketch score: the nibble table (codecs
     /// planned for 32 KiB of workgroup storage) and masked sums (16 KiB).
     QjlAttend,
+    /// Attention over a cache that evicted tokens (tests/common/positions.rs: held tokens at
+    /// their absolute positions, decode and prefill kernels, windows and sinks).
+    Positions,
 }
 
 const fn m(
@@ -76,7 +79,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // ---- attention, the tensor-core prefill kernel (attend_prefill_tc) ----
         (m("wgsl tensor attend: P·V̂ reads the first 16 tokens' values for both blocks", Wgsl, "attend_prefill_tc", "&tch[TC_OV + kb * 16u * TC_WP + j * 16u]", None, "&tch[TC_OV + j * 16u]"), Attend, TC),
         (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TC),
-        (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(pos, pv);", None, "let ok = live && pos < s1 && pos <= pv;"), Attend, TC),
+        (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(key_pos(pos, h), pv);", None, "let ok = live && pos < s1 && key_pos(pos, h) <= pv;"), Attend, TC),
         (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TC),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = tb * 16u * TC_DP + k * 16u;", None, "let at = (1u - tb) * 16u * TC_DP + k * 16u;"), Attend, TC),
         // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----
@@ -101,6 +104,14 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl merge: partial weight exponent sign flipped", Wgsl, "attend_merge", "exp2(q[b] - mm)", None, "exp2(mm - q[b])"), Attend, S),
         (m("wgsl prefill: accumulator rescale dropped", Wgsl, "attend_prefill", "o[i] *= corr;", None, "o[i] *= 1.0;"), Attend, S),
         (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
+        // ---- attention over a cache that evicted tokens (key_pos / attend_key_pos) ----
+        (m("wgsl attend (eviction): evicting cache's table ignored (slot as position)", Wgsl, "attend_", "return kseg[AP.pos_off + slot * AP.hkv + h];", None, "return slot;"), Positions, SW),
+        (m("wgsl attend (eviction): slots past the table not shifted by the evicted count", Wgsl, "attend_", "return slot + AP.evicted;", None, "return slot;"), Positions, S),
+        (m("wgsl attend (eviction): positions table read for the next KV head", Wgsl, "attend_", "kseg[AP.pos_off + slot * AP.hkv + h]", None, "kseg[AP.pos_off + slot * AP.hkv + (h + 1u) % AP.hkv]"), Positions, S),
+        (m("wgsl attend (eviction): positions table's last row taken as a later slot", Wgsl, "attend_", "if (slot < AP.pos_rows) {", None, "if (slot + 1u < AP.pos_rows) {"), Positions, S),
+        (m("msl attend (eviction): evicting cache's table ignored (slot as position)", Msl, "attend_", "return kseg[A.pos_off + slot * A.hkv + h];", None, "return slot;"), Positions, MSL),
+        (m("msl attend (eviction): slots past the table not shifted by the evicted count", Msl, "attend_", "return slot + A.evicted;", None, "return slot;"), Positions, MSL),
+        (m("msl attend (eviction): positions table read for the next KV head", Msl, "attend_", "kseg[A.pos_off + slot * A.hkv + h]", None, "kseg[A.pos_off + slot * A.hkv + (h + 1u) % A.hkv]"), Positions, MSL),
         // ---- VecInfer LUT attention (issue 15's planted bugs) ----
         (m("msl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f32 LUT)", Msl, "attend_vecinfer", "S.kvi_lut[e] = x;", None, "S.kvi_lut[e] = x.yzwx;"), VecInfer, MSL),
         (m("msl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f16 LUT)", Msl, "attend_vecinfer", "S.kvi_lut[e] = half4(x);", None, "S.kvi_lut[e] = half4(x.yzwx);"), VecInfer, MSL),
@@ -317,6 +328,11 @@ fn run(check: Check, t: &Target, seed: u64) {
         Check::VecInfer => run_vecinfer(t),
         Check::ProdAttend => run_attend_cases(t, seed, prod_cases()),
         Check::QjlAttend => run_attend_cases_at(t, seed, qjl_cases()),
+        Check::Positions => {
+            use rand::SeedableRng;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            common::positions::check_all(t, &mut rng);
+        }
     }
 }
 
@@ -355,6 +371,7 @@ fn every_mutant_is_caught() {
             Check::VecInfer,
             Check::ProdAttend,
             Check::QjlAttend,
+            Check::Positions,
         ] {
             run(check, &t, seed);
         }

@@ -11,6 +11,7 @@ pub mod attend_plans;
 pub mod kivi_plans;
 pub mod kivi_spec;
 pub mod mutate;
+pub mod positions;
 pub mod quality;
 pub mod recon;
 pub mod st;
