@@ -42,6 +42,8 @@ enum Check {
     /// Attention over a cache that evicted tokens (tests/common/positions.rs: held tokens at
     /// their absolute positions, decode and prefill kernels, windows and sinks).
     Positions,
+    /// The eviction scoring kernel (tests/common/scores.rs: Q-Filters and key norm).
+    Scores,
 }
 
 const fn m(
@@ -111,6 +113,12 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl attend (eviction): positions table's last row taken as a later slot", Wgsl, "attend_", "if (slot < AP.pos_rows) {", None, "if (slot + 1u < AP.pos_rows) {"), Positions, S),
         (m("msl attend (eviction): evicting cache's table ignored (slot as position)", Msl, "attend_", "return kseg[A.pos_off + slot * A.hkv + h];", None, "return slot;"), Positions, MSL),
         (m("msl attend (eviction): slots past the table not shifted by the evicted count", Msl, "attend_", "return slot + A.evicted;", None, "return slot;"), Positions, MSL),
+        (m("wgsl evict_score (eviction): the tree's last step dropped", Wgsl, "evict_score", "for (var s = WORKGROUP_SIZE / 2u; s > 0u; s >>= 1u) {", None, "for (var s = WORKGROUP_SIZE / 2u; s > 1u; s >>= 1u) {"), Scores, W),
+        (m("wgsl evict_score (eviction): every lane's subgroup sum kept", Wgsl, "evict_score", "red[lid] = select(0.0, s, sgl == 0u);", None, "red[lid] = s;"), Scores, S),
+        (m("wgsl evict_score (eviction): head 0's filter for every head", Wgsl, "evict_score", "a += k * filters[e];", None, "a += k * filters[c];"), Scores, S),
+        (m("wgsl evict_score (eviction): key norm's sign dropped", Wgsl, "evict_score", "return -sqrt(s);", None, "return sqrt(s);"), Scores, S),
+        (m("msl evict_score (eviction): lane sums not added", Msl, "evict_score", "const float s = simd_sum(a);", None, "const float s = a;"), Scores, MSL),
+        (m("msl evict_score (eviction): head 0's filter for every head", Msl, "evict_score", "a += k * filters[e];", None, "a += k * filters[c];"), Scores, MSL),
         (m("msl attend (eviction): positions table read for the next KV head", Msl, "attend_", "kseg[A.pos_off + slot * A.hkv + h]", None, "kseg[A.pos_off + slot * A.hkv + (h + 1u) % A.hkv]"), Positions, MSL),
         // ---- VecInfer LUT attention (issue 15's planted bugs) ----
         (m("msl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f32 LUT)", Msl, "attend_vecinfer", "S.kvi_lut[e] = x;", None, "S.kvi_lut[e] = x.yzwx;"), VecInfer, MSL),
@@ -333,6 +341,11 @@ fn run(check: Check, t: &Target, seed: u64) {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             common::positions::check_all(t, &mut rng);
         }
+        Check::Scores => {
+            use rand::SeedableRng;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            common::scores::check_all(t, &mut rng);
+        }
     }
 }
 
@@ -372,6 +385,7 @@ fn every_mutant_is_caught() {
             Check::ProdAttend,
             Check::QjlAttend,
             Check::Positions,
+            Check::Scores,
         ] {
             run(check, &t, seed);
         }

@@ -172,6 +172,10 @@ fn every_composed_wgsl_kernel_compiles() {
                 ])
             })
             .collect()
+        } else if k.folder == "policy" {
+            (0..2u32)
+                .map(|norm| Specialization(vec![("SCORE_NORM", norm)]))
+                .collect()
         } else if k.folder == "qjl" {
             [(64u32, 32u32), (80, 96), (128, 128), (256, 512)]
                 .into_iter()

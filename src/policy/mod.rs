@@ -7,14 +7,18 @@
 //! absolute positions, which attention reads.
 //!
 //! - [`config`]: the policy grammar and its checks;
-//! - [`score`]: the scoring at append (CPU reference);
+//! - [`score`]: the scoring at append (CPU reference: `crate::cpu::policy::evict_score`);
+//! - [`kernels`]: the GPU scoring kernel (`evict_score`, WGSL subgroup and workgroup variants,
+//!   MSL) and its plans;
 //! - [`select`]: which units each head evicts (CPU reference);
 //! - [`layer`]: [`EvictingLayer`], the layer that applies it;
 //! - [`spearman`]: the quality check (score vs. the attention mass each key receives).
 //!
-//! CPU path only in this version (GPU scoring and compaction kernels are not written yet).
+//! The layer runs on the CPU path only in this version: the scoring kernel exists (tested
+//! against its CPU twin), the GPU selection and compaction kernels are not written yet.
 
 pub mod config;
+pub mod kernels;
 pub mod layer;
 pub mod score;
 pub mod select;

@@ -14,6 +14,7 @@ pub mod mutate;
 pub mod positions;
 pub mod quality;
 pub mod recon;
+pub mod scores;
 pub mod st;
 pub mod vecinfer_calib;
 
