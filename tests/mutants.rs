@@ -44,6 +44,8 @@ enum Check {
     Positions,
     /// The eviction scoring kernel (tests/common/scores.rs: Q-Filters and key norm).
     Scores,
+    /// The eviction compaction kernel (tests/common/compact.rs: every codec's streams).
+    Compact,
 }
 
 const fn m(
@@ -119,6 +121,11 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl evict_score (eviction): key norm's sign dropped", Wgsl, "evict_score", "return -sqrt(s);", None, "return sqrt(s);"), Scores, S),
         (m("msl evict_score (eviction): lane sums not added", Msl, "evict_score", "const float s = simd_sum(a);", None, "const float s = a;"), Scores, MSL),
         (m("msl evict_score (eviction): head 0's filter for every head", Msl, "evict_score", "a += k * filters[e];", None, "a += k * filters[c];"), Scores, MSL),
+        (m("wgsl evict_compact (eviction): heads' bit masks dropped", Wgsl, "evict_compact", "out |= word & bit_mask(b - c * 32u, stop - c * 32u);", None, "out |= word;"), Compact, S),
+        (m("wgsl evict_compact (eviction): head 0's keep list for every head", Wgsl, "evict_compact", "su = keep[h * P.kept + u];", None, "su = keep[u];"), Compact, S),
+        (m("wgsl evict_compact (eviction): later units not moved down", Wgsl, "evict_compact", "dst[w] = src[P.src0 + (u - P.kept + P.keep_of) * unit_words + within];", None, "dst[w] = src[P.src0 + u * unit_words + within];"), Compact, S),
+        (m("msl evict_compact (eviction): head 0's keep list for every head", Msl, "evict_compact", "su = keep[h * P.kept + u];", None, "su = keep[u];"), Compact, MSL),
+        (m("msl evict_compact (eviction): one head per word", Msl, "evict_compact", "stop = min(end, (h + 1u) * P.head_bits);", None, "stop = end;"), Compact, MSL),
         (m("msl attend (eviction): positions table read for the next KV head", Msl, "attend_", "kseg[A.pos_off + slot * A.hkv + h]", None, "kseg[A.pos_off + slot * A.hkv + (h + 1u) % A.hkv]"), Positions, MSL),
         // ---- VecInfer LUT attention (issue 15's planted bugs) ----
         (m("msl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f32 LUT)", Msl, "attend_vecinfer", "S.kvi_lut[e] = x;", None, "S.kvi_lut[e] = x.yzwx;"), VecInfer, MSL),
@@ -346,6 +353,11 @@ fn run(check: Check, t: &Target, seed: u64) {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             common::scores::check_all(t, &mut rng);
         }
+        Check::Compact => {
+            use rand::SeedableRng;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            common::compact::check_all(t, &mut rng);
+        }
     }
 }
 
@@ -386,6 +398,7 @@ fn every_mutant_is_caught() {
             Check::QjlAttend,
             Check::Positions,
             Check::Scores,
+            Check::Compact,
         ] {
             run(check, &t, seed);
         }

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod attend_plans;
+pub mod compact;
 pub mod kivi_plans;
 pub mod kivi_spec;
 pub mod mutate;
