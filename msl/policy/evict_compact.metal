@@ -12,7 +12,7 @@ struct CompactParams {
     uint heads;
     uint kept;
     uint keep_of;
-    uint units;
+    uint words;
 };
 
 static inline uint compact_mask(uint lo, uint hi) {
@@ -30,8 +30,7 @@ kernel void evict_compact(constant CompactParams& P [[buffer(0)]],
                           uint lid [[thread_index_in_threadgroup]]) {
     const uint unit_words = P.unit_rows * P.row_words;
     const uint w = (wg.y * nwg.x + wg.x) * WORKGROUP_SIZE + lid;
-    const uint n_dst = P.kept + P.units - P.keep_of;
-    if (w >= n_dst * unit_words) {
+    if (w >= P.words - (P.keep_of - P.kept) * unit_words) {
         return;
     }
     const uint u = w / unit_words;

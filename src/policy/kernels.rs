@@ -72,7 +72,7 @@ pub struct CompactParams {
     pub heads: u32,
     pub kept: u32,
     pub keep_of: u32,
-    pub units: u32,
+    pub words: u32,
 }
 
 /// The dispatch of `evict_compact` for one stream of layout `s` starting at word `src0` of
@@ -84,7 +84,7 @@ pub fn plan_compact(
     src0: usize,
 ) -> Result<DispatchPlan> {
     if s.kept > s.keep_of
-        || s.keep_of > s.units
+        || s.keep_of * s.unit_rows * s.row_words > s.words
         || s.head_bits == 0
         || s.heads * s.head_bits > s.row_words * 32
         || s.unit_rows == 0
@@ -93,7 +93,7 @@ pub fn plan_compact(
             "evict_compact: an impossible shape {s:?}"
         )));
     }
-    let words = (src0 + s.units * s.unit_rows * s.row_words) as u64;
+    let words = (src0 + s.words) as u64;
     if words > u64::from(u32::MAX) {
         return Err(Error::Limit {
             what: "eviction compaction: words of a stream",
@@ -101,7 +101,7 @@ pub fn plan_compact(
             limit: u64::from(u32::MAX),
         });
     }
-    let n_dst = (s.kept + s.units - s.keep_of) * s.unit_rows * s.row_words;
+    let n_dst = s.words - (s.keep_of - s.kept) * s.unit_rows * s.row_words;
     let params = CompactParams {
         src0: src0 as u32,
         row_words: s.row_words as u32,
@@ -110,7 +110,7 @@ pub fn plan_compact(
         heads: s.heads as u32,
         kept: s.kept as u32,
         keep_of: s.keep_of as u32,
-        units: s.units as u32,
+        words: s.words as u32,
     };
     Ok(DispatchPlan {
         kernel: &EVICT_COMPACT,

@@ -14,8 +14,10 @@
 //! - [`layer`]: [`EvictingLayer`], the layer that applies it;
 //! - [`spearman`]: the quality check (score vs. the attention mass each key receives).
 //!
-//! The layer runs on the CPU path only in this version: the scoring kernel exists (tested
-//! against its CPU twin), the GPU selection and compaction kernels are not written yet.
+//! On WGSL paths the layer's words stay on the device: compaction by `evict_compact`, attention
+//! at the held tokens' positions (`ATT_POS`); the selection still runs on the host tables and
+//! host appends are scored by the CPU twin of `evict_score` (see [`layer`] for what is not on
+//! the GPU yet).
 
 pub mod config;
 pub mod kernels;

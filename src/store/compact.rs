@@ -136,7 +136,7 @@ mod tests {
                     heads: h,
                     kept: 4,
                     keep_of,
-                    units,
+                    words: units * unit_words,
                 };
                 assert_eq!(
                     evict_compact(&words, &flat, &shape),

@@ -3,14 +3,15 @@
 // into a scratch buffer that the host copies back over the stream: every head keeps its own
 // units (a unit: `unit_rows` rows of `row_words` words; head h at bits [h·head_bits,
 // (h+1)·head_bits) of every row, the rest of a row padding) and the kept units' bits move down,
-// head by head, in order; the units after the candidates [0, keep_of) move down whole. Nothing
+// head by head, in order; the words after the candidates [0, keep_of) move down whole (a
+// last partial unit included: a side whose blocks are smaller than a unit). Nothing
 // is decoded. CPU twin: src/cpu/policy/evict_compact.rs (equal to the in-place
 // store::compact::compact_stream, padding bits included: a destination row keeps its own).
 //
 // @binding(0) P:    CompactParams (uniform)               keep in sync with src/policy/kernels.rs
-// @binding(1) src:  array<u32> the stream's words from word src0: [units][unit_rows][row_words]
+// @binding(1) src:  array<u32> the stream's `words` words from word src0: [units][unit_rows][row_words]
 // @binding(2) keep: array<u32> [H][kept]                  units kept per head, ascending
-// @binding(3) dst:  array<u32> [n_dst][unit_rows][row_words] (n_dst = kept + units − keep_of)
+// @binding(3) dst:  array<u32> [words − (keep_of − kept)·unit_rows·row_words]
 //
 // Dispatch: one invocation per destination word, WORKGROUP_SIZE per workgroup, workgroups split
 // over (x, y). No cross-lane operation: the same source serves both WGSL variants.
@@ -23,7 +24,7 @@ struct CompactParams {
     heads: u32,
     kept: u32,      // units each head keeps of [0, keep_of)
     keep_of: u32,
-    units: u32,     // units in the stream before the eviction
+    words: u32,     // words of the stream before the eviction
 }
 
 @group(0) @binding(0) var<uniform> P: CompactParams;
@@ -45,14 +46,13 @@ fn main(
 ) {
     let unit_words = P.unit_rows * P.row_words;
     let w = linear_workgroup(wg, nwg) * WORKGROUP_SIZE + lid;
-    let n_dst = P.kept + P.units - P.keep_of;
-    if (w >= n_dst * unit_words) {
+    if (w >= P.words - (P.keep_of - P.kept) * unit_words) {
         return;
     }
     let u = w / unit_words;
     let within = w % unit_words;
     if (u >= P.kept) {
-        // A unit after the candidates: moved down whole.
+        // A word after the candidates: moved down.
         dst[w] = src[P.src0 + (u - P.kept + P.keep_of) * unit_words + within];
         return;
     }

@@ -18,16 +18,16 @@ pub struct CompactShape {
     pub kept: usize,
     /// Units the selection chose from.
     pub keep_of: usize,
-    /// Units in the stream before the eviction.
-    pub units: usize,
+    /// Words of the stream before the eviction (whole units, then possibly a partial one:
+    /// a side whose blocks are smaller than a unit).
+    pub words: usize,
 }
 
-/// `src`: the stream's words `[units][unit_rows][row_words]`; `keep`: `[H][kept]` units each
-/// head keeps (ascending). Returns `[kept + units − keep_of][unit_rows][row_words]`.
+/// `src`: the stream's `words` words `[units][unit_rows][row_words]`; `keep`: `[H][kept]` units
+/// each head keeps (ascending). Returns the `words − (keep_of − kept)·unit_words` words after.
 pub fn evict_compact(src: &[u32], keep: &[u32], s: &CompactShape) -> Vec<u32> {
     let unit_words = s.unit_rows * s.row_words;
-    let n_dst = s.kept + s.units - s.keep_of;
-    let mut dst = vec![0u32; n_dst * unit_words];
+    let mut dst = vec![0u32; s.words - (s.keep_of - s.kept) * unit_words];
     for (w, out) in dst.iter_mut().enumerate() {
         let (u, within) = (w / unit_words, w % unit_words);
         if u >= s.kept {
