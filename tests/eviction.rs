@@ -584,13 +584,11 @@ fn bad_configurations_are_typed_errors() {
     std::fs::remove_file(p).ok();
 }
 
-#[test]
-fn a_failed_append_changes_nothing() {
-    let ctx = Context::cpu();
+fn a_failed_append_changes_nothing(t: &Target) {
     let (h, d) = (2, 8);
     let mut l = Method::parse("f16+knorm:budget=12,sinks=1")
         .unwrap()
-        .layer(&ctx, h, d, PathChoice::Cpu)
+        .layer(t.ctx(), h, d, t.path())
         .unwrap();
     let mut rng = common::rng("a_failed_append_changes_nothing");
     let (k, v) = random(&mut rng, 30, h, d);
@@ -617,12 +615,16 @@ fn a_failed_append_changes_nothing() {
         l.attend(&q, h, &AttendOptions::default()),
         Err(Error::Shape { .. })
     ));
-    let q = vec![0.1f32; 20 * h * d];
-    assert_eq!(
-        l.attend(&q, h, &AttendOptions::default()).unwrap().len(),
-        20 * h * d
-    );
+    let q: Vec<f32> = (0..20 * h * d).map(|i| (i % 7) as f32 * 0.1).collect();
+    let got = l.attend(&q, h, &AttendOptions::default()).unwrap();
+    assert_eq!(got.len(), 20 * h * d);
+    let want = l
+        .attend_reference(&q, h, &AttendOptions::default())
+        .unwrap();
+    let err = common::rel_l2_rows(&got, &want, d);
+    assert!(err <= 1e-4, "{}: rel L2 {err:e}", t.name());
 }
+parity_tests!(a_failed_append_changes_nothing);
 
 /// Layers under eviction save and load (format version 2): the loaded layer holds the same
 /// words, positions, scores and counters, attends identically, and continues identically;
