@@ -400,6 +400,12 @@ impl Layer {
             for c in &codecs {
                 crate::store::gpu::prepare_encode(&ctx, &**c)?;
             }
+            if positions {
+                // A layer under eviction: its compaction kernel.
+                let def = &crate::policy::kernels::EVICT_COMPACT;
+                let path = ctx.resolve(def, choice)?;
+                gpu::pipeline::pipeline(&ctx, def, path, &Default::default())?;
+            }
             attention::gpu::prepare(&ctx, &*codecs[0], &*codecs[1], choice, dim, ring, positions)
         })
     }

@@ -149,6 +149,8 @@ fn eviction_keeps_exact_words(t: &Target, spec: &str) {
     let tokens = budget + 6 * u + 17;
     let (k, v) = random(&mut rng, tokens, H, D);
     let mut ev = evicting(t, &m).unwrap();
+    // Builds the layer's pipelines (GPU: attention with positions, the compaction kernel).
+    ev.prepare().unwrap();
     let mut full = base.layer(t.ctx(), H, D, t.path()).unwrap();
     let row = H * D;
     let mut a = 0;

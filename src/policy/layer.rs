@@ -470,6 +470,14 @@ impl KvLayer for EvictingLayer {
         self.inner.attend_kernels()
     }
 
+    fn prepare(&self) -> Result<()> {
+        self.inner.prepare()
+    }
+
+    fn prepare_async(&self) -> crate::Preparing {
+        self.inner.prepare_async()
+    }
+
     fn describe(&self) -> String {
         format!(
             "{}; eviction {} (units of {} token(s), {} of {} appended tokens held per KV head)",
