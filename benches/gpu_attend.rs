@@ -353,6 +353,7 @@ fn partials_estimate(
                 .block_tokens()
                 .max(method.value().block_tokens())
             > 1,
+        positions: None,
     };
     let wg_limit = ctx.max_workgroup_storage_size() as usize;
     let kernel = call

@@ -89,7 +89,7 @@ fn kernel_source(
         tokens: 1,
         opts: AttendOptions::default(),
     };
-    let spec: Specialization = specialization(&call, k, v, true, layer.has_ring());
+    let spec: Specialization = specialization(&call, k, v, true, layer.has_ring(), false);
     let def = kernel::partials(k.attend_hooks(), v.attend_hooks());
     // SAFETY: single-threaded here; compose_wgsl reads the variable (src/gpu/registry.rs).
     unsafe {

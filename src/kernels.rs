@@ -34,6 +34,8 @@ pub fn all() -> Vec<&'static KernelDef> {
         &turboquant::kernels::TURBOQUANT_PROD_QUANT,
         &qjl::kernels::QJL_ENCODE,
         &vecinfer::kernels::VECINFER_QUANT,
+        &crate::policy::kernels::EVICT_SCORE,
+        &crate::policy::kernels::EVICT_COMPACT,
     ];
     for k in attend_hooks() {
         // A keys-only codec (QJL) is never the value codec.

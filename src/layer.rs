@@ -176,6 +176,8 @@ struct GpuStore {
     unsynced: bool,
     /// Per side: whether its codec refuses rows whose per-vector norm f16 cannot hold.
     norm_checks: [bool; 2],
+    /// Whether the key side holds positions (a layer under eviction: `Layer::enable_positions`).
+    positions: bool,
 }
 
 enum Store {
@@ -328,6 +330,7 @@ impl Layer {
                 )?,
                 unsynced: false,
                 norm_checks,
+                positions: false,
             }))
         } else {
             Store::Cpu([CpuSide::new(&*codecs[0]), CpuSide::new(&*codecs[1])])
@@ -390,13 +393,20 @@ impl Layer {
         let ctx = self.ctx.clone();
         let codecs = self.codecs.clone();
         let (choice, norms, ring, dim) = (s.choice, s.norm_checks, self.has_ring(), self.g.dim);
+        let positions = s.positions;
         Some(move || {
             gpu::gpu_of(&ctx, "prepare")?;
             gpu_input::prepare(&ctx, norms, ring)?;
             for c in &codecs {
                 crate::store::gpu::prepare_encode(&ctx, &**c)?;
             }
-            attention::gpu::prepare(&ctx, &*codecs[0], &*codecs[1], choice, dim, ring)
+            if positions {
+                // A layer under eviction: its compaction kernel.
+                let def = &crate::policy::kernels::EVICT_COMPACT;
+                let path = ctx.resolve(def, choice)?;
+                gpu::pipeline::pipeline(&ctx, def, path, &Default::default())?;
+            }
+            attention::gpu::prepare(&ctx, &*codecs[0], &*codecs[1], choice, dim, ring, positions)
         })
     }
 
@@ -687,6 +697,7 @@ impl Layer {
     fn attend_inputs<'a>(
         &'a self,
         s: &'a GpuStore,
+        at: Option<&Positions<'_>>,
     ) -> (
         [attention::gpu::SideBuffers<'a>; 2],
         attention::plan::CacheShape,
@@ -710,6 +721,11 @@ impl Layer {
             value_space_out: self.codecs[1].attend_value_space_out(),
             key_prep: self.codecs[0].attend_hooks().k_prep,
             ring: self.has_ring(),
+            positions: s.positions.then(|| attention::plan::KeyPositions {
+                offset: s.sides[0].positions_offset().unwrap_or(0),
+                rows: at.map_or(0, |p| p.table.len() / self.g.heads),
+                evicted: at.map_or(0, |p| p.appended - self.tokens),
+            }),
         };
         ([side(0), side(1)], shape)
     }
@@ -798,6 +814,45 @@ impl Layer {
             opts,
         )?;
         attention::check_finite(q)?;
+        match &self.store {
+            Store::Gpu(s) if s.positions => {
+                let (sides, shape) = self.attend_inputs(s, Some(positions));
+                let call = attention::plan::Call {
+                    tokens: self.tokens,
+                    ..self.call(q.len() / (hq * self.g.dim), hq, opts)
+                };
+                attention::gpu::run(
+                    &self.ctx,
+                    s.choice,
+                    &call,
+                    &shape,
+                    [&sides[0], &sides[1]],
+                    s.sides[0].placeholder(),
+                    q,
+                )
+            }
+            _ => self.cpu_attend_at(None, Some(positions), q, hq, opts),
+        }
+    }
+
+    /// The CPU reference of [`Self::attend_positions`] on any path (GPU words read back).
+    pub(crate) fn attend_positions_reference(
+        &self,
+        q: &[f32],
+        hq: usize,
+        opts: &AttendOptions,
+        positions: &Positions<'_>,
+    ) -> Result<Vec<f32>> {
+        self.check_unsynced()?;
+        attention::check_query(
+            q.len(),
+            hq,
+            self.g.heads,
+            self.g.dim,
+            positions.appended,
+            opts,
+        )?;
+        attention::check_finite(q)?;
         self.cpu_attend_at(None, Some(positions), q, hq, opts)
     }
 
@@ -834,18 +889,82 @@ impl Layer {
                 "eviction: a keep list that this layer cannot apply (unit {unit}, of {keep_of}); a kvpack bug"
             )));
         }
-        let Store::Cpu(sides) = &mut self.store else {
-            return Err(Error::PathUnavailable {
-                kernel: "evict",
-                requested: self.codecs[0].path().to_string(),
-                reason: "eviction's compaction runs on the CPU path only in this version".into(),
-            });
-        };
-        for (side, codec) in sides.iter_mut().zip(&self.codecs) {
-            side.compact(&**codec, unit, keep_of, keep);
+        self.check_unsynced()?;
+        let qs = Side::ALL.map(|side| self.quantized_len(side));
+        match &mut self.store {
+            Store::Cpu(sides) => {
+                for (side, codec) in sides.iter_mut().zip(&self.codecs) {
+                    side.compact(&**codec, unit, keep_of, keep);
+                }
+            }
+            Store::Gpu(s) => {
+                // Segment 0 only (checked on both sides before either moves anything).
+                if let Some(side) = s.sides.iter().find(|side| side.segments.len() > 1) {
+                    return Err(Error::PathUnavailable {
+                        kernel: "evict_compact",
+                        requested: s.choice.to_string(),
+                        reason: format!(
+                            "eviction over {} segments: compaction moves units within segment 0 \
+                             only in this version",
+                            side.segments.len()
+                        ),
+                    });
+                }
+                for ((side, codec), q) in s.sides.iter().zip(&self.codecs).zip(qs) {
+                    side.compact(&**codec, s.choice, unit, keep_of, keep, q, self.tokens)?;
+                }
+            }
         }
         self.tokens -= (keep_of - kept) * unit;
         Ok(())
+    }
+
+    /// Eviction: gives the key side a positions stream (`attention::plan::KeyPositions`) in
+    /// every segment, and builds attention for it (`ATT_POS = 1`); an empty GPU layer only
+    /// (a CPU layer has nothing to do: its positions are host tables). [`Error::Limit`] where
+    /// a segment with the stream no longer fits a binding.
+    pub(crate) fn enable_positions(&mut self) -> Result<()> {
+        let Store::Gpu(s) = &mut self.store else {
+            return Ok(());
+        };
+        if self.tokens > 0 {
+            return Err(Error::Config(
+                "eviction: positions are enabled on an empty layer (a kvpack bug)".into(),
+            ));
+        }
+        let words = self.g.heads * self.codecs[0].block_tokens();
+        let k = &*self.codecs[0];
+        if !GpuSide::fits_with_positions(&self.ctx, k, s.sides[0].seg_blocks, words) {
+            // Fewer blocks per segment on both sides (they split at the same tokens).
+            let unit = lcm(k.block_tokens(), self.codecs[1].block_tokens());
+            let mut blocks = s.sides[0].seg_blocks;
+            while blocks > 0 && !GpuSide::fits_with_positions(&self.ctx, k, blocks, words) {
+                blocks = blocks * 7 / 8;
+            }
+            let tokens = blocks * k.block_tokens() / unit * unit;
+            if tokens == 0 {
+                return Err(Error::Limit {
+                    what: "one block of keys with its positions in a segment",
+                    needed: words as u64 * 4,
+                    limit: self.ctx.max_storage_binding_size(),
+                });
+            }
+            for (side, c) in s.sides.iter_mut().zip(&self.codecs) {
+                side.seg_blocks = tokens / c.block_tokens();
+            }
+        }
+        s.sides[0].pos_words = words;
+        s.positions = true;
+        Ok(())
+    }
+
+    /// Eviction: the first `table.len() / H` held slots' positions (`[rows][H]`), written into
+    /// segment 0's positions stream (nothing on the CPU path).
+    pub(crate) fn write_positions(&self, table: &[u32]) -> Result<()> {
+        match &self.store {
+            Store::Gpu(s) => s.sides[0].write_positions(table),
+            Store::Cpu(_) => Ok(()),
+        }
     }
 }
 
@@ -1065,7 +1184,7 @@ impl KvLayer for Layer {
         match &self.store {
             Store::Cpu(_) => self.cpu_attend(None, q, hq, opts),
             Store::Gpu(s) => {
-                let (sides, shape) = self.attend_inputs(s);
+                let (sides, shape) = self.attend_inputs(s, None);
                 let call = self.call(q.len() / (hq * self.g.dim), hq, opts);
                 attention::gpu::run(
                     &self.ctx,
@@ -1097,7 +1216,7 @@ impl KvLayer for Layer {
                 reason: "encode_attend() records GPU work; this layer runs on the CPU".into(),
             });
         };
-        let (sides, shape) = self.attend_inputs(s);
+        let (sides, shape) = self.attend_inputs(s, None);
         attention::gpu::encode(
             &self.ctx,
             enc,
@@ -1136,12 +1255,13 @@ impl KvLayer for Layer {
                     held.tables += tables;
                 }
                 Store::Gpu(s) => {
-                    let (per, ring, tables) = s.sides[i].held(c.streams().len());
+                    let (per, ring, tables, positions) = s.sides[i].held(c.streams().len());
                     for (st, b) in c.streams().iter().zip(per) {
                         held.add_stream(side, st.kind, b);
                     }
                     held.residual += ring;
                     held.tables += tables;
+                    held.eviction += positions;
                 }
             }
         }

@@ -39,6 +39,13 @@ enum Check {
     /// Attention with QJL keys, both forms of the sketch score: the nibble table (codecs
     /// planned for 32 KiB of workgroup storage) and masked sums (16 KiB).
     QjlAttend,
+    /// Attention over a cache that evicted tokens (tests/common/positions.rs: held tokens at
+    /// their absolute positions, decode and prefill kernels, windows and sinks).
+    Positions,
+    /// The eviction scoring kernel (tests/common/scores.rs: Q-Filters and key norm).
+    Scores,
+    /// The eviction compaction kernel (tests/common/compact.rs: every codec's streams).
+    Compact,
 }
 
 const fn m(
@@ -76,7 +83,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // ---- attention, the tensor-core prefill kernel (attend_prefill_tc) ----
         (m("wgsl tensor attend: P·V̂ reads the first 16 tokens' values for both blocks", Wgsl, "attend_prefill_tc", "&tch[TC_OV + kb * 16u * TC_WP + j * 16u]", None, "&tch[TC_OV + j * 16u]"), Attend, TC),
         (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TC),
-        (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(pos, pv);", None, "let ok = live && pos < s1 && pos <= pv;"), Attend, TC),
+        (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(key_pos(pos, h), pv);", None, "let ok = live && pos < s1 && key_pos(pos, h) <= pv;"), Attend, TC),
         (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TC),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = tb * 16u * TC_DP + k * 16u;", None, "let at = (1u - tb) * 16u * TC_DP + k * 16u;"), Attend, TC),
         // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----
@@ -101,6 +108,25 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl merge: partial weight exponent sign flipped", Wgsl, "attend_merge", "exp2(q[b] - mm)", None, "exp2(mm - q[b])"), Attend, S),
         (m("wgsl prefill: accumulator rescale dropped", Wgsl, "attend_prefill", "o[i] *= corr;", None, "o[i] *= 1.0;"), Attend, S),
         (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
+        // ---- attention over a cache that evicted tokens (key_pos / attend_key_pos) ----
+        (m("wgsl attend (eviction): evicting cache's table ignored (slot as position)", Wgsl, "attend_", "return kseg[AP.pos_off + slot * AP.hkv + h];", None, "return slot;"), Positions, SW),
+        (m("wgsl attend (eviction): slots past the table not shifted by the evicted count", Wgsl, "attend_", "return slot + AP.evicted;", None, "return slot;"), Positions, S),
+        (m("wgsl attend (eviction): positions table read for the next KV head", Wgsl, "attend_", "kseg[AP.pos_off + slot * AP.hkv + h]", None, "kseg[AP.pos_off + slot * AP.hkv + (h + 1u) % AP.hkv]"), Positions, S),
+        (m("wgsl attend (eviction): positions table's last row taken as a later slot", Wgsl, "attend_", "if (slot < AP.pos_rows) {", None, "if (slot + 1u < AP.pos_rows) {"), Positions, S),
+        (m("msl attend (eviction): evicting cache's table ignored (slot as position)", Msl, "attend_", "return kseg[A.pos_off + slot * A.hkv + h];", None, "return slot;"), Positions, MSL),
+        (m("msl attend (eviction): slots past the table not shifted by the evicted count", Msl, "attend_", "return slot + A.evicted;", None, "return slot;"), Positions, MSL),
+        (m("wgsl evict_score (eviction): the tree's last step dropped", Wgsl, "evict_score", "for (var s = WORKGROUP_SIZE / 2u; s > 0u; s >>= 1u) {", None, "for (var s = WORKGROUP_SIZE / 2u; s > 1u; s >>= 1u) {"), Scores, W),
+        (m("wgsl evict_score (eviction): every lane's subgroup sum kept", Wgsl, "evict_score", "red[lid] = select(0.0, s, sgl == 0u);", None, "red[lid] = s;"), Scores, S),
+        (m("wgsl evict_score (eviction): head 0's filter for every head", Wgsl, "evict_score", "a += k * filters[e];", None, "a += k * filters[c];"), Scores, S),
+        (m("wgsl evict_score (eviction): key norm's sign dropped", Wgsl, "evict_score", "return -sqrt(s);", None, "return sqrt(s);"), Scores, S),
+        (m("msl evict_score (eviction): lane sums not added", Msl, "evict_score", "const float s = simd_sum(a);", None, "const float s = a;"), Scores, MSL),
+        (m("msl evict_score (eviction): head 0's filter for every head", Msl, "evict_score", "a += k * filters[e];", None, "a += k * filters[c];"), Scores, MSL),
+        (m("wgsl evict_compact (eviction): heads' bit masks dropped", Wgsl, "evict_compact", "out |= word & bit_mask(b - c * 32u, stop - c * 32u);", None, "out |= word;"), Compact, S),
+        (m("wgsl evict_compact (eviction): head 0's keep list for every head", Wgsl, "evict_compact", "su = keep[h * P.kept + u];", None, "su = keep[u];"), Compact, S),
+        (m("wgsl evict_compact (eviction): later units not moved down", Wgsl, "evict_compact", "dst[w] = src[P.src0 + (u - P.kept + P.keep_of) * unit_words + within];", None, "dst[w] = src[P.src0 + u * unit_words + within];"), Compact, S),
+        (m("msl evict_compact (eviction): head 0's keep list for every head", Msl, "evict_compact", "su = keep[h * P.kept + u];", None, "su = keep[u];"), Compact, MSL),
+        (m("msl evict_compact (eviction): one head per word", Msl, "evict_compact", "stop = min(end, (h + 1u) * P.head_bits);", None, "stop = end;"), Compact, MSL),
+        (m("msl attend (eviction): positions table read for the next KV head", Msl, "attend_", "kseg[A.pos_off + slot * A.hkv + h]", None, "kseg[A.pos_off + slot * A.hkv + (h + 1u) % A.hkv]"), Positions, MSL),
         // ---- VecInfer LUT attention (issue 15's planted bugs) ----
         (m("msl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f32 LUT)", Msl, "attend_vecinfer", "S.kvi_lut[e] = x;", None, "S.kvi_lut[e] = x.yzwx;"), VecInfer, MSL),
         (m("msl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f16 LUT)", Msl, "attend_vecinfer", "S.kvi_lut[e] = half4(x);", None, "S.kvi_lut[e] = half4(x.yzwx);"), VecInfer, MSL),
@@ -313,6 +339,21 @@ fn run(check: Check, t: &Target, seed: u64) {
         Check::VecInfer => run_vecinfer(t),
         Check::ProdAttend => run_attend_cases(t, seed, prod_cases()),
         Check::QjlAttend => run_attend_cases_at(t, seed, qjl_cases()),
+        Check::Positions => {
+            use rand::SeedableRng;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            common::positions::check_all(t, &mut rng);
+        }
+        Check::Scores => {
+            use rand::SeedableRng;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            common::scores::check_all(t, &mut rng);
+        }
+        Check::Compact => {
+            use rand::SeedableRng;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            common::compact::check_all(t, &mut rng);
+        }
     }
 }
 
@@ -351,6 +392,9 @@ fn every_mutant_is_caught() {
             Check::VecInfer,
             Check::ProdAttend,
             Check::QjlAttend,
+            Check::Positions,
+            Check::Scores,
+            Check::Compact,
         ] {
             run(check, &t, seed);
         }

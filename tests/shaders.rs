@@ -92,12 +92,14 @@ fn attend_specs() -> Vec<Specialization> {
     for dim in [41u32, 64, 128, 256] {
         for wide in [0u32, 1] {
             for (i, extra) in [kivi(4, 2, 32), kivi(3, 8, 16)].into_iter().enumerate() {
-                // A ring everywhere but at D = 64 (both forms compile).
+                // A ring everywhere but at D = 64 (both forms compile); positions (a layer
+                // under eviction) at D = 64 and 128.
                 let ring = u32::from(dim != 64);
                 let mut s = vec![
                     ("ATT_DIM", dim),
                     ("ATT_SG_WIDE", wide),
                     ("ATT_RING", ring),
+                    ("ATT_POS", u32::from(dim == 64 || dim == 128)),
                     ("ATT_TC_NOLOAD", 0),
                 ];
                 s.extend(extra);
@@ -170,6 +172,12 @@ fn every_composed_wgsl_kernel_compiles() {
                 ])
             })
             .collect()
+        } else if k.name == "evict_compact" {
+            vec![Specialization(Vec::new())]
+        } else if k.folder == "policy" {
+            (0..2u32)
+                .map(|norm| Specialization(vec![("SCORE_NORM", norm)]))
+                .collect()
         } else if k.folder == "qjl" {
             [(64u32, 32u32), (80, 96), (128, 128), (256, 512)]
                 .into_iter()

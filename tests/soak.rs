@@ -1,6 +1,6 @@
 //! A short soak (examples/soak runs the million tokens): one layer appended chunk by chunk,
-//! bytes held every few thousand tokens: payload exactly linear in the tokens (no method
-//! evicts yet), held within the store's growth slack of it, the device's live wgpu buffers
+//! bytes held every few thousand tokens: payload exactly linear in the tokens (methods
+//! without eviction; under eviction, bytes held flat once the budget is reached), held within the store's growth slack of it, the device's live wgpu buffers
 //! bounded by the segments the cache needs and back to the count before the layer once it is
 //! dropped (no leak), and attention checked against the CPU reference along the way.
 
@@ -116,4 +116,67 @@ fn soak_gpu_short() {
             "{spec} on wgsl: buffers {baseline} before, at most {most} during, {after} after"
         );
     }
+}
+
+/// Eviction on the GPU path: 30k tokens under a budget of 1024 (KIVI-2, key norm): tokens
+/// held stay within the budget and one unit, bytes held are the same at every sample once
+/// the budget is reached, attention matches the CPU reference on the stored words at the
+/// held tokens' positions, the wgpu buffers stay flat and none is left after the drop.
+#[test]
+fn soak_gpu_eviction_short() {
+    let (ctx, count) = match soak::gpu_with_buffer_count() {
+        Ok(x) => x,
+        Err(e) => return common::skip("soak_gpu_eviction_short", &e),
+    };
+    let baseline = count().expect("wgpu counts buffers on this backend");
+    let spec = "kivi-2+knorm:budget=1024";
+    let s = soak::Soak {
+        ctx: &ctx,
+        path: PathChoice::Wgsl,
+        method: Method::parse(spec).unwrap(),
+        heads: 2,
+        dim: 64,
+        tokens: 30_000,
+        chunk: 500,
+        every: 2_000,
+        spot_every: 10_000,
+        buffers: &*count,
+    };
+    let (samples, layer) = soak::run(&s).expect("soak");
+    let steady: Vec<&soak::Sample> = samples.iter().filter(|x| x.tokens >= 4_000).collect();
+    for x in &samples {
+        assert!(
+            x.held_tokens <= 1024 + 32,
+            "{spec}: {} tokens held at {}",
+            x.held_tokens,
+            x.tokens
+        );
+    }
+    assert!(
+        steady.iter().all(|x| x.held == steady[0].held),
+        "{spec}: bytes held move under a fixed budget: {:?}",
+        steady.iter().map(|x| x.held).collect::<Vec<_>>()
+    );
+    let spots: Vec<f64> = samples.iter().filter_map(|x| x.spot_error).collect();
+    assert_eq!(spots.len(), 3);
+    assert!(
+        spots.iter().all(|&e| e <= 1e-4),
+        "{spec}: attention vs the CPU reference {spots:?}"
+    );
+    let buffers: Vec<usize> = steady.iter().filter_map(|x| x.buffers).collect();
+    assert!(
+        buffers.iter().all(|&b| b == buffers[0]),
+        "{spec}: live buffers move: {buffers:?}"
+    );
+    drop(layer);
+    assert_eq!(
+        count().unwrap(),
+        baseline,
+        "{spec}: buffers left after drop"
+    );
+    eprintln!(
+        "{spec} on wgsl: {} bytes held from 4k to 30k tokens ({} tokens held)",
+        steady[0].held,
+        samples.last().unwrap().held_tokens
+    );
 }

@@ -82,6 +82,7 @@ fn tensor_kernel_refusals_are_typed() {
         value_space_out: false,
         key_prep: true,
         ring: false,
+        positions: None,
     };
     let call = kvpack::attention::plan::Call {
         tq: 64,

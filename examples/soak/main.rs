@@ -10,8 +10,8 @@
 //! buffers at every sample and once more after dropping the layer (must return to the count
 //! before it was made), and checks attention against the CPU reference every
 //! `--spot-every` tokens. Bytes held grow linearly, unless the method evicts
-//! (`--method "kivi-2+knorm:budget=4096"`, CPU path): then they stay flat once the budget is
-//! reached.
+//! (`--method "kivi-2+knorm:budget=4096"`, CPU or WGSL path): then they stay flat once the
+//! budget is reached.
 
 #[path = "core.rs"]
 mod core;

@@ -59,9 +59,9 @@ struct AttendParams {
     uint row_words;
     uint direct;
     uint t_total;
-    uint p0;
-    uint p1;
-    uint p2;
+    uint pos_off;   // ATT_POS: the key segment's positions stream (attend_key_pos)
+    uint pos_rows;
+    uint evicted;
 };
 
 #define ATTEND_DIM ATT_DIM
@@ -130,6 +130,21 @@ static inline void attend_ring_rows(constant AttendParams& A, uint pos0, uint fi
     for (uint j = 0u; j < 8u; ++j) {
         w0[j] = (clamp(pos0 + j, first, last) % cap) * A.row_words;
     }
+}
+
+// The absolute position of the token in cache slot `slot` of KV head h (the twin of
+// key_pos in wgsl/attend/attend_core.wgsl): the slot itself unless the cache evicted tokens
+// (ATT_POS = 1, fixed for a layer's life): then the key segment's positions stream for slots
+// below A.pos_rows, slot + A.evicted above.
+static inline uint attend_key_pos(constant AttendParams& A, device const uint* kseg, uint slot,
+                                  uint h) {
+    if (ATT_POS == 1u) {
+        if (slot < A.pos_rows) {
+            return kseg[A.pos_off + slot * A.hkv + h];
+        }
+        return slot + A.evicted;
+    }
+    return slot;
 }
 
 static inline bool attend_visible(constant AttendParams& A, uint pos, uint p) {

@@ -143,9 +143,10 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         }
         const float4 sc = rs_cg(acc, cg);
         const uint pos = t0 + lane;
+        const uint kp = attend_key_pos(A, kseg, pos, h);
         bool4 vis = bool4(false);
         for (uint i = 0u; i < 4u; ++i) {
-            vis[i] = live[i] && pos < s1 && attend_visible(A, pos, pv[i]);
+            vis[i] = live[i] && pos < s1 && attend_visible(A, kp, pv[i]);
         }
         const float4 s = select(float4(ATTEND_NEG), sc, vis);
         const float4 m_new = max(m, slice_max(s));

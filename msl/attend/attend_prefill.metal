@@ -111,7 +111,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             }
             const float full = pf_lane_sum(a.x + a.y + a.z + a.w);
             const uint pos = t0 + t;
-            const bool ok = live && pos < s1 && attend_visible(A, pos, pv);
+            const bool ok = live && pos < s1 && attend_visible(A, attend_key_pos(A, kseg, pos, h), pv);
             s[t] = ok ? full : ATTEND_NEG;
             mt = max(mt, s[t]);
         }

@@ -92,11 +92,15 @@ pub fn specialization(
     v: &dyn Codec,
     wide: bool,
     ring: bool,
+    positions: bool,
 ) -> registry::Specialization {
     let mut spec = vec![
         ("ATT_DIM", call.dim as u32),
         ("ATT_SG_WIDE", u32::from(wide)),
         ("ATT_RING", u32::from(ring)),
+        // A layer under eviction: keys at the positions the key segment holds
+        // (`plan::KeyPositions`), fixed for the layer's life.
+        ("ATT_POS", u32::from(positions)),
         // Measuring only: the tensor-core kernel without the codecs' reads
         // (benches/gpu_attend.rs reports it as the kernel's floor).
         (
@@ -117,7 +121,9 @@ pub fn specialization(
 /// [`super::AttendKernel::Auto`] and `Decode`), the prefill kernel where the key codec does not
 /// transform the query, and the merge, each with the one specialization every call of the layer
 /// gets ([`specialization`]: head width `dim`, the device's subgroup width class, whether the
-/// layer has a ring (`ring`, fixed for its life) and the codecs' constants; never a length). A
+/// layer has a ring (`ring`, fixed for its life), whether it evicts (`positions`: its keys'
+/// positions read from the key segment, fixed for its life) and the codecs' constants; never a
+/// length). A
 /// kernel that no call could run (the pair has no GPU hooks, or its workgroup storage exceeds
 /// the device's, as [`plan_for`] checks) is not built: such calls fail before any pipeline.
 pub fn prepare(
@@ -127,6 +133,7 @@ pub fn prepare(
     choice: PathChoice,
     dim: usize,
     ring: bool,
+    positions: bool,
 ) -> Result<()> {
     let paths = match AttendPaths::resolve(ctx, k, v, choice) {
         Ok(p) => p,
@@ -147,7 +154,7 @@ pub fn prepare(
     if call.check(value_dim).is_err() {
         return Ok(());
     }
-    let spec = specialization(&call, k, v, wide_subgroups(ctx), ring);
+    let spec = specialization(&call, k, v, wide_subgroups(ctx), ring, positions);
     let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
     let limit = ctx.max_workgroup_storage_size() as usize;
     let decode = plan::workgroup_bytes(dim, k.attend_prep_width(), value_dim)
@@ -347,7 +354,7 @@ pub fn dispatch_plans(
     wide: bool,
     ring: bool,
 ) -> Result<(Vec<DispatchPlan>, Option<DispatchPlan>)> {
-    let spec = specialization(call, k, v, wide, ring);
+    let spec = specialization(call, k, v, wide, ring, plan.positions);
     let (kh, vh) = (k.attend_hooks(), v.attend_hooks());
     let def = match plan.kernel {
         plan::SplitKernel::Prefill => kernel::prefill(kh, vh).ok_or_else(|| no_prefill(k))?,

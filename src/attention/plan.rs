@@ -47,7 +47,29 @@ pub struct AttendParams {
     pub row_words: u32,
     pub direct: u32,
     pub t_total: u32,
-    pub pad: [u32; 3],
+    /// [`KeyPositions::offset`] (segment 0's dispatches; 0 without positions).
+    pub pos_off: u32,
+    /// [`KeyPositions::rows`] in segment 0's dispatches, 0 in the others'.
+    pub pos_rows: u32,
+    /// [`KeyPositions::evicted`].
+    pub evicted: u32,
+}
+
+/// Where a cache that evicted tokens keeps its held tokens' absolute positions
+/// (spec/attention.md, "Which keys a query sees"; the CPU twin is
+/// [`crate::cpu::attend::Positions`]): a positions stream `[rows][Hkv]` u32 in the key side's
+/// segment 0, after the codec's streams (the kernels read it through the key segment's binding:
+/// they bind 8 storage buffers, the most a device is guaranteed), slot s < `rows` of head h at
+/// word `offset + s·Hkv + h`; slot s ≥ `rows` (tokens appended since the last eviction, the
+/// residual window) sits at `s + evicted`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyPositions {
+    /// Word offset of the positions stream in the key side's segment 0.
+    pub offset: usize,
+    /// Slots with an entry (the end of the kept units of the last eviction), within segment 0.
+    pub rows: usize,
+    /// Tokens evicted so far (tokens appended − tokens held).
+    pub evicted: usize,
 }
 
 /// Largest head width (and value-space width) the kernels hold.
@@ -140,6 +162,10 @@ pub struct CacheShape {
     /// without its ring paths (`ATT_RING = 0`: fewer registers), and every token must be below
     /// `qk` and `qv`.
     pub ring: bool,
+    /// The held tokens' positions, for a cache that evicts (`Some` for a layer under an
+    /// eviction policy, fixed for its life: its kernels are built with `ATT_POS = 1` and read
+    /// them; `None`: token j at position j, the positions code compiled out).
+    pub positions: Option<KeyPositions>,
 }
 
 /// One dispatch of the partials kernel.
@@ -167,6 +193,8 @@ pub struct Plan {
     pub prefill: bool,
     /// The kernel of the splits.
     pub kernel: SplitKernel,
+    /// Whether the kernels read positions ([`CacheShape::positions`]: `ATT_POS`).
+    pub positions: bool,
 }
 
 /// Workgroups a call aims at on this adapter: about two per streaming multiprocessor where the
@@ -297,13 +325,14 @@ impl Call {
 /// The base of every dispatch's uniform (`per_wg` query vectors per workgroup).
 fn base(call: &Call, shape: &CacheShape, per_wg: usize) -> AttendParams {
     let qg = call.hq / call.hkv;
+    let evicted = shape.positions.map_or(0, |p| p.evicted);
     let scale = call.opts.scale.unwrap_or(1.0 / (call.dim as f32).sqrt());
     AttendParams {
         tq: call.tq as u32,
         hq: call.hq as u32,
         hkv: call.hkv as u32,
         qg: qg as u32,
-        q_pos0: (call.tokens - call.tq) as u32,
+        q_pos0: (call.tokens + evicted - call.tq) as u32,
         window: call.opts.window.unwrap_or(0) as u32,
         sinks: call.opts.sinks as u32,
         scale_log2: scale * std::f32::consts::LOG2_E,
@@ -315,6 +344,8 @@ fn base(call: &Call, shape: &CacheShape, per_wg: usize) -> AttendParams {
         ring_cap_v: shape.ring_cap[1].max(1) as u32,
         row_words: shape.row_words as u32,
         t_total: call.tokens as u32,
+        pos_off: shape.positions.map_or(0, |p| p.offset) as u32,
+        evicted: evicted as u32,
         ..Default::default()
     }
 }
@@ -355,6 +386,15 @@ pub fn plan_kernel(
         )));
     }
     let st = shape.seg_tokens.max(1);
+    if let Some(p) = shape.positions {
+        if p.rows > t.min(st) || t + p.evicted > u32::MAX as usize {
+            return Err(Error::Config(format!(
+                "attention plan: {} positions for a cache of {t} tokens, {st} per segment \
+                 ({} evicted): the positions table covers held slots of segment 0",
+                p.rows, p.evicted
+            )));
+        }
+    }
     let pw = shape.value_dim.max(call.dim) + 2;
     let per_part = (call.hkv * call.vectors() * pw * 4) as u64;
     let per_wg = match kernel {
@@ -421,6 +461,11 @@ pub fn plan_kernel(
                     n_parts: n_parts as u32,
                     n_parts_c: n_c as u32,
                     direct: u32::from(direct),
+                    pos_rows: if d == 0 {
+                        shape.positions.map_or(0, |p| p.rows) as u32
+                    } else {
+                        0
+                    },
                     ..b
                 },
                 workgroups: call.hkv as u64 * vb * (sc + sr) as u64,
@@ -442,6 +487,7 @@ pub fn plan_kernel(
             partial_bytes: bytes,
             prefill,
             kernel,
+            positions: shape.positions.is_some(),
         });
     }
 }

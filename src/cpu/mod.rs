@@ -10,6 +10,7 @@ pub mod bitpack;
 pub mod common;
 pub mod f16;
 pub mod kivi;
+pub mod policy;
 pub mod qjl;
 pub mod turboquant;
 pub mod turboquant_prod;

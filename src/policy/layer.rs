@@ -9,8 +9,14 @@
 //! (`store::compact`) so memory is really reclaimed, and attention reads each held
 //! token's true position for causality, windows and sinks.
 //!
-//! CPU path only in this version: on a GPU path the layer is refused at construction
-//! ([`Error::PathUnavailable`]).
+//! On a GPU path (WGSL; the MSL kernels exist but no Metal device has run this layer) the
+//! layer's words stay on the device: appends from host values are scored on the host (the
+//! CPU twin of the `evict_score` kernel: the same f32 scores), the selection runs on the
+//! host tables, the compaction on the device (`evict_compact`, every stream, then the ring's
+//! live rows rotate), and attention reads the held tokens' positions from a positions stream in
+//! the key side's segment 0 (`ATT_POS`). Not yet on a GPU path: appends from device buffers and
+//! recorded (`encode_*`) calls ([`Error::PathUnavailable`]), caches larger than one segment
+//! (refused at the first eviction that would need it), restoring a saved evicting cache.
 
 use std::sync::Arc;
 
@@ -93,6 +99,8 @@ pub struct EvictingLayer {
     appended: usize,
     /// Tokens appended since the last eviction check that evicted.
     since: usize,
+    /// Held slots with a position other than `slot + evicted` (the positions stream's rows).
+    rows: usize,
 }
 
 impl std::fmt::Debug for EvictingLayer {
@@ -150,18 +158,18 @@ impl EvictingLayer {
     /// sinks rounded up to whole units, the newest `max(window, R + U − 1)` tokens and one unit
     /// must fit, [`Error::Config`]); a calibration file without Q-Filters tables, made for
     /// another shape or with fewer layers ([`Error::Calibration`]).
-    pub fn new(inner: Layer, method: Method, index: usize) -> Result<Self> {
+    pub fn new(mut inner: Layer, method: Method, index: usize) -> Result<Self> {
         let ev = method
             .eviction()
             .cloned()
             .ok_or_else(|| Error::Config("EvictingLayer without an eviction policy".into()))?;
-        if inner.on_gpu() {
+        if inner.on_gpu() && !inner.is_empty() {
             return Err(Error::PathUnavailable {
                 kernel: "evict",
                 requested: inner.codec(Side::Keys).path().to_string(),
                 reason: format!(
-                    "eviction ({}) runs on the CPU path only in this version (no GPU scoring or \
-                     compaction kernel yet): use --path cpu",
+                    "eviction ({}) over a GPU layer that already holds tokens (a restored \
+                     cache): not supported on GPU paths in this version: use --path cpu",
                     ev.policy.name()
                 ),
             });
@@ -187,6 +195,7 @@ impl EvictingLayer {
             )));
         }
         let scorer = scorer_for(&ev, index, g)?;
+        inner.enable_positions()?;
         Ok(Self {
             inner,
             method,
@@ -197,6 +206,7 @@ impl EvictingLayer {
             positions: Vec::new(),
             appended: 0,
             since: 0,
+            rows: 0,
         })
     }
 
@@ -235,6 +245,7 @@ impl EvictingLayer {
         l.since = state.since;
         l.positions = state.positions;
         l.scores = state.scores;
+        l.rows = l.table_rows();
         Ok(l)
     }
 
@@ -303,20 +314,36 @@ impl EvictingLayer {
         select::compact_table(&mut self.scores, h, u, end, &keep);
         select::compact_table(&mut self.positions, h, u, end, &keep);
         self.since = 0;
-        Ok(())
+        self.rows = self.table_rows();
+        self.inner.write_positions(&self.positions[..self.rows * h])
+    }
+
+    /// Held slots up to the last whose position (on any head) is not `slot + evicted`.
+    fn table_rows(&self) -> usize {
+        let h = self.inner.geometry().heads;
+        let evicted = self.appended - self.inner.len();
+        (0..self.positions.len() / h)
+            .rev()
+            .find(|&j| (0..h).any(|hh| self.positions[j * h + hh] as usize != j + evicted))
+            .map_or(0, |j| j + 1)
     }
 
     fn gpu_refused(&self, what: &str) -> Error {
         Error::PathUnavailable {
             kernel: "evict",
-            requested: "cpu".into(),
-            reason: format!("{what} records GPU work; a layer with eviction runs on the CPU"),
+            requested: self.inner.codec(Side::Keys).path().to_string(),
+            reason: format!(
+                "{what}: a layer under eviction takes appends from host values and attends \
+                 blocking in this version (no GPU input, no recorded calls)"
+            ),
         }
     }
 
+    /// The held tokens' positions as attention takes them: the table's first `rows` slots
+    /// (later slots sit at `slot + evicted`).
     fn at(&self) -> Positions<'_> {
         Positions {
-            table: &self.positions,
+            table: &self.positions[..self.rows * self.inner.geometry().heads],
             appended: self.appended,
         }
     }
@@ -416,7 +443,8 @@ impl KvLayer for EvictingLayer {
     }
 
     fn attend_reference(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
-        self.inner.attend_positions(q, hq, opts, &self.at())
+        self.inner
+            .attend_positions_reference(q, hq, opts, &self.at())
     }
 
     fn method(&self) -> &Method {
@@ -441,6 +469,14 @@ impl KvLayer for EvictingLayer {
 
     fn attend_kernels(&self) -> Result<Vec<(&'static str, crate::path::KernelPath)>> {
         self.inner.attend_kernels()
+    }
+
+    fn prepare(&self) -> Result<()> {
+        self.inner.prepare()
+    }
+
+    fn prepare_async(&self) -> crate::Preparing {
+        self.inner.prepare_async()
     }
 
     fn describe(&self) -> String {

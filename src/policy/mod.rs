@@ -7,14 +7,20 @@
 //! absolute positions, which attention reads.
 //!
 //! - [`config`]: the policy grammar and its checks;
-//! - [`score`]: the scoring at append (CPU reference);
+//! - [`score`]: the scoring at append (CPU reference: `crate::cpu::policy::evict_score`);
+//! - [`kernels`]: the GPU scoring kernel (`evict_score`, WGSL subgroup and workgroup variants,
+//!   MSL) and its plans;
 //! - [`select`]: which units each head evicts (CPU reference);
 //! - [`layer`]: [`EvictingLayer`], the layer that applies it;
 //! - [`spearman`]: the quality check (score vs. the attention mass each key receives).
 //!
-//! CPU path only in this version (GPU scoring and compaction kernels are not written yet).
+//! On WGSL paths the layer's words stay on the device: compaction by `evict_compact`, attention
+//! at the held tokens' positions (`ATT_POS`); the selection still runs on the host tables and
+//! host appends are scored by the CPU twin of `evict_score` (see [`layer`] for what is not on
+//! the GPU yet).
 
 pub mod config;
+pub mod kernels;
 pub mod layer;
 pub mod score;
 pub mod select;

@@ -27,24 +27,27 @@ impl Scorer {
 
     /// Scores `[n][H]` of the rows `k` `[n][H][D]`.
     pub fn score(&self, k: &[f16], heads: usize, dim: usize) -> Vec<f32> {
-        k.chunks_exact(dim)
-            .enumerate()
-            .map(|(i, row)| {
-                let h = i % heads;
-                match self {
-                    Scorer::Filter(u) => row
-                        .iter()
-                        .zip(&u[h * dim..(h + 1) * dim])
-                        .map(|(x, y)| x.to_f32() * y)
-                        .sum(),
-                    Scorer::NegNorm => -row
-                        .iter()
-                        .map(|x| x.to_f32() * x.to_f32())
-                        .sum::<f32>()
-                        .sqrt(),
-                    Scorer::Zero => 0.0,
-                }
-            })
-            .collect()
+        use crate::cpu::policy::evict_score::evict_score;
+        match self {
+            Scorer::Filter(u) => evict_score(k, Some(u), heads, dim),
+            Scorer::NegNorm => evict_score(k, None, heads, dim),
+            Scorer::Zero => vec![0.0; k.len() / dim],
+        }
+    }
+
+    /// The scoring kernel's plan for `n` rows of `heads` × `dim` ([`super::kernels::plan_score`]),
+    /// `None` for a policy that scores nothing (StreamingLLM).
+    pub fn plan(
+        &self,
+        n: usize,
+        heads: usize,
+        dim: usize,
+        row0: usize,
+    ) -> crate::Result<Option<crate::gpu::DispatchPlan>> {
+        match self {
+            Scorer::Filter(_) => super::kernels::plan_score(n, heads, dim, row0, false).map(Some),
+            Scorer::NegNorm => super::kernels::plan_score(n, heads, dim, row0, true).map(Some),
+            Scorer::Zero => Ok(None),
+        }
     }
 }

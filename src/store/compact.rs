@@ -74,7 +74,79 @@ pub(crate) fn compact_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::policy::evict_compact::{CompactShape, evict_compact};
     use crate::store::memory::StreamKind;
+
+    #[test]
+    fn the_kernels_twin_equals_the_in_place_compaction() {
+        // Streams whose heads straddle words (head_bits 24, 40), whole words, halves, and
+        // several rows per block; units of 1 and 2 blocks; padding bits set.
+        let mut x = 0x1234_5678u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let streams = [
+            Stream::halves("norms", StreamKind::Params, 3, 1),
+            Stream::words("codes", StreamKind::Codes, 2, 4, 3),
+            Stream {
+                name: "odd",
+                kind: StreamKind::Codes,
+                words_per_block: 2 * 5,
+                rows: 2,
+                head_bits: 24,
+            },
+            Stream {
+                name: "wide",
+                kind: StreamKind::Codes,
+                words_per_block: 4,
+                rows: 1,
+                head_bits: 40,
+            },
+        ];
+        let heads = [3, 2, 6, 3];
+        for (st, &h) in streams.iter().zip(&heads) {
+            for bpu in [1, 2] {
+                let units = 9;
+                let keep_of = 7;
+                let unit_words = bpu * st.words_per_block;
+                let words: Vec<u32> = (0..units * unit_words).map(|_| next()).collect();
+                // Each head keeps 4 of the first 7 units (its own choice).
+                let keep: Vec<Vec<usize>> = (0..h)
+                    .map(|hh| {
+                        let mut k: Vec<usize> = (0..keep_of).collect();
+                        for i in 0..3 {
+                            let at = (next() as usize + hh + i) % k.len();
+                            k.remove(at);
+                        }
+                        k
+                    })
+                    .collect();
+                let mut want = words.clone();
+                compact_stream(&mut want, st, h, bpu, &keep);
+                want.copy_within(keep_of * unit_words.., 4 * unit_words);
+                want.truncate(want.len() - 3 * unit_words);
+                let flat: Vec<u32> = keep.iter().flatten().map(|&u| u as u32).collect();
+                let shape = CompactShape {
+                    row_words: st.words_per_block / st.rows,
+                    unit_rows: bpu * st.rows,
+                    head_bits: st.head_bits,
+                    heads: h,
+                    kept: 4,
+                    keep_of,
+                    words: units * unit_words,
+                };
+                assert_eq!(
+                    evict_compact(&words, &flat, &shape),
+                    want,
+                    "{} bpu {bpu}",
+                    st.name
+                );
+            }
+        }
+    }
 
     #[test]
     fn copy_bits_matches_a_bit_by_bit_copy() {

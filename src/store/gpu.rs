@@ -121,6 +121,10 @@ pub(crate) struct GpuSide {
     status: wgpu::Buffer,
     /// Bound where a dispatch needs a buffer that carries nothing (no ring yet, no incoming rows).
     placeholder: wgpu::Buffer,
+    /// Words per block of a positions stream after the codec's streams in every segment (the
+    /// key side of a layer under eviction: `[tokens][H]` u32, `attention::plan::KeyPositions`;
+    /// only segment 0's is read); 0: none.
+    pub pos_words: usize,
 }
 
 /// The byte ranges of `cap` blocks of each stream in one segment buffer, and its size.
@@ -210,7 +214,201 @@ impl GpuSide {
             tables_bytes,
             status: gpu::storage_buffer(ctx, "kvpack status", 4)?,
             placeholder: gpu::storage_buffer(ctx, "kvpack placeholder", 4)?,
+            pos_words: 0,
         })
+    }
+
+    /// Words per block of every stream a segment holds: the codec's, then positions (if any).
+    fn stream_words(&self, codec: &dyn Codec) -> Vec<usize> {
+        let mut w: Vec<usize> = codec.streams().iter().map(|s| s.words_per_block).collect();
+        if self.pos_words > 0 {
+            w.push(self.pos_words);
+        }
+        w
+    }
+
+    /// Whether a segment of `seg_blocks` blocks with a positions stream of `pos_words` words
+    /// per block fits one binding.
+    pub(crate) fn fits_with_positions(
+        ctx: &Context,
+        codec: &dyn Codec,
+        seg_blocks: usize,
+        pos_words: usize,
+    ) -> bool {
+        let mut w: Vec<usize> = codec.streams().iter().map(|s| s.words_per_block).collect();
+        w.push(pos_words);
+        layout(&w, seg_blocks, ctx.storage_offset_alignment()).1 <= ctx.max_storage_binding_size()
+    }
+
+    /// The word offset of segment 0's positions stream, if it has one.
+    pub(crate) fn positions_offset(&self) -> Option<usize> {
+        match (self.pos_words, self.segments.first()) {
+            (0, _) | (_, None) => None,
+            (_, Some(s)) => s.ranges.last().map(|r| (r.0 / 4) as usize),
+        }
+    }
+
+    /// Writes `table` (`[rows][H]` u32) at the start of segment 0's positions stream.
+    pub(crate) fn write_positions(&self, table: &[u32]) -> Result<()> {
+        if table.is_empty() {
+            return Ok(());
+        }
+        let (Some(at), Some(seg)) = (self.positions_offset(), self.segments.first()) else {
+            return Err(Error::Gpu {
+                during: "eviction",
+                message: "positions for a side without a positions stream (a kvpack bug)".into(),
+            });
+        };
+        let gpu = gpu::gpu_of(&self.ctx, "eviction")?;
+        gpu.queue
+            .write_buffer(&seg.buffer, (at * 4) as u64, bytemuck::cast_slice(table));
+        Ok(())
+    }
+
+    /// Eviction's compaction on the device (`crate::policy`; the CPU twin is
+    /// `CpuSide::compact`): of the first `keep_of` units of `unit` tokens (all quantized),
+    /// head h keeps `keep[h]`; every stream's kept units move down (`evict_compact` into a
+    /// scratch buffer, copied back), later units follow, and the ring's live rows `[q, t)`
+    /// rotate to their new slots `(s − evicted) % cap`. Every buffer is allocated before
+    /// anything is recorded. Only a side whose quantized tokens are all in segment 0 (budgets
+    /// below a segment: [`Error::PathUnavailable`] otherwise, nothing changed). Blocking.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn compact(
+        &self,
+        codec: &dyn Codec,
+        choice: crate::context::PathChoice,
+        unit: usize,
+        keep_of: usize,
+        keep: &[Vec<usize>],
+        q: usize,
+        t: usize,
+    ) -> Result<()> {
+        use crate::cpu::policy::evict_compact::CompactShape;
+        let gb = codec.block_tokens();
+        let bpu = unit / gb;
+        let kept = keep.first().map_or(keep_of, Vec::len);
+        let evicted = (keep_of - kept) * unit;
+        if self.segments.len() > 1 {
+            return Err(Error::PathUnavailable {
+                kernel: "evict_compact",
+                requested: choice.to_string(),
+                reason: format!(
+                    "eviction over {} segments: compaction moves units within segment 0 only \
+                     in this version (a budget below {} tokens)",
+                    self.segments.len(),
+                    self.seg_blocks * gb
+                ),
+            });
+        }
+        let path = self
+            .ctx
+            .resolve(&crate::policy::kernels::EVICT_COMPACT, choice)?;
+        let mut flat: Vec<u32> = keep.iter().flatten().map(|&u| u as u32).collect();
+        if flat.is_empty() {
+            flat.push(0); // (every head keeps nothing: the later units still move)
+        }
+        let mut work = Vec::new();
+        let seg = self.segments.first();
+        let keep_buf = match seg {
+            Some(_) => Some(gpu::upload(
+                &self.ctx,
+                "kvpack eviction keep lists",
+                bytemuck::cast_slice(&flat),
+            )?),
+            _ => None,
+        };
+        if let (Some(seg), Some(_)) = (seg, &keep_buf) {
+            for (st, (offset, _)) in codec.streams().iter().zip(&seg.ranges) {
+                let shape = CompactShape {
+                    row_words: st.words_per_block / st.rows,
+                    unit_rows: bpu * st.rows,
+                    head_bits: st.head_bits,
+                    heads: self.g.heads,
+                    kept,
+                    keep_of,
+                    words: q / gb * st.words_per_block,
+                };
+                let plan = crate::policy::kernels::plan_compact(&shape, (*offset / 4) as usize)?;
+                let bytes =
+                    ((shape.words - (keep_of - kept) * bpu * st.words_per_block) * 4) as u64;
+                let scratch =
+                    gpu::storage_buffer(&self.ctx, "kvpack eviction scratch", bytes.max(4))?;
+                work.push((plan, scratch, *offset, bytes));
+            }
+        }
+        let ring = self.ring_rotation(q, t, evicted)?;
+        gpu::submit_blocking(&self.ctx, "eviction", |enc| {
+            if let (Some(seg), Some(keep_buf)) = (seg, &keep_buf) {
+                for (plan, scratch, _, _) in &work {
+                    gpu::encode_plan(
+                        &self.ctx,
+                        enc,
+                        path,
+                        plan,
+                        &[&seg.buffer, keep_buf, scratch],
+                    )?;
+                }
+                for (_, scratch, offset, bytes) in &work {
+                    if *bytes > 0 {
+                        enc.copy_buffer_to_buffer(scratch, 0, &seg.buffer, *offset, *bytes);
+                    }
+                }
+            }
+            self.record_ring_rotation(enc, ring, q, t, evicted);
+            Ok(())
+        })
+    }
+
+    /// The scratch buffer of a ring rotation (its live rows `[q, t)` in order), if it moves.
+    fn ring_rotation(&self, q: usize, t: usize, evicted: usize) -> Result<Option<wgpu::Buffer>> {
+        match &self.ring {
+            Some(r) if t > q && !evicted.is_multiple_of(r.cap) => Ok(Some(gpu::storage_buffer(
+                &self.ctx,
+                "kvpack eviction ring scratch",
+                (t - q) as u64 * self.row_bytes(),
+            )?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Records the ring's live rows `[q, t)` moved from slot `s % cap` to `(s − evicted) % cap`
+    /// through `scratch`.
+    fn record_ring_rotation(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        scratch: Option<wgpu::Buffer>,
+        q: usize,
+        t: usize,
+        evicted: usize,
+    ) {
+        let (Some(scratch), Some(ring)) = (scratch, &self.ring) else {
+            return;
+        };
+        let (rb, cap) = (self.row_bytes(), ring.cap);
+        let mut s = q;
+        while s < t {
+            let run = (t - s).min(cap - s % cap);
+            enc.copy_buffer_to_buffer(
+                &ring.buffer,
+                (s % cap) as u64 * rb,
+                &scratch,
+                (s - q) as u64 * rb,
+                run as u64 * rb,
+            );
+            s += run;
+        }
+        let mut s = q - evicted;
+        while s < t - evicted {
+            let run = (t - evicted - s).min(cap - s % cap);
+            enc.copy_buffer_to_buffer(
+                &scratch,
+                (s + evicted - q) as u64 * rb,
+                &ring.buffer,
+                (s % cap) as u64 * rb,
+                run as u64 * rb,
+            );
+            s += run;
+        }
     }
 
     /// The most blocks one segment of `codec` may hold within `max_binding` bytes (and
@@ -234,7 +432,7 @@ impl GpuSide {
     }
 
     fn alloc_segment(&self, codec: &dyn Codec, cap: usize) -> Result<Segment> {
-        let words: Vec<usize> = codec.streams().iter().map(|s| s.words_per_block).collect();
+        let words = self.stream_words(codec);
         let (ranges, size) = layout(&words, cap, self.ctx.storage_offset_alignment());
         Ok(Segment {
             buffer: gpu::storage_buffer(&self.ctx, "kvpack segment", size)?,
@@ -385,13 +583,14 @@ impl GpuSide {
         }
         let gb = codec.block_tokens();
         let q_blocks_old = p.q_old / gb;
+        let wpb = self.stream_words(codec);
         for (s, seg) in &p.segments {
             if let Some(old) = self.segments.get(*s) {
                 let used = q_blocks_old
                     .saturating_sub(s * self.seg_blocks)
                     .min(old.cap);
                 for (st, ((from, _), (to, _))) in old.ranges.iter().zip(&seg.ranges).enumerate() {
-                    let bytes = (used * codec.streams()[st].words_per_block * 4) as u64;
+                    let bytes = (used * wpb[st] * 4) as u64;
                     if bytes > 0 {
                         enc.copy_buffer_to_buffer(&old.buffer, *from, &seg.buffer, *to, bytes);
                     }
@@ -552,7 +751,7 @@ impl GpuSide {
         words: &super::SideWords,
     ) -> Result<()> {
         let gb = codec.block_tokens();
-        let wpb: Vec<usize> = codec.streams().iter().map(|s| s.words_per_block).collect();
+        let wpb = self.stream_words(codec);
         let blocks = words.quantized / gb;
         let mut segments = Vec::new();
         let mut first = 0;
@@ -560,6 +759,7 @@ impl GpuSide {
             let cap = (blocks - first).min(self.seg_blocks);
             let (ranges, size) = layout(&wpb, cap, self.ctx.storage_offset_alignment());
             let mut bytes = vec![0u8; size as usize];
+            // (A positions stream, if any, stays zero: its owner writes it.)
             for ((offset, _), (w, stream)) in ranges.iter().zip(wpb.iter().zip(&words.streams)) {
                 let part = &stream[first * w..(first + cap) * w];
                 let at = *offset as usize;
@@ -608,7 +808,7 @@ impl GpuSide {
                 break;
             }
             let used = (blocks - first).min(seg.cap);
-            for (st, (offset, _)) in seg.ranges.iter().enumerate() {
+            for (st, (offset, _)) in seg.ranges.iter().enumerate().take(codec.streams().len()) {
                 let words = used * codec.streams()[st].words_per_block;
                 let bytes =
                     gpu::readback_range(&self.ctx, &seg.buffer, *offset, (words * 4) as u64)?;
@@ -646,16 +846,17 @@ impl GpuSide {
     }
 
     /// Bytes held: per stream (its share of every segment, alignment padding included), the
-    /// ring, the tables.
-    pub(crate) fn held(&self, streams: usize) -> (Vec<u64>, u64, u64) {
-        let mut per = vec![0u64; streams];
+    /// ring, the tables, a positions stream.
+    pub(crate) fn held(&self, streams: usize) -> (Vec<u64>, u64, u64, u64) {
+        let mut per = vec![0u64; streams + 1];
         for seg in &self.segments {
             for (st, (offset, _)) in seg.ranges.iter().enumerate() {
                 let end = seg.ranges.get(st + 1).map_or(seg.buffer.size(), |r| r.0);
-                per[st] += end - offset;
+                per[st.min(streams)] += end - offset;
             }
         }
+        let positions = per.pop().unwrap_or(0);
         let ring = self.ring.as_ref().map_or(0, |r| r.buffer.size());
-        (per, ring, self.tables_bytes)
+        (per, ring, self.tables_bytes, positions)
     }
 }

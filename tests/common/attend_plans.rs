@@ -4,8 +4,9 @@
 
 use super::{POISON, Target, run_plan};
 use kvpack::attention::gpu::dispatch_plans;
-use kvpack::attention::plan::{CacheShape, Call, plan, plan_kernel};
+use kvpack::attention::plan::{CacheShape, Call, KeyPositions, plan, plan_kernel};
 use kvpack::codec::Codec;
+use kvpack::cpu::attend::Positions;
 use kvpack::store::Side;
 use kvpack::store::{SideWords, Snapshot};
 use kvpack::{AttendKernel, AttendOptions, Error, KvLayer, Layer};
@@ -102,7 +103,38 @@ pub fn on_target(
     snap: &Snapshot,
     q: &[f32],
 ) -> Result<(Vec<f32>, usize, bool), Error> {
+    on_target_at(t, c, layer, snap, q, None)
+}
+
+/// [`on_target`] for a cache that evicted tokens: the held tokens sit at `positions` (the
+/// table `[rows][Hkv]` laid, as the GPU store lays it, after the codec's streams in the key
+/// side's segment 0, 16-byte aligned; `positions.appended − c.t` tokens evicted), the kernels
+/// built with `ATT_POS = 1`.
+pub fn on_target_at(
+    t: &Target,
+    c: &Case,
+    layer: &Layer,
+    snap: &Snapshot,
+    q: &[f32],
+    positions: Option<&Positions<'_>>,
+) -> Result<(Vec<f32>, usize, bool), Error> {
     let (k, v) = (layer.codec(Side::Keys), layer.codec(Side::Values));
+    let mut ks = segments(k, &snap.keys, c.seg_tokens);
+    let key_positions = positions.map(|p| {
+        let seg0 = ks
+            .first_mut()
+            .expect("a table needs the key side's segment 0");
+        let mut words: Vec<u32> = bytemuck::pod_collect_to_vec(&seg0.0);
+        words.resize(words.len().div_ceil(4) * 4, POISON);
+        let offset = words.len();
+        words.extend_from_slice(p.table);
+        seg0.0 = bytes(&words);
+        KeyPositions {
+            offset,
+            rows: p.table.len() / c.hkv,
+            evicted: p.appended - c.t,
+        }
+    });
     let row = c.hkv * c.d;
     let caps = [&snap.keys, &snap.values].map(|w| (c.t - w.quantized).max(1) + c.ring_extra);
     let shape = CacheShape {
@@ -115,6 +147,7 @@ pub fn on_target(
         value_space_out: v.attend_value_space_out(),
         key_prep: k.attend_hooks().k_prep,
         ring: layer.has_ring(),
+        positions: key_positions,
     };
     let call = Call {
         tq: c.tq,
@@ -148,10 +181,7 @@ pub fn on_target(
     let p = plan_kernel(&call, &shape, c.target, 1 << 30, kernel).expect("plan");
     let (dispatches, merge) =
         dispatch_plans(&call, &p, k, v, wide, layer.has_ring()).expect("dispatch plans");
-    let (ks, vs) = (
-        segments(k, &snap.keys, c.seg_tokens),
-        segments(v, &snap.values, c.seg_tokens),
-    );
+    let vs = segments(v, &snap.values, c.seg_tokens);
     let rings = [
         ring(&snap.keys, c.t, caps[0], row),
         ring(&snap.values, c.t, caps[1], row),
@@ -245,6 +275,19 @@ pub fn check_case_within(
     reference: &[f32],
     tol: f64,
 ) {
+    check_case_at(t, c, layer, q, reference, tol, None);
+}
+
+/// [`check_case_within`] for a cache whose held tokens sit at `positions` ([`on_target_at`]).
+pub fn check_case_at(
+    t: &Target,
+    c: &Case,
+    layer: &Layer,
+    q: &[f32],
+    reference: &[f32],
+    tol: f64,
+    positions: Option<&Positions<'_>>,
+) {
     let snap = layer.snapshot().expect("snapshot");
     // Every case on both kernels (the prefill kernel also at Tq = 1: windows, rings,
     // widths and segments are its as much as the decode kernel's), and on the tensor-core
@@ -263,7 +306,7 @@ pub fn check_case_within(
             opts: c.opts.kernel(kernel),
             ..*c
         };
-        let got = on_target(t, &c, layer, &snap, q);
+        let got = on_target_at(t, &c, layer, &snap, q, positions);
         let k_prep = layer.codec(Side::Keys).attend_hooks().k_prep;
         if kernel != AttendKernel::Decode && k_prep {
             match got {

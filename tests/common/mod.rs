@@ -8,11 +8,14 @@
 #![allow(dead_code)]
 
 pub mod attend_plans;
+pub mod compact;
 pub mod kivi_plans;
 pub mod kivi_spec;
 pub mod mutate;
+pub mod positions;
 pub mod quality;
 pub mod recon;
+pub mod scores;
 pub mod st;
 pub mod vecinfer_calib;
 

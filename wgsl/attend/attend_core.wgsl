@@ -70,6 +70,9 @@ const DIM: u32 = ATT_DIM;
 // Whether the cache has a ring (src/attention/plan.rs CacheShape::ring): without one its
 // paths are compiled out.
 const RING: bool = ATT_RING == 1u;
+// Whether the cache evicts tokens (a layer under an eviction policy: fixed for its life). Without
+// it a key's position is its slot and the positions code is compiled out.
+const POS: bool = ATT_POS == 1u;
 const SLICES: u32 = WORKGROUP_SIZE / 32u;
 const TILE: u32 = 32u;
 // Finite "minus infinity": 2^(NEG − m) is 0 and NEG stays finite under fast math.
@@ -198,6 +201,21 @@ fn ring_rows(pos0: u32, first: u32, last: u32, cap: u32) -> array<u32, 8> {
 }
 
 
+// The absolute position of the token in cache slot `slot` of KV head h (spec/attention.md,
+// "Which keys a query sees"; CPU: `Positions` in src/cpu/attend.rs): the slot itself, unless
+// the cache evicted tokens (POS): then the key segment's positions stream
+// (kseg[pos_off + slot·hkv + h], slots below pos_rows: segment 0, whose tok0 is 0) or, above
+// them (tokens appended since the last eviction, the residual window), slot + evicted.
+fn key_pos(slot: u32, h: u32) -> u32 {
+    if (POS) {
+        if (slot < AP.pos_rows) {
+            return kseg[AP.pos_off + slot * AP.hkv + h];
+        }
+        return slot + AP.evicted;
+    }
+    return slot;
+}
+
 fn visible(pos: u32, p: u32) -> bool {
     if (pos > p) {
         return false;
@@ -291,10 +309,11 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         let sc = rs_cg(acc, lid, sgl);
         // 2. Masks: lane holds token t0 + lane.
         let pos = t0 + lane;
+        let kp = key_pos(pos, h);
         var vis = vec4<bool>(false);
         // @unroll 4
         for (var i = 0u; i < 4u; i++) {
-            vis[i] = live[i] && pos < s1 && visible(pos, pv[i]);
+            vis[i] = live[i] && pos < s1 && visible(kp, pv[i]);
         }
         let s = select(vec4<f32>(NEG), sc, vis);
         // 3. Online softmax (base 2); l is per lane, reduced once at the end.

@@ -37,7 +37,11 @@ struct AttendParams {
     row_words: u32,     // u32 words of one f16 row (H·D halves)
     direct: u32,        // 1: one split per vector: write the normalized output, no merge
     t_total: u32,       // tokens in the cache (T)
-    _p0: u32,
-    _p1: u32,
-    _p2: u32,
+    // A cache that evicted tokens (ATT_POS = 1, wgsl/attend/attend_core.wgsl `key_pos`): the
+    // key segment's positions stream starts at word pos_off ([pos_rows][hkv] u32 absolute
+    // positions of slots [0, pos_rows), segment 0 only: 0 rows in the other segments' dispatches);
+    // slot s ≥ pos_rows sits at s + evicted. q_pos0 then counts the evicted tokens too.
+    pos_off: u32,
+    pos_rows: u32,
+    evicted: u32,
 }

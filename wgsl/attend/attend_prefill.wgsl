@@ -130,7 +130,7 @@ fn prefill_main(lid: u32, wid: u32) {
             }
             let full = pf_lane_sum(a.x + a.y + a.z + a.w, lid);
             let pos = t0 + t;
-            let ok = live && pos < s1 && visible(pos, pv);
+            let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
             s[t] = select(NEG, full, ok);
             mt = max(mt, s[t]);
         }

@@ -269,7 +269,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         for (var j = 0u; j < TC_LT; j++) {
             let t = half * TC_LT + j;
             let pos = t0 + t;
-            let ok = live && pos < s1 && visible(pos, pv);
+            let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
             sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
             mt = max(mt, sv[j]);
         }
