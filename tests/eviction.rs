@@ -244,14 +244,7 @@ fn eviction_keeps_exact_words(t: &Target, spec: &str) {
     let hq = 2 * H;
     for (tq, opts) in [
         (1, AttendOptions::default()),
-        (
-            3,
-            AttendOptions {
-                window: Some(held / 2),
-                sinks: 2,
-                ..Default::default()
-            },
-        ),
+        (3, AttendOptions::default().window(Some(held / 2)).sinks(2)),
     ] {
         let q: Vec<f32> = (0..tq * hq * D)
             .map(|_| rng.random_range(-1.0f32..1.0))

@@ -19,11 +19,7 @@ pub struct PosCase {
 }
 
 pub fn cases() -> Vec<PosCase> {
-    let w = |window, sinks| AttendOptions {
-        window: Some(window),
-        sinks,
-        ..Default::default()
-    };
+    let w = |window, sinks| AttendOptions::default().window(Some(window)).sinks(sinks);
     let base = Case {
         what: "",
         method: "f16",
