@@ -3,6 +3,10 @@
 //! (`tests/fuzz_corpus.rs`, no nightly toolchain needed). Each takes arbitrary bytes and
 //! panics only when a property of kvpack is broken: a reader panicking or accepting bytes it
 //! then mishandles. Not part of the stable API.
+//!
+//! **Unstable.** This module is kvpack's machinery, public so that its tests, benches and tools
+//! can drive single kernels; it is not part of the supported API and may change in any release
+//! (the supported surface is what `kvpack`'s crate root re-exports).
 #![doc(hidden)]
 
 use crate::context::{Context, PathChoice};

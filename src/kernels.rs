@@ -2,6 +2,10 @@
 //! has its WGSL, MSL and CPU twin. The attention kernels are composed per (key codec, value
 //! codec) pair: every pair of the codecs here is listed (the prefill kernel only for key
 //! codecs that do not transform the query: [`AttendHooks::k_prep`]).
+//!
+//! **Unstable.** This module is kvpack's machinery, public so that its tests, benches and tools
+//! can drive single kernels; it is not part of the supported API and may change in any release
+//! (the supported surface is what `kvpack`'s crate root re-exports).
 
 use crate::attention::kernel::{self, AttendHooks};
 use crate::codecs::{f16, kivi, qjl, turboquant, vecinfer};

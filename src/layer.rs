@@ -804,16 +804,7 @@ impl Layer {
         opts: &AttendOptions,
         positions: &Positions<'_>,
     ) -> Result<Vec<f32>> {
-        self.check_unsynced()?;
-        attention::check_query(
-            q.len(),
-            hq,
-            self.g.heads,
-            self.g.dim,
-            positions.appended,
-            opts,
-        )?;
-        attention::check_finite(q)?;
+        self.check_positions_query(q, hq, opts, positions)?;
         match &self.store {
             Store::Gpu(s) if s.positions => {
                 let (sides, shape) = self.attend_inputs(s, Some(positions));
@@ -843,6 +834,19 @@ impl Layer {
         opts: &AttendOptions,
         positions: &Positions<'_>,
     ) -> Result<Vec<f32>> {
+        self.check_positions_query(q, hq, opts, positions)?;
+        self.cpu_attend_at(None, Some(positions), q, hq, opts)
+    }
+
+    /// The checks of an attention call over held tokens at `positions`: nothing unsynced, q's
+    /// shape against the tokens appended, finite values.
+    fn check_positions_query(
+        &self,
+        q: &[f32],
+        hq: usize,
+        opts: &AttendOptions,
+        positions: &Positions<'_>,
+    ) -> Result<()> {
         self.check_unsynced()?;
         attention::check_query(
             q.len(),
@@ -852,8 +856,7 @@ impl Layer {
             positions.appended,
             opts,
         )?;
-        attention::check_finite(q)?;
-        self.cpu_attend_at(None, Some(positions), q, hq, opts)
+        attention::check_finite(q)
     }
 
     /// Eviction (`crate::policy`): drops whole units of `unit` tokens (a multiple of both

@@ -74,6 +74,27 @@ fn soak_cpu_short() {
     );
 }
 
+/// The GPU soaks' settings: one layer of `spec` (2 heads × 64) on WGSL, 30k tokens appended
+/// 500 at a time, bytes held sampled every 2k tokens and attention spot-checked every 10k.
+fn short_gpu_soak<'a>(
+    ctx: &'a kvpack::Context,
+    buffers: &'a dyn Fn() -> Option<usize>,
+    spec: &str,
+) -> soak::Soak<'a> {
+    soak::Soak {
+        ctx,
+        path: PathChoice::Wgsl,
+        method: Method::parse(spec).unwrap(),
+        heads: 2,
+        dim: 64,
+        tokens: 30_000,
+        chunk: 500,
+        every: 2_000,
+        spot_every: 10_000,
+        buffers,
+    }
+}
+
 #[test]
 fn soak_gpu_short() {
     let (ctx, count) = match soak::gpu_with_buffer_count() {
@@ -82,18 +103,7 @@ fn soak_gpu_short() {
     };
     let baseline = count().expect("wgpu counts buffers on this backend");
     for spec in ["kivi-2", "f16"] {
-        let s = soak::Soak {
-            ctx: &ctx,
-            path: PathChoice::Wgsl,
-            method: Method::parse(spec).unwrap(),
-            heads: 2,
-            dim: 64,
-            tokens: 30_000,
-            chunk: 500,
-            every: 2_000,
-            spot_every: 10_000,
-            buffers: &*count,
-        };
+        let s = short_gpu_soak(&ctx, &*count, spec);
         let (samples, layer) = soak::run(&s).expect("soak");
         check(&samples, spec);
         assert_eq!(samples.iter().filter(|x| x.spot_error.is_some()).count(), 3);
@@ -130,18 +140,7 @@ fn soak_gpu_eviction_short() {
     };
     let baseline = count().expect("wgpu counts buffers on this backend");
     let spec = "kivi-2+knorm:budget=1024";
-    let s = soak::Soak {
-        ctx: &ctx,
-        path: PathChoice::Wgsl,
-        method: Method::parse(spec).unwrap(),
-        heads: 2,
-        dim: 64,
-        tokens: 30_000,
-        chunk: 500,
-        every: 2_000,
-        spot_every: 10_000,
-        buffers: &*count,
-    };
+    let s = short_gpu_soak(&ctx, &*count, spec);
     let (samples, layer) = soak::run(&s).expect("soak");
     let steady: Vec<&soak::Sample> = samples.iter().filter(|x| x.tokens >= 4_000).collect();
     for x in &samples {

@@ -12,6 +12,10 @@
 //! 0 the core's uniform (`AttendParams`), 1 the key codec's uniform, 2 the value codec's,
 //! 3 q (merge: the partials), 4 partials or out (merge: out), 5 key segment, 6 key tables,
 //! 7 value segment, 8 value tables, 9 key ring, 10 value ring.
+//!
+//! **Unstable.** This module is kvpack's machinery, public so that its tests, benches and tools
+//! can drive single kernels; it is not part of the supported API and may change in any release
+//! (the supported surface is what `kvpack`'s crate root re-exports).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

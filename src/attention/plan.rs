@@ -7,6 +7,10 @@
 //! Q: codec splits (values from the value codec) and ring splits (values from the ring, in the
 //! output space). Split sizes follow the call's shape and the
 //! device ([`split_target`]), never a pipeline specialization.
+//!
+//! **Unstable.** This module is kvpack's machinery, public so that its tests, benches and tools
+//! can drive single kernels; it is not part of the supported API and may change in any release
+//! (the supported surface is what `kvpack`'s crate root re-exports).
 
 use super::{AttendKernel, AttendOptions};
 use crate::error::{Error, Result};

@@ -4,6 +4,10 @@
 //! define the contract; GPU paths are tested against them. [`attend`] is the shared core of
 //! attention (its codec hooks are the codecs' own); [`common`] holds what the per-token codecs
 //! share (SplitMix64 streams, sketches, f32 vector arithmetic in the specs' order).
+//!
+//! **Unstable.** This module is kvpack's machinery, public so that its tests, benches and tools
+//! can drive single kernels; it is not part of the supported API and may change in any release
+//! (the supported surface is what `kvpack`'s crate root re-exports).
 
 pub mod attend;
 pub mod bitpack;

@@ -1,6 +1,10 @@
 //! GPU helpers: buffers within the device's limits, uploads, readback through a `MAP_READ`
 //! staging buffer, dispatch geometry split over x/y, and blocking submission wrapped in
 //! error scopes. Nothing here installs an uncaptured-error handler.
+//!
+//! **Unstable.** This module is kvpack's machinery, public so that its tests, benches and tools
+//! can drive single kernels; it is not part of the supported API and may change in any release
+//! (the supported surface is what `kvpack`'s crate root re-exports).
 
 pub mod cache;
 pub mod msl_fallback;
