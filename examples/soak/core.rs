@@ -124,7 +124,7 @@ fn spot_check(layer: &dyn KvLayer, s: &Soak<'_>) -> kvpack::Result<f64> {
 pub type BufferCount = Box<dyn Fn() -> Option<usize>>;
 
 /// A GPU context on a device this process created, and a counter of its live wgpu buffers
-/// (`wgpu::Instance::generate_report`), or why there is none.
+/// (`wgpu::Instance::generate_report`) net of kvpack's uniform cache, or why there is none.
 pub fn gpu_with_buffer_count() -> Result<(Context, BufferCount), String> {
     let instance =
         wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle().with_env());
@@ -140,6 +140,9 @@ pub fn gpu_with_buffer_count() -> Result<(Context, BufferCount), String> {
     }))
     .map_err(|e| format!("no device: {e}"))?;
     let ctx = Context::from_device(device.clone(), queue).map_err(|e| e.to_string())?;
+    let handle = ctx.clone();
+    // Net of kvpack's uniform cache: a bounded set of small buffers the device keeps for
+    // reuse across layers and steps (`Context::cached_uniforms`), not held by any cache.
     let count = move || {
         let _ = device.poll(wgpu::PollType::Wait {
             submission_index: None,
@@ -147,7 +150,7 @@ pub fn gpu_with_buffer_count() -> Result<(Context, BufferCount), String> {
         });
         instance
             .generate_report()
-            .map(|r| r.hub.buffers.num_kept_from_user)
+            .map(|r| r.hub.buffers.num_kept_from_user - handle.cached_uniforms())
     };
     Ok((ctx, Box::new(count)))
 }

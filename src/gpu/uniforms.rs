@@ -3,7 +3,9 @@
 //! recur for every layer of a model at one decode step (same geometry, same length) and for
 //! every step of an append pattern. Each distinct content is uploaded once per device and
 //! kept (up to [`CAPACITY`] contents, the oldest dropped first), instead of a buffer per
-//! dispatch. Sharing is safe because a uniform is only read.
+//! dispatch. Sharing is safe because a uniform is only read. The cache holds at most
+//! [`CAPACITY`] small buffers per device ([`Context::cached_uniforms`]; a leak check counts
+//! the device's buffers net of them), and [`Context::clear_uniform_cache`] drops them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -12,7 +14,7 @@ use crate::context::Context;
 use crate::error::Result;
 
 /// Distinct uniform contents kept per device (each at most a few hundred bytes).
-pub const CAPACITY: usize = 1024;
+pub const CAPACITY: usize = 256;
 
 type Key = (&'static str, Vec<u8>);
 
@@ -57,6 +59,20 @@ pub fn uniform(ctx: &Context, label: &'static str, data: &[u8]) -> Result<wgpu::
 }
 
 impl Context {
+    /// Uniform buffers this device's cache holds (at most [`CAPACITY`]; 0 without a GPU).
+    pub fn cached_uniforms(&self) -> usize {
+        self.gpu().map_or(0, |g| lock(&g.uniforms).map.len())
+    }
+
+    /// Drops every uniform buffer this device's cache holds (they are made again on need).
+    pub fn clear_uniform_cache(&self) {
+        if let Some(g) = self.gpu() {
+            let mut c = lock(&g.uniforms);
+            c.map.clear();
+            c.order.clear();
+        }
+    }
+
     /// Uniform uploads served from the device's cache and made new so far, `(hits, misses)`
     /// (all handles of the device together; `(0, 0)` without a GPU). For tests and tuning.
     #[doc(hidden)]
