@@ -290,7 +290,7 @@ fn vecinfer_quant_matches_reference(t: &Target) {
         }
     }
 }
-parity_tests!(vecinfer_quant_matches_reference, msl, gl);
+parity_tests!(vecinfer_quant_matches_reference, msl);
 
 /// A copy of vecinfer_quant with `from` replaced by `to` in the variant's source or its shared
 /// WGSL declarations; `None` where neither has it.

@@ -176,7 +176,7 @@ pub fn target(kind: &str, test: &str) -> Option<Target> {
 /// slow on the attention kernels: measured cold on this 2-core machine (2026-12-02),
 /// `attend_kernels_match_reference` ran over 540 s and `mask_oracle` over 395 s before they
 /// were stopped, `lut_attention_kernels_match_reference` over 240 s, `qjl_kernels_match_reference`
-/// 350 s; those stay on Vulkan, and GL covers
+/// 350 s, `vecinfer_quant_matches_reference` 260 s; those stay on Vulkan, and GL covers
 /// attention through `tests/gl_backend.rs` (every codec's layer: appends, attention,
 /// reconstruction), `attend_bad_input` and `cache_device_appends`.
 #[macro_export]
