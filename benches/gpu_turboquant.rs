@@ -77,7 +77,6 @@ use kvpack::codecs::turboquant::prod::{ProdCodec, ProdSide};
 use kvpack::codecs::turboquant::{TqSide, TurboQuantCodec, Variant};
 use kvpack::codecs::vecinfer::{VecInferCodec, VecSide};
 use kvpack::context::{Context, KernelPath, PathChoice};
-use kvpack::cpu::common::splitmix::DEFAULT_SEED;
 use kvpack::gpu::{self, DispatchPlan, registry};
 use kvpack::store::{Geometry, Side};
 use kvpack::{AttendOptions, Input, KvLayer, Method};
@@ -286,12 +285,7 @@ fn quant_arm(
     x: &[f16],
     l2: u64,
 ) -> kvpack::Result<Arm> {
-    let cfg = TqSide {
-        variant,
-        side: Side::Keys,
-        bits,
-        seed: DEFAULT_SEED,
-    };
+    let cfg = TqSide::new(variant, Side::Keys, bits);
     let g = Geometry::new(HKV, DIM)?;
     let codec = TurboQuantCodec::new(ctx, cfg, g, 0, choice)?;
     let path = codec.path();
@@ -353,10 +347,7 @@ fn qjl_arm(
     x: &[f16],
     l2: u64,
 ) -> kvpack::Result<Arm> {
-    let cfg = QjlSide {
-        m: Some(m),
-        seed: DEFAULT_SEED,
-    };
+    let cfg = QjlSide::new().m(m);
     let g = Geometry::new(HKV, DIM)?;
     let codec = QjlCodec::new(ctx, cfg, g, 0, choice)?;
     let path = codec.path();
@@ -410,11 +401,7 @@ fn prod_arm(
     x: &[f16],
     l2: u64,
 ) -> kvpack::Result<Arm> {
-    let cfg = ProdSide {
-        bits,
-        m: None,
-        seed: DEFAULT_SEED,
-    };
+    let cfg = ProdSide::new(bits);
     let g = Geometry::new(HKV, DIM)?;
     let codec = ProdCodec::new(ctx, cfg, g, 0, choice)?;
     let path = codec.path();
@@ -562,13 +549,7 @@ fn vecinfer_arm(
     cpu_ref: &mut Option<Vec<u32>>,
 ) -> kvpack::Result<Arm> {
     let preset = kvpack::cpu::vecinfer::Preset::for_bits(bits)?;
-    let cfg = VecSide {
-        side: Side::Keys,
-        bits,
-        preset,
-        calib_path: vc.path.clone(),
-        calib: vc.calib.clone(),
-    };
+    let cfg = VecSide::new(Side::Keys, bits, preset, vc.path.clone(), vc.calib.clone());
     let g = Geometry::new(HKV, DIM)?;
     let codec = VecInferCodec::new(ctx, cfg.clone(), g, 0, choice)?;
     let path = codec.path();

@@ -178,6 +178,8 @@ struct GpuStore {
     norm_checks: [bool; 2],
     /// Whether the key side holds positions (a layer under eviction: `Layer::enable_positions`).
     positions: bool,
+    /// Attention's partials buffer, kept across calls.
+    scratch: attention::gpu::AttendScratch,
 }
 
 enum Store {
@@ -331,6 +333,7 @@ impl Layer {
                 unsynced: false,
                 norm_checks,
                 positions: false,
+                scratch: Default::default(),
             }))
         } else {
             Store::Cpu([CpuSide::new(&*codecs[0]), CpuSide::new(&*codecs[1])])
@@ -730,6 +733,27 @@ impl Layer {
         ([side(0), side(1)], shape)
     }
 
+    /// Attention on the GPU store for host queries (blocking), reusing the layer's partials.
+    fn run_gpu(
+        ctx: &Context,
+        s: &GpuStore,
+        call: &attention::plan::Call,
+        shape: &attention::plan::CacheShape,
+        sides: &[attention::gpu::SideBuffers<'_>; 2],
+        q: &[f32],
+    ) -> Result<Vec<f32>> {
+        attention::gpu::run(
+            ctx,
+            s.choice,
+            call,
+            shape,
+            [&sides[0], &sides[1]],
+            s.sides[0].placeholder(),
+            q,
+            Some(&s.scratch),
+        )
+    }
+
     fn cpu_attend(
         &self,
         snap: Option<&Snapshot>,
@@ -812,15 +836,7 @@ impl Layer {
                     tokens: self.tokens,
                     ..self.call(q.len() / (hq * self.g.dim), hq, opts)
                 };
-                attention::gpu::run(
-                    &self.ctx,
-                    s.choice,
-                    &call,
-                    &shape,
-                    [&sides[0], &sides[1]],
-                    s.sides[0].placeholder(),
-                    q,
-                )
+                Self::run_gpu(&self.ctx, s, &call, &shape, &sides, q)
             }
             _ => self.cpu_attend_at(None, Some(positions), q, hq, opts),
         }
@@ -1189,15 +1205,7 @@ impl KvLayer for Layer {
             Store::Gpu(s) => {
                 let (sides, shape) = self.attend_inputs(s, None);
                 let call = self.call(q.len() / (hq * self.g.dim), hq, opts);
-                attention::gpu::run(
-                    &self.ctx,
-                    s.choice,
-                    &call,
-                    &shape,
-                    [&sides[0], &sides[1]],
-                    s.sides[0].placeholder(),
-                    q,
-                )
+                Self::run_gpu(&self.ctx, s, &call, &shape, &sides, q)
             }
         }
     }
@@ -1230,6 +1238,7 @@ impl KvLayer for Layer {
             s.sides[0].placeholder(),
             q,
             out,
+            Some(&s.scratch),
         )
     }
 

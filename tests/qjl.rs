@@ -21,7 +21,6 @@ use kvpack::codec::Codec;
 use kvpack::codecs::qjl::kernels::QJL_ENCODE;
 use kvpack::codecs::qjl::plans::{EncodeFrom, plan_encode};
 use kvpack::codecs::qjl::{QjlCodec, QjlSide};
-use kvpack::cpu::common::splitmix::DEFAULT_SEED;
 use kvpack::gpu::registry::KernelDef;
 use kvpack::store::Geometry;
 use kvpack::{AttendKernel, AttendOptions, Error, Input, Method, PathChoice};
@@ -127,10 +126,7 @@ fn inputs(rng: &mut impl Rng, c: &Case) -> Option<Vec<f16>> {
 }
 
 fn codec(c: &Case) -> QjlCodec {
-    let cfg = QjlSide {
-        m: Some(c.m),
-        seed: DEFAULT_SEED,
-    };
+    let cfg = QjlSide::new().m(c.m);
     QjlCodec::new(
         &kvpack::Context::cpu(),
         cfg,

@@ -144,8 +144,8 @@ fn turboquant_specs() -> Vec<Specialization> {
 
 #[test]
 fn every_composed_wgsl_kernel_compiles() {
-    let mut checked = 0;
-    let mut failures = Vec::new();
+    // Every (kernel, path, specialization), then checked on every core (naga is the cost).
+    let mut work = Vec::new();
     for k in kvpack::kernels::all() {
         let specs = if k.folder == "attend" {
             attend_specs()
@@ -194,15 +194,37 @@ fn every_composed_wgsl_kernel_compiles() {
         };
         for path in [KernelPath::WgslSubgroup, KernelPath::WgslWorkgroup] {
             for spec in &specs {
-                let src = compose_wgsl(k, path, spec);
-                if let Err(e) = check(k.name, &src) {
-                    failures.push(format!("{} [{path}] {:?}: {e}", k.name, spec.0));
-                }
-                checked += 1;
+                work.push((k, path, spec.clone()));
             }
         }
     }
-    eprintln!("every_composed_wgsl_kernel_compiles: {checked} compositions");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut failed = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((k, path, spec)) = work.get(i) else {
+                            return failed;
+                        };
+                        let src = compose_wgsl(k, *path, spec);
+                        if let Err(e) = check(k.name, &src) {
+                            failed.push(format!("{} [{path}] {:?}: {e}", k.name, spec.0));
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a checking thread panicked"))
+            .collect()
+    });
+    let checked = work.len();
+    eprintln!("every_composed_wgsl_kernel_compiles: {checked} compositions on {threads} threads");
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",

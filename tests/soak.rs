@@ -131,7 +131,8 @@ fn soak_gpu_short() {
 /// Eviction on the GPU path: 30k tokens under a budget of 1024 (KIVI-2, key norm): tokens
 /// held stay within the budget and one unit, bytes held are the same at every sample once
 /// the budget is reached, attention matches the CPU reference on the stored words at the
-/// held tokens' positions, the wgpu buffers stay flat and none is left after the drop.
+/// held tokens' positions, the wgpu buffers stay flat (from the first attention call, whose
+/// partials buffer the layer keeps) and none is left after the drop.
 #[test]
 fn soak_gpu_eviction_short() {
     let (ctx, count) = match soak::gpu_with_buffer_count() {
@@ -162,10 +163,20 @@ fn soak_gpu_eviction_short() {
         spots.iter().all(|&e| e <= 1e-4),
         "{spec}: attention vs the CPU reference {spots:?}"
     );
-    let buffers: Vec<usize> = steady.iter().filter_map(|x| x.buffers).collect();
+    // From the first attention call on: the layer keeps its attention partials buffer
+    // (replaced when a call needs more, never added to).
+    let attended = steady
+        .iter()
+        .position(|x| x.spot_error.is_some())
+        .expect("a spot check past 4k tokens");
+    let buffers: Vec<usize> = steady[attended..]
+        .iter()
+        .filter_map(|x| x.buffers)
+        .collect();
     assert!(
-        buffers.iter().all(|&b| b == buffers[0]),
-        "{spec}: live buffers move: {buffers:?}"
+        buffers.len() >= 4 && buffers.iter().all(|&b| b == buffers[0]),
+        "{spec}: live buffers move: {buffers:?} (all steady samples: {:?})",
+        steady.iter().filter_map(|x| x.buffers).collect::<Vec<_>>()
     );
     drop(layer);
     assert_eq!(

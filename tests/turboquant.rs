@@ -26,7 +26,6 @@ use kvpack::codec::Codec;
 use kvpack::codecs::turboquant::kernels::{TURBOQUANT_DEQUANT, TURBOQUANT_QUANT};
 use kvpack::codecs::turboquant::plans::{QuantSource, plan_dequant, plan_quant};
 use kvpack::codecs::turboquant::{TqSide, TurboQuantCodec, Variant};
-use kvpack::cpu::common::splitmix::DEFAULT_SEED;
 use kvpack::cpu::turboquant::turboquant_quant::normalize_rotate;
 use kvpack::gpu::registry::KernelDef;
 use kvpack::path::KernelPath;
@@ -126,12 +125,7 @@ fn inputs(rng: &mut impl Rng, c: &Case) -> Vec<f16> {
 fn codec(c: &Case, layer: usize) -> TurboQuantCodec {
     TurboQuantCodec::new(
         &Context::cpu(),
-        TqSide {
-            variant: c.variant,
-            side: Side::Keys,
-            bits: c.bits,
-            seed: DEFAULT_SEED,
-        },
+        TqSide::new(c.variant, Side::Keys, c.bits),
         Geometry::new(c.heads, c.dim).expect("geometry"),
         layer,
         PathChoice::Cpu,

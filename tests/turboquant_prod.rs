@@ -58,8 +58,8 @@ fn smollm2(layer: usize, test: &str) -> Option<Layer> {
 fn codec(bits: u32, m: Option<usize>, seed: u64, layer: usize) -> ProdCodec {
     ProdCodec::new(
         &Context::cpu(),
-        ProdSide { bits, m, seed },
-        Geometry { heads: H, dim: D },
+        ProdSide::new(bits).m(m).seed(seed),
+        Geometry::new(H, D).expect("geometry"),
         layer,
         PathChoice::Cpu,
     )
@@ -436,15 +436,8 @@ fn kinputs(rng: &mut impl rand::Rng, c: &KCase) -> Option<Vec<f16>> {
 fn kcodec(c: &KCase) -> ProdCodec {
     ProdCodec::new(
         &Context::cpu(),
-        ProdSide {
-            bits: c.bits,
-            m: c.m,
-            seed: DEFAULT_SEED,
-        },
-        Geometry {
-            heads: c.heads,
-            dim: c.dim,
-        },
+        ProdSide::new(c.bits).m(c.m),
+        Geometry::new(c.heads, c.dim).expect("geometry"),
         5,
         PathChoice::Cpu,
     )

@@ -227,6 +227,32 @@ pub fn plan_for(
     )
 }
 
+/// What a layer keeps across its attention calls: the partials buffer (`[splits][Tq·Hq]`
+/// records of [`plan::Plan::partial_bytes`]), grown to the largest call so far and never
+/// shrunk, instead of a new buffer per call.
+#[derive(Debug, Default)]
+pub struct AttendScratch {
+    partials: std::sync::Mutex<Option<wgpu::Buffer>>,
+}
+
+impl AttendScratch {
+    /// A partials buffer of at least `bytes`: the kept one, or a new one of at least twice
+    /// its size (within the binding limit), kept instead. One layer's calls run in queue
+    /// order, so one buffer serves them all: wgpu orders a pass after the writes of the
+    /// passes recorded before it, in one encoder or in earlier submissions.
+    fn partials(&self, ctx: &Context, bytes: u64) -> Result<wgpu::Buffer> {
+        let mut kept = self.partials.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = kept.as_ref().filter(|b| b.size() >= bytes) {
+            return Ok(b.clone());
+        }
+        let grown = kept.as_ref().map_or(bytes, |b| b.size() * 2);
+        let size = grown.min(ctx.max_storage_binding_size()).max(bytes);
+        let b = gpu::storage_buffer(ctx, "kvpack attention partials", size)?;
+        *kept = Some(b.clone());
+        Ok(b)
+    }
+}
+
 /// Records one call: `q` `[Tq, Hq, D]` f32 → `out` `[Tq, Hq, D]` f32 (device buffers).
 #[allow(clippy::too_many_arguments)]
 pub fn encode<'a>(
@@ -239,6 +265,7 @@ pub fn encode<'a>(
     placeholder: &'a wgpu::Buffer,
     q: &'a wgpu::Buffer,
     out: &'a wgpu::Buffer,
+    scratch: Option<&AttendScratch>,
 ) -> Result<()> {
     let bytes = (call.tq * call.hq * call.dim * 4) as u64;
     gpu::check_buffer(q, "attention queries", bytes)?;
@@ -263,13 +290,14 @@ pub fn encode<'a>(
         },
         plan::SplitKernel::Decode => paths.partials,
     };
-    let partials = match plan.merge {
-        Some(_) => Some(gpu::storage_buffer(
+    let partials = match (plan.merge, scratch) {
+        (None, _) => None,
+        (Some(_), None) => Some(gpu::storage_buffer(
             ctx,
             "kvpack attention partials",
             plan.partial_bytes,
         )?),
-        None => None,
+        (Some(_), Some(s)) => Some(s.partials(ctx, plan.partial_bytes)?),
     };
     let ring = |s: &SideBuffers<'a>| s.ring.unwrap_or(placeholder);
     let mut items: Vec<(KernelPath, DispatchPlan, Vec<Bind<'_>>)> = Vec::new();
@@ -381,6 +409,7 @@ pub fn dispatch_plans(
 }
 
 /// Blocking attention on host queries.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     ctx: &Context,
     choice: PathChoice,
@@ -389,12 +418,24 @@ pub fn run(
     sides: [&SideBuffers<'_>; 2],
     placeholder: &wgpu::Buffer,
     q: &[f32],
+    scratch: Option<&AttendScratch>,
 ) -> Result<Vec<f32>> {
     let bytes = (q.len() * 4) as u64;
     let qb = gpu::upload(ctx, "kvpack attention queries", bytemuck::cast_slice(q))?;
     let ob = gpu::storage_buffer(ctx, "kvpack attention output", bytes)?;
     gpu::submit_blocking(ctx, "attention", |enc| {
-        encode(ctx, enc, choice, call, shape, sides, placeholder, &qb, &ob)
+        encode(
+            ctx,
+            enc,
+            choice,
+            call,
+            shape,
+            sides,
+            placeholder,
+            &qb,
+            &ob,
+            scratch,
+        )
     })?;
     let out: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &ob, bytes)?);
     if let Some(i) = out.iter().position(|x| !x.is_finite()) {

@@ -92,6 +92,7 @@ fn build(
     spec: &Specialization,
 ) -> Result<Pipeline> {
     let device = &gpu.device;
+    let started = std::time::Instant::now();
     let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
     let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
@@ -169,5 +170,9 @@ fn build(
             message: e.to_string(),
         });
     }
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    // Creation only: a software driver (llvmpipe) may compile the machine code at the first
+    // dispatch instead.
+    log::debug!("built {} on {path} in {ms:.0} ms", def.name);
     Ok(Pipeline { pipeline, layout })
 }

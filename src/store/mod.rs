@@ -55,6 +55,7 @@ impl Side {
 
 /// The fixed shape of one layer: `heads` KV heads of width `dim`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Geometry {
     /// KV heads.
     pub heads: usize,

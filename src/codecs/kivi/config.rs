@@ -100,6 +100,7 @@ impl fmt::Display for KiviConfig {
 
 /// One side's KIVI settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KiviSide {
     /// Keys or values.
     pub side: Side,

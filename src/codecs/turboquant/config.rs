@@ -36,6 +36,7 @@ impl Variant {
 
 /// One side's TurboQuant settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TqSide {
     /// MSE or RVQ.
     pub variant: Variant,
@@ -48,6 +49,22 @@ pub struct TqSide {
 }
 
 impl TqSide {
+    /// `variant` at `bits` per code on `side`, with the default seed.
+    pub fn new(variant: Variant, side: Side, bits: u32) -> Self {
+        Self {
+            variant,
+            side,
+            bits,
+            seed: DEFAULT_SEED,
+        }
+    }
+
+    /// The same settings with the sign streams' seed `seed`.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
     /// The SplitMix64 stream of this side's signs.
     pub fn sign_stream(&self) -> u64 {
         match self.side {

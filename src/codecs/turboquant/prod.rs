@@ -72,6 +72,7 @@ fn check_gpu(ctx: &Context, l: &Layout, m: usize) -> Result<()> {
 
 /// The key side's TurboQuant-Prod settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProdSide {
     /// Bits in total b (2..=8): b − 1 for the MSE stage, one sign bit per sketch row.
     pub bits: u32,
@@ -79,6 +80,29 @@ pub struct ProdSide {
     pub m: Option<usize>,
     /// The seed of the key signs and the sketch (default [`DEFAULT_SEED`]).
     pub seed: u64,
+}
+
+impl ProdSide {
+    /// `bits` in total, m from the head width, the default seed.
+    pub fn new(bits: u32) -> Self {
+        Self {
+            bits,
+            m: None,
+            seed: DEFAULT_SEED,
+        }
+    }
+
+    /// The same settings with `m` sketch rows (`None`: from the head width).
+    pub fn m(mut self, m: impl Into<Option<usize>>) -> Self {
+        self.m = m.into();
+        self
+    }
+
+    /// The same settings with the seed `seed`.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
 }
 
 impl fmt::Display for ProdSide {

@@ -11,6 +11,7 @@ use crate::store::Side;
 
 /// One side's VecInfer settings.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct VecSide {
     /// Keys or values.
     pub side: Side,
@@ -22,6 +23,26 @@ pub struct VecSide {
     pub calib_path: PathBuf,
     /// The calibration file's content.
     pub calib: Arc<Calibration>,
+}
+
+impl VecSide {
+    /// `side` at the preset of `bits` (d_s and C: `preset`) with the calibration `calib` read
+    /// from `calib_path`.
+    pub fn new(
+        side: Side,
+        bits: u32,
+        preset: Preset,
+        calib_path: PathBuf,
+        calib: Arc<Calibration>,
+    ) -> Self {
+        Self {
+            side,
+            bits,
+            preset,
+            calib_path,
+            calib,
+        }
+    }
 }
 
 impl fmt::Display for VecSide {
