@@ -3,7 +3,7 @@
 //! driver's GLSL compiler): appends in ragged chunks, from host memory and from the GL
 //! device's own buffers (bit-identical words), attention against the CPU reference of the same
 //! stored words (attention.md's bound), and the reconstruction against the CPU path's.
-//! GL tests run one at a time (`common::serial_for`: wgpu's GL backend shares one context).
+//! Each GL test has a device of its own (`common::gl_context`), so they run in parallel.
 
 mod common;
 

@@ -99,24 +99,16 @@ pub fn gpu_context_without_subgroups() -> Result<Context, String> {
 
 /// A device on wgpu's GL backend (llvmpipe through EGL in CI): no subgroups, so the
 /// workgroup-memory variants, compiled by naga's GLSL writer and the driver's GLSL compiler.
+/// A new device (and EGL context) per call: wgpu's GL backend locks its adapter's one context
+/// for every call and panics ("Could not lock adapter context") after waiting a second, which
+/// parallel tests sharing one device exceed while llvmpipe compiles a kernel. Devices of their
+/// own run in parallel (the GL layer bodies: 183 s cold on 2 cores, 327 s one at a time on one
+/// shared device).
 pub fn gl_context() -> Result<Context, String> {
-    static CTX: OnceLock<Result<Context, String>> = OnceLock::new();
-    CTX.get_or_init(|| {
-        let opts = HeadlessOptions::default()
-            .backends(Some(wgpu::Backends::GL))
-            .require_gpu(true);
-        Context::headless_with(&opts).map_err(|e| format!("no GL adapter (EGL): {e}"))
-    })
-    .clone()
-}
-
-/// Held for the whole body of a `wgsl_gl` test: wgpu's GL backend locks its one EGL context
-/// per call and panics ("Could not lock adapter context") after waiting a second, which
-/// parallel test threads sharing the device exceed while llvmpipe compiles a kernel; GL
-/// tests therefore run one at a time (other targets stay parallel).
-pub fn serial_for(kind: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
-    static GL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    (kind == "wgsl_gl").then(|| GL.lock().unwrap_or_else(|e| e.into_inner()))
+    let opts = HeadlessOptions::default()
+        .backends(Some(wgpu::Backends::GL))
+        .require_gpu(true);
+    Context::headless_with(&opts).map_err(|e| format!("no GL adapter (EGL): {e}"))
 }
 
 /// The target for `kind` (`cpu`, `wgsl_subgroup`, `wgsl_workgroup`, `wgsl_gl`,
@@ -172,7 +164,7 @@ pub fn target(kind: &str, test: &str) -> Option<Target> {
 /// variants on Vulkan; `parity_tests!(body, msl)` adds the `msl_emulated` target for bodies
 /// that run kernels through [`run_plan`], and `gl` (`parity_tests!(body, gl)`,
 /// `parity_tests!(body, msl, gl)`) the workgroup variants on wgpu's GL backend (`wgsl_gl`:
-/// naga's GLSL writer and the driver's GLSL compiler, one test at a time). llvmpipe's GL is
+/// naga's GLSL writer and the driver's GLSL compiler, each test on a device of its own). llvmpipe's GL is
 /// slow on the attention kernels: measured cold on this 2-core machine (2026-12-02),
 /// `attend_kernels_match_reference` ran over 540 s and `mask_oracle` over 395 s before they
 /// were stopped, `lut_attention_kernels_match_reference` over 240 s, `qjl_kernels_match_reference`
@@ -198,7 +190,6 @@ macro_rules! parity_tests {
             $(
                 #[test]
                 fn $kind() {
-                    let _serial = $crate::common::serial_for(stringify!($kind));
                     if let Some(t) = $crate::common::target(stringify!($kind), stringify!($body)) {
                         super::$body(&t);
                     }
@@ -212,7 +203,7 @@ macro_rules! parity_tests {
 /// `#[test]` per (codec, target), named `body::codec::target`. **Adding a codec to every
 /// generic body is one line here.** `codec_tests!(body, with_qjl)` adds one more QJL pairing
 /// (f16 values) for bodies that never reconstruct; `codec_tests!(body, gl)` instantiates the
-/// body on the GL backend only (`wgsl_gl`, one test at a time).
+/// body on the GL backend only (`wgsl_gl`, each test on a device of its own).
 #[macro_export]
 macro_rules! codec_tests {
     ($body:ident) => {
@@ -275,7 +266,6 @@ macro_rules! codec_tests {
     (@target $body:ident, $spec:expr, $kind:ident) => {
         #[test]
         fn $kind() {
-            let _serial = $crate::common::serial_for(stringify!($kind));
             let test = concat!(stringify!($body), "[", $spec, "]");
             if let Some(t) = $crate::common::target(stringify!($kind), test) {
                 super::super::$body(&t, $spec);
