@@ -6,6 +6,15 @@
 //! dispatch. Sharing is safe because a uniform is only read. The cache holds at most
 //! [`CAPACITY`] small buffers per device ([`Context::cached_uniforms`]; a leak check counts
 //! the device's buffers net of them), and [`Context::clear_uniform_cache`] drops them.
+//!
+//! Bind groups are still made per dispatch, deliberately. A decode step's plan uniform holds
+//! the cache's length, so its buffer (and with it the group) differs at every step; a group
+//! could only be kept across steps if that uniform lived at a dynamic offset in a buffer
+//! rewritten per call, and `Queue::write_buffer` lands at the next submission, before every
+//! command of it: two calls recorded into one encoder (an append, then attention, then
+//! another step) would both read the last write. Content-keyed buffers are right under any
+//! recording order. A layer's attention partials buffer is kept across calls
+//! (`attention::gpu::AttendScratch`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
