@@ -218,10 +218,9 @@ macro_rules! codec_tests {
             $crate::codec_tests!(@codec $body, qjl_keys_f16_values, "qjl:m=96/f16:residual=8", [cpu, wgsl_subgroup, wgsl_workgroup]);
         }
     };
-    // Only on wgpu's GL backend (tests/gl_backend.rs): every codec but VecInfer, one target.
-    // VecInfer's layer on GL ran over 8 minutes cold in this session's CI (2026-12-02, not
-    // yet understood: 26-51 s per codec were measured before), so it is left to Vulkan until
-    // that is measured; every other codec runs here.
+    // Only on wgpu's GL backend (tests/gl_backend.rs): every codec, one target. VecInfer's
+    // is the slowest cold (measured alone, 2026-12-02: 154 s, of which its LUT attention's
+    // first dispatch 130 s, llvmpipe compiling the kernel; the others 20-50 s each).
     ($body:ident, gl) => {
         mod $body {
             $crate::codec_tests!(@codec $body, f16, "f16", [wgsl_gl]);
@@ -235,6 +234,7 @@ macro_rules! codec_tests {
             $crate::codec_tests!(@codec $body, qjl_keys_kivi_values, "qjl:m=96/kivi:bits=4,group=32,residual=32", [wgsl_gl]);
             $crate::codec_tests!(@codec $body, qjl_keys_turboquant_values, "qjl/turboquant-mse:bits=3", [wgsl_gl]);
             $crate::codec_tests!(@codec $body, turboquant_prod_keys_mse_values, "turboquant-prod:bits=3,residual=24/turboquant-mse:bits=3", [wgsl_gl]);
+            $crate::codec_tests!(@codec $body, vecinfer_1_2, "vecinfer:kbits=1,vbits=2,residual=16,calib=@synthetic", [wgsl_gl]);
         }
     };
     (@specs $body:ident [$($kind:ident),*]) => {
