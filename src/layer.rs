@@ -750,7 +750,7 @@ impl Layer {
             [&sides[0], &sides[1]],
             s.sides[0].placeholder(),
             q,
-            Some(&s.scratch),
+            &s.scratch,
         )
     }
 
@@ -1238,7 +1238,7 @@ impl KvLayer for Layer {
             s.sides[0].placeholder(),
             q,
             out,
-            Some(&s.scratch),
+            &s.scratch,
         )
     }
 

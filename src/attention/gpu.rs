@@ -265,7 +265,7 @@ pub fn encode<'a>(
     placeholder: &'a wgpu::Buffer,
     q: &'a wgpu::Buffer,
     out: &'a wgpu::Buffer,
-    scratch: Option<&AttendScratch>,
+    scratch: &AttendScratch,
 ) -> Result<()> {
     let bytes = (call.tq * call.hq * call.dim * 4) as u64;
     gpu::check_buffer(q, "attention queries", bytes)?;
@@ -290,14 +290,9 @@ pub fn encode<'a>(
         },
         plan::SplitKernel::Decode => paths.partials,
     };
-    let partials = match (plan.merge, scratch) {
-        (None, _) => None,
-        (Some(_), None) => Some(gpu::storage_buffer(
-            ctx,
-            "kvpack attention partials",
-            plan.partial_bytes,
-        )?),
-        (Some(_), Some(s)) => Some(s.partials(ctx, plan.partial_bytes)?),
+    let partials = match plan.merge {
+        Some(_) => Some(scratch.partials(ctx, plan.partial_bytes)?),
+        None => None,
     };
     let ring = |s: &SideBuffers<'a>| s.ring.unwrap_or(placeholder);
     let mut items: Vec<(KernelPath, DispatchPlan, Vec<Bind<'_>>)> = Vec::new();
@@ -418,7 +413,7 @@ pub fn run(
     sides: [&SideBuffers<'_>; 2],
     placeholder: &wgpu::Buffer,
     q: &[f32],
-    scratch: Option<&AttendScratch>,
+    scratch: &AttendScratch,
 ) -> Result<Vec<f32>> {
     let bytes = (q.len() * 4) as u64;
     let qb = gpu::upload(ctx, "kvpack attention queries", bytemuck::cast_slice(q))?;
