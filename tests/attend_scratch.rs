@@ -9,9 +9,7 @@ const H: usize = 2;
 const D: usize = 64;
 
 fn rows(seed: usize, tokens: usize) -> Vec<f32> {
-    (0..tokens * H * D)
-        .map(|i| (((i + seed) * 7919 % 2003) as f32 / 1001.0) - 1.0)
-        .collect()
+    common::ramp_rows(seed, tokens, H, D)
 }
 
 /// Attention's partials buffer is the layer's, kept across calls (issue 20, "no hitches"):

@@ -11,9 +11,7 @@ const D: usize = 64;
 const LAYERS: usize = 8;
 
 fn rows(seed: usize, tokens: usize) -> Vec<f32> {
-    (0..tokens * H * D)
-        .map(|i| (((i + seed) * 7919 % 2003) as f32 / 1001.0) - 1.0)
-        .collect()
+    common::ramp_rows(seed, tokens, H, D)
 }
 
 #[test]

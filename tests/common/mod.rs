@@ -595,3 +595,11 @@ pub fn tiny_calibration(
     cal.write(&p).unwrap();
     p
 }
+
+/// Deterministic rows `[tokens, heads, dim]` f32 in [-1, 1) from `seed` (the counter tests:
+/// tests/uniform_reuse.rs, tests/attend_scratch.rs).
+pub fn ramp_rows(seed: usize, tokens: usize, heads: usize, dim: usize) -> Vec<f32> {
+    (0..tokens * heads * dim)
+        .map(|i| (((i + seed) * 7919 % 2003) as f32 / 1001.0) - 1.0)
+        .collect()
+}
