@@ -367,24 +367,39 @@ impl Layer {
         snapshot: &Snapshot,
     ) -> Result<Self> {
         let mut layer = Self::new_at(ctx, index, heads, dim, method, choice)?;
-        snapshot.check([&*layer.codecs[0], &*layer.codecs[1]], layer.residual)?;
+        layer.restore_words(snapshot)?;
+        Ok(layer)
+    }
+
+    /// Fills this empty layer with the words of `snapshot` (checked first, as
+    /// [`Layer::from_snapshot`] says; after an error the layer may hold one side's words and
+    /// is dropped by every caller). Eviction restores
+    /// through this after enabling positions on the empty layer, so that segment 0 is laid
+    /// out with its positions stream.
+    pub(crate) fn restore_words(&mut self, snapshot: &Snapshot) -> Result<()> {
+        if self.tokens > 0 {
+            return Err(Error::Config(
+                "a snapshot is restored into an empty layer (a kvpack bug)".into(),
+            ));
+        }
+        snapshot.check([&*self.codecs[0], &*self.codecs[1]], self.residual)?;
         let t = snapshot.tokens;
         let sides = [&snapshot.keys, &snapshot.values];
-        match &mut layer.store {
+        match &mut self.store {
             Store::Cpu(s) => {
                 *s = [
-                    CpuSide::restore(ctx, sides[0])?,
-                    CpuSide::restore(ctx, sides[1])?,
+                    CpuSide::restore(&self.ctx, sides[0])?,
+                    CpuSide::restore(&self.ctx, sides[1])?,
                 ];
             }
             Store::Gpu(s) => {
                 for (i, side) in s.sides.iter_mut().enumerate() {
-                    side.restore(&*layer.codecs[i], t, sides[i])?;
+                    side.restore(&*self.codecs[i], t, sides[i])?;
                 }
             }
         }
-        layer.tokens = t;
-        Ok(layer)
+        self.tokens = t;
+        Ok(())
     }
 
     /// The work of [`KvLayer::prepare`], owning what it needs (for a thread of its own);

@@ -288,21 +288,23 @@ impl SavedCache {
         self.layers
             .iter()
             .map(|l| {
-                let inner = Layer::from_snapshot(
-                    ctx,
-                    l.index,
-                    l.geometry.heads,
-                    l.geometry.dim,
-                    &l.method.with_eviction(None),
-                    choice,
-                    &l.snapshot,
-                )?;
+                let (heads, dim) = (l.geometry.heads, l.geometry.dim);
+                let bare = l.method.with_eviction(None);
                 match (&l.eviction, l.method.eviction()) {
-                    (None, None) => Ok(Box::new(inner) as Box<dyn KvLayer>),
+                    (None, None) => Ok(Box::new(Layer::from_snapshot(
+                        ctx,
+                        l.index,
+                        heads,
+                        dim,
+                        &bare,
+                        choice,
+                        &l.snapshot,
+                    )?) as Box<dyn KvLayer>),
                     (Some(state), Some(_)) => Ok(Box::new(crate::policy::EvictingLayer::restore(
-                        inner,
+                        Layer::new_at(ctx, l.index, heads, dim, &bare, choice)?,
                         l.method.clone(),
                         l.index,
+                        &l.snapshot,
                         state.clone(),
                     )?) as Box<dyn KvLayer>),
                     _ => Err(Error::Config(format!(

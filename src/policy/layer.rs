@@ -16,7 +16,8 @@
 //! live rows rotate), and attention reads the held tokens' positions from a positions stream in
 //! the key side's segment 0 (`ATT_POS`). Not yet on a GPU path: appends from device buffers and
 //! recorded (`encode_*`) calls ([`Error::PathUnavailable`]), caches larger than one segment
-//! (refused at the first eviction that would need it), restoring a saved evicting cache.
+//! (refused at the first eviction that would need it). A saved evicting cache restores on
+//! any path ([`EvictingLayer::restore`]).
 
 use std::sync::Arc;
 
@@ -154,7 +155,8 @@ pub(crate) fn scorer_for(ev: &Eviction, index: usize, g: Geometry) -> Result<Sco
 
 impl EvictingLayer {
     /// `inner` (empty) under `method`'s eviction policy, for model layer `index`. Errors: a GPU
-    /// layer ([`Error::PathUnavailable`]); a budget the layer can never get down to (the
+    /// layer that already holds tokens ([`Error::PathUnavailable`]: positions are laid out in
+    /// an empty layer's segment 0; restore through [`EvictingLayer::restore`]); a budget the layer can never get down to (the
     /// sinks rounded up to whole units, the newest `max(window, R + U − 1)` tokens and one unit
     /// must fit, [`Error::Config`]); a calibration file without Q-Filters tables, made for
     /// another shape or with fewer layers ([`Error::Calibration`]).
@@ -210,18 +212,22 @@ impl EvictingLayer {
         })
     }
 
-    /// `inner` holding a saved cache's words (`Layer::from_snapshot`) under `method`'s policy
-    /// with the saved `state`, checked: the scorer's checksum (a changed calibration file is
+    /// `inner` (empty, on any path) filled with a saved cache's words (`snapshot`) under
+    /// `method`'s policy with the saved `state`, checked: the snapshot as
+    /// [`Layer::from_snapshot`] checks it, the scorer's checksum (a changed calibration file is
     /// [`Error::Calibration`]), one score and position per held (token, head), positions
     /// strictly increasing per head and below `appended`, finite scores, `since ≤ appended`
-    /// ([`Error::Config`] naming what is wrong).
+    /// ([`Error::Config`] naming what is wrong). On a GPU path the positions table's first
+    /// rows are written into segment 0's positions stream, as after an eviction.
     pub fn restore(
         inner: Layer,
         method: Method,
         index: usize,
+        snapshot: &Snapshot,
         state: EvictionState,
     ) -> Result<Self> {
         let mut l = Self::new(inner, method, index)?;
+        l.inner.restore_words(snapshot)?;
         if state.scorer != l.scorer.checksum() {
             let path = match &l.ev.policy {
                 Policy::QFilters { calib_path, .. } => calib_path.display().to_string(),
@@ -246,6 +252,8 @@ impl EvictingLayer {
         l.positions = state.positions;
         l.scores = state.scores;
         l.rows = l.table_rows();
+        l.inner
+            .write_positions(&l.positions[..l.rows * l.inner.geometry().heads])?;
         Ok(l)
     }
 
