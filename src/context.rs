@@ -220,8 +220,9 @@ pub(crate) struct Gpu {
     /// see their adapter's list).
     pub coop16: bool,
     /// wgpu's reason once the device is lost (set by the device-lost callback kvpack installs
-    /// on devices it creates; an application's own device keeps its own callback, so kvpack
-    /// sees its loss only as failed operations, [`crate::Error::Gpu`]).
+    /// on devices it creates; an application's own device keeps its own callback, which
+    /// forwards the loss through [`Context::report_device_lost`]: until then kvpack sees the
+    /// loss only as failed operations, [`crate::Error::Gpu`]).
     pub lost: Arc<std::sync::OnceLock<String>>,
     /// MSL kernels the Metal driver rejected, and those asked for explicitly
     /// ([`crate::gpu::msl_fallback`]).
@@ -704,6 +705,40 @@ impl Context {
     /// The wgpu device, when there is one.
     pub fn device(&self) -> Option<&wgpu::Device> {
         self.inner.gpu.as_ref().map(|g| &g.device)
+    }
+
+    /// Tells kvpack that the device was lost, for an application's own device
+    /// ([`Context::from_device`]): wgpu keeps one device-lost callback per device, and kvpack
+    /// does not replace the application's. Call it from that callback (the arguments are the
+    /// callback's own); from then on every kvpack call that needs the device, on this context
+    /// and its clones and every layer made on them, is [`crate::Error::DeviceLost`] naming
+    /// the reason, and what needs no device (`len`, `memory`, the CPU path) still works.
+    /// Without the report, work on a lost application device fails with
+    /// [`crate::Error::Gpu`] (wgpu's message), and buffers made after the loss are not
+    /// detected at all (wgpu raises no errors on a lost device). The first report is kept;
+    /// a context without a device ignores it. kvpack's own devices ([`Context::headless`])
+    /// report their loss themselves.
+    ///
+    /// ```no_run
+    /// # fn demo(device: wgpu::Device, queue: wgpu::Queue) -> kvpack::Result<()> {
+    /// let ctx = kvpack::Context::from_device(device.clone(), queue)?;
+    /// let kv = ctx.clone();
+    /// device.set_device_lost_callback(move |reason, message| {
+    ///     kv.report_device_lost(reason, &message);
+    ///     // ... the application's own handling
+    /// });
+    /// # Ok(()) }
+    /// ```
+    pub fn report_device_lost(&self, reason: wgpu::DeviceLostReason, message: &str) {
+        if let Some(g) = &self.inner.gpu {
+            let _ = g.lost.set(format!("{reason:?}: {message}"));
+        }
+    }
+
+    /// wgpu's reason once the device is known to be lost (see
+    /// [`Context::report_device_lost`]), else `None`.
+    pub fn device_lost(&self) -> Option<&str> {
+        self.inner.gpu.as_ref()?.lost.get().map(String::as_str)
     }
 
     /// The wgpu queue, when there is one.
