@@ -405,6 +405,18 @@ impl Layer {
     /// The work of [`KvLayer::prepare`], owning what it needs (for a thread of its own);
     /// `None` on the CPU path.
     fn prepare_job(&self) -> Option<impl FnOnce() -> Result<()> + Send + 'static> {
+        self.prepare_job_with(None)
+    }
+
+    /// [`Self::prepare_job`] that also builds `extra`'s pipeline (eviction's scoring kernel,
+    /// specialized as its plan says).
+    pub(crate) fn prepare_job_with(
+        &self,
+        extra: Option<(
+            &'static crate::gpu::registry::KernelDef,
+            crate::gpu::registry::Specialization,
+        )>,
+    ) -> Option<impl FnOnce() -> Result<()> + Send + 'static> {
         let Store::Gpu(s) = &self.store else {
             return None;
         };
@@ -423,6 +435,10 @@ impl Layer {
                 let def = &crate::policy::kernels::EVICT_COMPACT;
                 let path = ctx.resolve(def, choice)?;
                 gpu::pipeline::pipeline(&ctx, def, path, &Default::default())?;
+            }
+            if let Some((def, spec)) = &extra {
+                let path = ctx.resolve(def, choice)?;
+                gpu::pipeline::pipeline(&ctx, def, path, spec)?;
             }
             attention::gpu::prepare(&ctx, &*codecs[0], &*codecs[1], choice, dim, ring, positions)
         })
@@ -857,6 +873,132 @@ impl Layer {
         }
     }
 
+    /// [`KvLayer::append_gpu`], returning the converted f16 key rows `[n][row_words]` u32
+    /// of the tokens it appended (`None` for none): eviction scores them on the device.
+    pub(crate) fn append_gpu_rows(
+        &mut self,
+        k: GpuInput<'_>,
+        v: GpuInput<'_>,
+    ) -> Result<Option<wgpu::Buffer>> {
+        if !matches!(self.store, Store::Gpu(_)) {
+            return Err(self.gpu_input_on_cpu("append_gpu"));
+        }
+        if self.center.is_some() {
+            return Err(self.centered_gpu_input("append_gpu"));
+        }
+        self.sync()?;
+        let bound = self.check_gpu_inputs(&k, &v)?;
+        let n = k.tokens;
+        if n == 0 {
+            return Ok(None);
+        }
+        let rows = self.scratch_rows(n)?;
+        let Store::Gpu(s) = &self.store else {
+            unreachable!("checked above")
+        };
+        gpu::submit_blocking(&self.ctx, "append (convert input)", |enc| {
+            enc.clear_buffer(&s.input_status, 0, None);
+            gpu_input::record_convert(
+                &self.ctx,
+                enc,
+                self.g,
+                self.tokens,
+                n,
+                [&bound[0], &bound[1]],
+                [&rows[0], &rows[1]],
+                s.norm_checks,
+                &s.input_status,
+            )
+        })?;
+        let words = self.read_input_status(s)?;
+        if words[gpu_input::status::REJECTED] != 0 {
+            let e = self.status_error(&words);
+            gpu::submit_blocking(&self.ctx, "append (clear input status)", |enc| {
+                enc.clear_buffer(&s.input_status, 0, None);
+                Ok(())
+            })?;
+            return Err(e.unwrap_or_else(|| Error::Gpu {
+                during: "append",
+                message: "rejected input without an error (a kvpack bug)".into(),
+            }));
+        }
+        self.append_rows(
+            [
+                NewRows::Device {
+                    buffer: &rows[0],
+                    tokens: n,
+                },
+                NewRows::Device {
+                    buffer: &rows[1],
+                    tokens: n,
+                },
+            ],
+            n,
+        )?;
+        let [keys, _] = rows;
+        Ok(Some(keys))
+    }
+
+    /// [`KvLayer::encode_attend`] over held tokens at `positions` (eviction: the table's rows
+    /// are already in the positions stream, written at each eviction); `q` holds `tq` rows
+    /// checked against the tokens appended.
+    #[allow(clippy::too_many_arguments)] // encode_attend's arguments and the positions
+    pub(crate) fn encode_attend_positions(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &AttendOptions,
+        out: &wgpu::Buffer,
+        positions: &Positions<'_>,
+    ) -> Result<()> {
+        self.check_unsynced()?;
+        attention::check_query(
+            tq * hq * self.g.dim,
+            hq,
+            self.g.heads,
+            self.g.dim,
+            positions.appended,
+            opts,
+        )?;
+        self.encode_attend_at(enc, q, tq, hq, opts, out, Some(positions))
+    }
+
+    /// Records attention on the GPU store (checked by the caller).
+    #[allow(clippy::too_many_arguments)]
+    fn encode_attend_at(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &AttendOptions,
+        out: &wgpu::Buffer,
+        positions: Option<&Positions<'_>>,
+    ) -> Result<()> {
+        let Store::Gpu(s) = &self.store else {
+            return Err(Error::PathUnavailable {
+                kernel: "attend",
+                requested: PathChoice::Cpu.to_string(),
+                reason: "encode_attend() records GPU work; this layer runs on the CPU".into(),
+            });
+        };
+        let (sides, shape) = self.attend_inputs(s, positions.filter(|_| s.positions));
+        attention::gpu::encode(
+            &self.ctx,
+            enc,
+            s.choice,
+            &self.call(tq, hq, opts),
+            &shape,
+            [&sides[0], &sides[1]],
+            s.sides[0].placeholder(),
+            q,
+            out,
+            &s.scratch,
+        )
+    }
+
     /// The CPU reference of [`Self::attend_positions`] on any path (GPU words read back).
     pub(crate) fn attend_positions_reference(
         &self,
@@ -992,6 +1134,19 @@ impl Layer {
         Ok(())
     }
 
+    /// The context the layer runs on.
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The path choice of a GPU layer's store (`None` on the CPU path).
+    pub(crate) fn gpu_choice(&self) -> Option<PathChoice> {
+        match &self.store {
+            Store::Gpu(s) => Some(s.choice),
+            Store::Cpu(_) => None,
+        }
+    }
+
     /// Eviction: the first `table.len() / H` held slots' positions (`[rows][H]`), written into
     /// segment 0's positions stream (nothing on the CPU path).
     pub(crate) fn write_positions(&self, table: &[u32]) -> Result<()> {
@@ -1015,61 +1170,7 @@ impl KvLayer for Layer {
     }
 
     fn append_gpu(&mut self, k: GpuInput<'_>, v: GpuInput<'_>) -> Result<()> {
-        if !matches!(self.store, Store::Gpu(_)) {
-            return Err(self.gpu_input_on_cpu("append_gpu"));
-        }
-        if self.center.is_some() {
-            return Err(self.centered_gpu_input("append_gpu"));
-        }
-        self.sync()?;
-        let bound = self.check_gpu_inputs(&k, &v)?;
-        let n = k.tokens;
-        if n == 0 {
-            return Ok(());
-        }
-        let rows = self.scratch_rows(n)?;
-        let Store::Gpu(s) = &self.store else {
-            unreachable!("checked above")
-        };
-        gpu::submit_blocking(&self.ctx, "append (convert input)", |enc| {
-            enc.clear_buffer(&s.input_status, 0, None);
-            gpu_input::record_convert(
-                &self.ctx,
-                enc,
-                self.g,
-                self.tokens,
-                n,
-                [&bound[0], &bound[1]],
-                [&rows[0], &rows[1]],
-                s.norm_checks,
-                &s.input_status,
-            )
-        })?;
-        let words = self.read_input_status(s)?;
-        if words[gpu_input::status::REJECTED] != 0 {
-            let e = self.status_error(&words);
-            gpu::submit_blocking(&self.ctx, "append (clear input status)", |enc| {
-                enc.clear_buffer(&s.input_status, 0, None);
-                Ok(())
-            })?;
-            return Err(e.unwrap_or_else(|| Error::Gpu {
-                during: "append",
-                message: "rejected input without an error (a kvpack bug)".into(),
-            }));
-        }
-        self.append_rows(
-            [
-                NewRows::Device {
-                    buffer: &rows[0],
-                    tokens: n,
-                },
-                NewRows::Device {
-                    buffer: &rows[1],
-                    tokens: n,
-                },
-            ],
-            n,
-        )
+        self.append_gpu_rows(k, v).map(|_| ())
     }
 
     fn encode_append_gpu(
@@ -1235,26 +1336,7 @@ impl KvLayer for Layer {
         out: &wgpu::Buffer,
     ) -> Result<()> {
         self.check_attend(tq * hq * self.g.dim, hq, opts)?;
-        let Store::Gpu(s) = &self.store else {
-            return Err(Error::PathUnavailable {
-                kernel: "attend",
-                requested: PathChoice::Cpu.to_string(),
-                reason: "encode_attend() records GPU work; this layer runs on the CPU".into(),
-            });
-        };
-        let (sides, shape) = self.attend_inputs(s, None);
-        attention::gpu::encode(
-            &self.ctx,
-            enc,
-            s.choice,
-            &self.call(tq, hq, opts),
-            &shape,
-            [&sides[0], &sides[1]],
-            s.sides[0].placeholder(),
-            q,
-            out,
-            &s.scratch,
-        )
+        self.encode_attend_at(enc, q, tq, hq, opts, out, None)
     }
 
     fn memory(&self) -> MemoryReport {

@@ -11,11 +11,14 @@
 //!
 //! On a GPU path (WGSL; the MSL kernels exist but no Metal device has run this layer) the
 //! layer's words stay on the device: appends from host values are scored on the host (the
-//! CPU twin of the `evict_score` kernel: the same f32 scores), the selection runs on the
-//! host tables, the compaction on the device (`evict_compact`, every stream, then the ring's
-//! live rows rotate), and attention reads the held tokens' positions from a positions stream in
-//! the key side's segment 0 (`ATT_POS`). Not yet on a GPU path: appends from device buffers and
-//! recorded (`encode_*`) calls ([`Error::PathUnavailable`]), caches larger than one segment
+//! CPU twin of the `evict_score` kernel), appends from device buffers (`append_gpu`, blocking)
+//! by the kernel on the converted f16 rows, with only the `[n][H]` scores read back (within
+//! the f32 summation bound of the twin's); the selection runs on the host tables, the
+//! compaction on the device (`evict_compact`, every stream, then the ring's live rows rotate),
+//! and attention, blocking or recorded (`encode_attend`), reads the held tokens' positions
+//! from a positions stream in the key side's segment 0 (`ATT_POS`). Not yet on a GPU path:
+//! recorded appends (`encode_append`, `encode_append_gpu`: the selection needs the scores on
+//! the host before the next call; [`Error::PathUnavailable`]), caches larger than one segment
 //! (refused at the first eviction that would need it). A saved evicting cache restores on
 //! any path ([`EvictingLayer::restore`]).
 
@@ -283,6 +286,36 @@ impl EvictingLayer {
         &self.positions
     }
 
+    /// The scoring kernel's pipeline that `append_gpu` uses (none for StreamingLLM), for
+    /// `prepare()`.
+    #[allow(clippy::type_complexity)]
+    fn score_pipeline(
+        &self,
+    ) -> Result<
+        Option<(
+            &'static crate::gpu::registry::KernelDef,
+            crate::gpu::registry::Specialization,
+        )>,
+    > {
+        let g = self.inner.geometry();
+        Ok(self
+            .scorer
+            .plan(1, g.heads, g.dim, 0)?
+            .map(|p| (p.kernel, p.spec)))
+    }
+
+    /// The tables' rows of `n` appended tokens with their `scores` `[n][H]`.
+    fn push_appended(&mut self, scores: &[f32], n: usize) {
+        let h = self.inner.geometry().heads;
+        self.scores.extend_from_slice(scores);
+        for t in 0..n {
+            let p = (self.appended + t) as u32;
+            self.positions.extend(std::iter::repeat_n(p, h));
+        }
+        self.appended += n;
+        self.since += n;
+    }
+
     /// Evicts down to the budget when due (see the module docs).
     fn maybe_evict(&mut self) -> Result<()> {
         let held = self.inner.len();
@@ -341,8 +374,8 @@ impl EvictingLayer {
             kernel: "evict",
             requested: self.inner.codec(Side::Keys).path().to_string(),
             reason: format!(
-                "{what}: a layer under eviction takes appends from host values and attends \
-                 blocking in this version (no GPU input, no recorded calls)"
+                "{what}: a layer under eviction records no appends in this version (its \
+                 selection needs the new scores on the host): use append() or append_gpu()"
             ),
         }
     }
@@ -365,13 +398,7 @@ impl KvLayer for EvictingLayer {
         let k16 = k.to_f16("k")?;
         let n = k16.len() / g.token_elems();
         let scores = self.scorer.score(&k16, g.heads, g.dim);
-        self.scores.extend_from_slice(&scores);
-        for t in 0..n {
-            let p = (self.appended + t) as u32;
-            self.positions.extend(std::iter::repeat_n(p, g.heads));
-        }
-        self.appended += n;
-        self.since += n;
+        self.push_appended(&scores, n);
         self.maybe_evict()
     }
 
@@ -384,8 +411,31 @@ impl KvLayer for EvictingLayer {
         Err(self.gpu_refused("encode_append()"))
     }
 
-    fn append_gpu(&mut self, _: GpuInput<'_>, _: GpuInput<'_>) -> Result<()> {
-        Err(self.gpu_refused("append_gpu()"))
+    fn append_gpu(&mut self, k: GpuInput<'_>, v: GpuInput<'_>) -> Result<()> {
+        let (n, g) = (k.tokens, self.inner.geometry());
+        let Some(choice) = self.inner.gpu_choice() else {
+            // The CPU path refuses device input (PathUnavailable).
+            return self.inner.append_gpu(k, v);
+        };
+        // Allocated before anything is stored: an out-of-memory changes nothing.
+        let scoring = super::score::DeviceScoring::new(
+            &self.scorer,
+            self.inner.context(),
+            choice,
+            n,
+            g.heads,
+            g.dim,
+        )?;
+        let Some(rows) = self.inner.append_gpu_rows(k, v)? else {
+            return Ok(());
+        };
+        // After the append, only a lost device fails here (every later call then fails too).
+        let scores = match &scoring {
+            Some(s) => s.run(self.inner.context(), &rows)?,
+            None => vec![0.0; n * g.heads],
+        };
+        self.push_appended(&scores, n);
+        self.maybe_evict()
     }
 
     fn encode_append_gpu(
@@ -407,14 +457,15 @@ impl KvLayer for EvictingLayer {
 
     fn encode_attend(
         &self,
-        _: &mut wgpu::CommandEncoder,
-        _: &wgpu::Buffer,
-        _: usize,
-        _: usize,
-        _: &AttendOptions,
-        _: &wgpu::Buffer,
+        enc: &mut wgpu::CommandEncoder,
+        q: &wgpu::Buffer,
+        tq: usize,
+        hq: usize,
+        opts: &AttendOptions,
+        out: &wgpu::Buffer,
     ) -> Result<()> {
-        Err(self.gpu_refused("encode_attend()"))
+        self.inner
+            .encode_attend_positions(enc, q, tq, hq, opts, out, &self.at())
     }
 
     fn memory(&self) -> MemoryReport {
@@ -480,11 +531,19 @@ impl KvLayer for EvictingLayer {
     }
 
     fn prepare(&self) -> Result<()> {
-        self.inner.prepare()
+        self.inner
+            .prepare_job_with(self.score_pipeline()?)
+            .map_or(Ok(()), |job| job())
     }
 
     fn prepare_async(&self) -> crate::Preparing {
-        self.inner.prepare_async()
+        match self.score_pipeline() {
+            Err(e) => crate::Preparing::ready(Err(e)),
+            Ok(extra) => match self.inner.prepare_job_with(extra) {
+                Some(job) => crate::Preparing::spawn(job),
+                None => crate::Preparing::ready(Ok(())),
+            },
+        }
     }
 
     fn describe(&self) -> String {

@@ -1,6 +1,8 @@
-//! The scoring at append (docs/contracts/qfilters.md): the CPU reference. Scores are computed
-//! once per (token, KV head) on the key as appended, rounded to f16 (what the cache stores),
-//! in f32 summed in channel order, and kept beside the cache (4 bytes per token-head).
+//! The scoring at append (docs/contracts/qfilters.md): the CPU reference, and the device
+//! scoring of appends from GPU buffers ([`DeviceScoring`], the `evict_score` kernel). Scores are
+//! computed once per (token, KV head) on the key as appended, rounded to f16 (what the cache
+//! stores), in f32 (the CPU sums in channel order; the kernel within the f32 summation bound
+//! of docs/contracts/qfilters.md), and kept beside the cache (4 bytes per token-head).
 
 use half::f16;
 
@@ -49,5 +51,71 @@ impl Scorer {
             Scorer::NegNorm => super::kernels::plan_score(n, heads, dim, row0, true).map(Some),
             Scorer::Zero => Ok(None),
         }
+    }
+}
+
+/// What the device scoring of one append needs, allocated before the append stores anything
+/// (so that an out-of-memory leaves the layer as it was): the filters `[H][D]` f32 (one word
+/// for key norm) and the scores `[n][H]` f32.
+pub(crate) struct DeviceScoring {
+    path: crate::context::KernelPath,
+    plan: crate::gpu::DispatchPlan,
+    filters: wgpu::Buffer,
+    scores: wgpu::Buffer,
+    n: usize,
+    heads: usize,
+}
+
+impl DeviceScoring {
+    /// Scoring of `n` rows of `heads` × `dim` on `choice` (`None` for StreamingLLM, which
+    /// scores nothing: every score 0).
+    pub(crate) fn new(
+        scorer: &Scorer,
+        ctx: &crate::Context,
+        choice: crate::context::PathChoice,
+        n: usize,
+        heads: usize,
+        dim: usize,
+    ) -> crate::Result<Option<Self>> {
+        let Some(plan) = scorer.plan(n, heads, dim, 0)? else {
+            return Ok(None);
+        };
+        let path = ctx.resolve(plan.kernel, choice)?;
+        let filters: &[f32] = match scorer {
+            Scorer::Filter(u) => u,
+            _ => &[0.0],
+        };
+        Ok(Some(Self {
+            path,
+            plan,
+            filters: crate::gpu::upload(
+                ctx,
+                "kvpack eviction filters",
+                bytemuck::cast_slice(filters),
+            )?,
+            scores: crate::gpu::storage_buffer(
+                ctx,
+                "kvpack eviction scores",
+                (n * heads * 4) as u64,
+            )?,
+            n,
+            heads,
+        }))
+    }
+
+    /// Scores `[n][H]` of the converted f16 key rows `rows` (`[n][row_words]` u32), read back.
+    /// Blocking.
+    pub(crate) fn run(&self, ctx: &crate::Context, rows: &wgpu::Buffer) -> crate::Result<Vec<f32>> {
+        crate::gpu::submit_blocking(ctx, "eviction scoring", |enc| {
+            crate::gpu::encode_plan(
+                ctx,
+                enc,
+                self.path,
+                &self.plan,
+                &[rows, &self.filters, &self.scores],
+            )
+        })?;
+        let bytes = crate::gpu::readback(ctx, &self.scores, (self.n * self.heads * 4) as u64)?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 }
