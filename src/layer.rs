@@ -939,6 +939,77 @@ impl Layer {
         Ok(Some(keys))
     }
 
+    /// [`KvLayer::encode_append_gpu`], returning the buffer its converted f16 key rows
+    /// `[n][row_words]` u32 are recorded into (`None` for no tokens): eviction records its
+    /// scoring of them after the append.
+    pub(crate) fn encode_append_gpu_rows(
+        &mut self,
+        enc: &mut wgpu::CommandEncoder,
+        k: GpuInput<'_>,
+        v: GpuInput<'_>,
+    ) -> Result<Option<wgpu::Buffer>> {
+        if !matches!(self.store, Store::Gpu(_)) {
+            return Err(self.gpu_input_on_cpu("encode_append_gpu"));
+        }
+        if self.center.is_some() {
+            return Err(self.centered_gpu_input("encode_append_gpu"));
+        }
+        let bound = self.check_gpu_inputs(&k, &v)?;
+        let n = k.tokens;
+        if n == 0 {
+            return Ok(None);
+        }
+        let rows = self.scratch_rows(n)?;
+        let (t, r) = (self.tokens, self.residual);
+        let Store::Gpu(s) = &mut self.store else {
+            unreachable!("checked above")
+        };
+        let new = |i: usize| NewRows::Device {
+            buffer: &rows[i],
+            tokens: n,
+        };
+        let p = [
+            s.sides[0].prepare(&*self.codecs[0], r, t, new(0))?,
+            s.sides[1].prepare(&*self.codecs[1], r, t, new(1))?,
+        ];
+        for (codec, p) in self.codecs.iter().zip(&p) {
+            if codec.needs_status() && GpuSide::encodes(p) {
+                return Err(Error::Config(format!(
+                    "{} {}: this configuration can overflow its parameter storage and needs the status check of \
+                     the blocking append_gpu(); encode_append_gpu() records without reading back",
+                    codec.method(),
+                    codec.side().name()
+                )));
+            }
+        }
+        // From the first command recorded on, the layer reads the input status at its next
+        // sync (even if recording fails below: a conversion already recorded may flag it).
+        s.unsynced = true;
+        gpu_input::record_convert(
+            &self.ctx,
+            enc,
+            self.g,
+            t,
+            n,
+            [&bound[0], &bound[1]],
+            [&rows[0], &rows[1]],
+            s.norm_checks,
+            &s.input_status,
+        )?;
+        for ((side, codec), p) in s.sides.iter().zip(&self.codecs).zip(&p) {
+            side.record_encode(&**codec, p, enc)?;
+        }
+        for (side, p) in s.sides.iter().zip(&p) {
+            side.record_commit(p, enc, Some(&s.input_status))?;
+        }
+        let [pk, pv] = p;
+        s.sides[0].apply(pk);
+        s.sides[1].apply(pv);
+        self.tokens += n;
+        let [keys, _] = rows;
+        Ok(Some(keys))
+    }
+
     /// [`KvLayer::encode_attend`] over held tokens at `positions` (eviction: the table's rows
     /// are already in the positions stream, written at each eviction); `q` holds `tq` rows
     /// checked against the tokens appended.
@@ -953,7 +1024,6 @@ impl Layer {
         out: &wgpu::Buffer,
         positions: &Positions<'_>,
     ) -> Result<()> {
-        self.check_unsynced()?;
         attention::check_query(
             tq * hq * self.g.dim,
             hq,
@@ -1179,65 +1249,7 @@ impl KvLayer for Layer {
         k: GpuInput<'_>,
         v: GpuInput<'_>,
     ) -> Result<()> {
-        if !matches!(self.store, Store::Gpu(_)) {
-            return Err(self.gpu_input_on_cpu("encode_append_gpu"));
-        }
-        if self.center.is_some() {
-            return Err(self.centered_gpu_input("encode_append_gpu"));
-        }
-        let bound = self.check_gpu_inputs(&k, &v)?;
-        let n = k.tokens;
-        if n == 0 {
-            return Ok(());
-        }
-        let rows = self.scratch_rows(n)?;
-        let (t, r) = (self.tokens, self.residual);
-        let Store::Gpu(s) = &mut self.store else {
-            unreachable!("checked above")
-        };
-        let new = |i: usize| NewRows::Device {
-            buffer: &rows[i],
-            tokens: n,
-        };
-        let p = [
-            s.sides[0].prepare(&*self.codecs[0], r, t, new(0))?,
-            s.sides[1].prepare(&*self.codecs[1], r, t, new(1))?,
-        ];
-        for (codec, p) in self.codecs.iter().zip(&p) {
-            if codec.needs_status() && GpuSide::encodes(p) {
-                return Err(Error::Config(format!(
-                    "{} {}: this configuration can overflow its parameter storage and needs the status check of \
-                     the blocking append_gpu(); encode_append_gpu() records without reading back",
-                    codec.method(),
-                    codec.side().name()
-                )));
-            }
-        }
-        // From the first command recorded on, the layer reads the input status at its next
-        // sync (even if recording fails below: a conversion already recorded may flag it).
-        s.unsynced = true;
-        gpu_input::record_convert(
-            &self.ctx,
-            enc,
-            self.g,
-            t,
-            n,
-            [&bound[0], &bound[1]],
-            [&rows[0], &rows[1]],
-            s.norm_checks,
-            &s.input_status,
-        )?;
-        for ((side, codec), p) in s.sides.iter().zip(&self.codecs).zip(&p) {
-            side.record_encode(&**codec, p, enc)?;
-        }
-        for (side, p) in s.sides.iter().zip(&p) {
-            side.record_commit(p, enc, Some(&s.input_status))?;
-        }
-        let [pk, pv] = p;
-        s.sides[0].apply(pk);
-        s.sides[1].apply(pv);
-        self.tokens += n;
-        Ok(())
+        self.encode_append_gpu_rows(enc, k, v).map(|_| ())
     }
 
     fn sync(&mut self) -> Result<()> {

@@ -169,3 +169,149 @@ fn evicting_layers_take_device_input(t: &Target) {
     std::fs::remove_file(calib).ok();
 }
 parity_tests!(evicting_layers_take_device_input);
+
+/// How the recorded body submits.
+#[derive(Clone, Copy, Debug)]
+enum Rec {
+    /// One encoder, submit and sync per chunk (device input; host input every third chunk).
+    PerChunk,
+    /// Every chunk recorded into one encoder, then one submit and one sync.
+    OneEncoder,
+}
+
+/// Recorded appends (`encode_append_gpu`, `encode_append`) on a layer under eviction: the
+/// scores are read and the eviction runs at `sync()`, so a layer synced after every chunk
+/// keeps what a layer fed the same chunks from the host keeps, and one synced once keeps what
+/// one host append of all of them keeps. Attention recorded before the sync, in the same
+/// encoder as the append, sees the new tokens at their positions (bit for bit the blocking
+/// attention before the sync). A snapshot (so a save) before the sync is refused. A recorded
+/// append of a NaN rolls back at the sync with the host append's error, tables included.
+fn evicting_layers_record_appends(t: &Target) {
+    if !t.is_gpu() {
+        return; // (the CPU path's refusal is checked above)
+    }
+    let mut rng = common::rng("evicting_layers_record_appends");
+    let tn = t.name();
+    let filters = random(&mut rng, H * D);
+    let calib = common::tiny_calibration(&format!("recorded-{tn}"), H, D, Some(filters), None);
+    let total: usize = CHUNKS.iter().sum();
+    let (k, v) = (random(&mut rng, total * ROW), random(&mut rng, total * ROW));
+    let device = t.ctx().device().unwrap();
+    let kb = kvpack::gpu::upload(t.ctx(), "test keys", bytemuck::cast_slice(&k)).unwrap();
+    let vb = kvpack::gpu::upload(t.ctx(), "test values", bytemuck::cast_slice(&v)).unwrap();
+    let submit = |enc: wgpu::CommandEncoder| {
+        t.ctx().queue().unwrap().submit([enc.finish()]);
+    };
+    for spec in specs(&calib) {
+        let m = Method::parse(&spec).unwrap();
+        for mode in [Rec::PerChunk, Rec::OneEncoder] {
+            let what = format!("{spec} on {tn}, {mode:?}");
+            let mut a = m.layer(t.ctx(), H, D, t.path()).unwrap();
+            let mut b = m.layer(t.ctx(), H, D, t.path()).unwrap();
+            if matches!(mode, Rec::OneEncoder) {
+                a.append(Input::F32(&k), Input::F32(&v)).unwrap();
+            }
+            let mut enc = device.create_command_encoder(&Default::default());
+            let (mut at, mut seen_attend) = (0, false);
+            for (i, c) in CHUNKS.into_iter().enumerate() {
+                let (kr, vr) = (&k[at * ROW..(at + c) * ROW], &v[at * ROW..(at + c) * ROW]);
+                if i % 3 == 2 {
+                    b.encode_append(&mut enc, Input::F32(kr), Input::F32(vr))
+                        .unwrap();
+                } else {
+                    let ki = GpuInput::new(&kb, (at * ROW * 4) as u64, GpuDtype::F32, c);
+                    let vi = GpuInput::new(&vb, (at * ROW * 4) as u64, GpuDtype::F32, c);
+                    b.encode_append_gpu(&mut enc, ki, vi).unwrap();
+                }
+                at += c;
+                assert_eq!(b.appended(), at, "{what}: tokens counted at once");
+                if matches!(mode, Rec::OneEncoder) {
+                    continue;
+                }
+                a.append(Input::F32(kr), Input::F32(vr)).unwrap();
+                if i == 4 {
+                    // Recorded attention in the append's encoder, before the sync.
+                    let q = random(&mut rng, 2 * 4 * D);
+                    let opts = AttendOptions::default().window(Some(20)).sinks(2);
+                    let qb = kvpack::gpu::upload(t.ctx(), "q", bytemuck::cast_slice(&q)).unwrap();
+                    let out =
+                        kvpack::gpu::storage_buffer(t.ctx(), "o", (q.len() * 4) as u64).unwrap();
+                    b.encode_attend(&mut enc, &qb, 2, 4, &opts, &out).unwrap();
+                    // (streaming scores nothing, so nothing waits on the device)
+                    if i % 3 != 2 && !spec.contains("+streaming") {
+                        assert!(
+                            matches!(b.snapshot(), Err(Error::Config(_))),
+                            "{what}: a snapshot with scores still on the device"
+                        );
+                    }
+                    submit(std::mem::replace(
+                        &mut enc,
+                        device.create_command_encoder(&Default::default()),
+                    ));
+                    let got: Vec<f32> = bytemuck::pod_collect_to_vec(
+                        &kvpack::gpu::readback(t.ctx(), &out, (q.len() * 4) as u64).unwrap(),
+                    );
+                    assert_eq!(
+                        got,
+                        b.attend(&q, 4, &opts).unwrap(),
+                        "{what}: recorded attention before the sync"
+                    );
+                    seen_attend = true;
+                }
+                submit(std::mem::replace(
+                    &mut enc,
+                    device.create_command_encoder(&Default::default()),
+                ));
+                b.sync().unwrap();
+                assert_eq!(
+                    b.eviction_state().unwrap().positions,
+                    a.eviction_state().unwrap().positions,
+                    "{what}: after chunk {i}"
+                );
+            }
+            submit(enc);
+            b.sync().unwrap();
+            assert!(seen_attend || matches!(mode, Rec::OneEncoder));
+            assert!(b.appended() > b.len(), "{what}: nothing evicted");
+            let (sa, sb) = (a.eviction_state().unwrap(), b.eviction_state().unwrap());
+            assert_eq!(
+                (&sb.positions, sb.appended, sb.since),
+                (&sa.positions, sa.appended, sa.since),
+                "{what}"
+            );
+            for (x, y) in sa.scores.iter().zip(&sb.scores) {
+                assert!(
+                    (x - y).abs() <= 2.0 * D as f32 * D as f32 * f32::EPSILON,
+                    "{what}: score {y} against {x}"
+                );
+            }
+            assert_eq!(
+                b.snapshot().unwrap(),
+                a.snapshot().unwrap(),
+                "{what}: words"
+            );
+
+            // A recorded append of a NaN: rolled back at the sync, tables included.
+            let before = (b.eviction_state(), b.snapshot().unwrap());
+            let mut bad = k[..3 * ROW].to_vec();
+            bad[7] = f32::NAN;
+            let badb = kvpack::gpu::upload(t.ctx(), "bad", bytemuck::cast_slice(&bad)).unwrap();
+            let mut enc = device.create_command_encoder(&Default::default());
+            let bi = GpuInput::new(&badb, 0, GpuDtype::F32, 3);
+            let vi = GpuInput::new(&vb, 0, GpuDtype::F32, 3);
+            b.encode_append_gpu(&mut enc, bi, vi).unwrap();
+            submit(enc);
+            match b.sync() {
+                Err(Error::NonFinite { .. }) => {}
+                r => panic!("{what}: a recorded NaN: {r:?}"),
+            }
+            assert_eq!(
+                (b.eviction_state(), b.snapshot().unwrap()),
+                before,
+                "{what}: the rejected append left a trace"
+            );
+        }
+    }
+    std::fs::remove_file(calib).ok();
+}
+parity_tests!(evicting_layers_record_appends);

@@ -16,11 +16,14 @@
 //! the f32 summation bound of the twin's); the selection runs on the host tables, the
 //! compaction on the device (`evict_compact`, every stream, then the ring's live rows rotate),
 //! and attention, blocking or recorded (`encode_attend`), reads the held tokens' positions
-//! from a positions stream in the key side's segment 0 (`ATT_POS`). Not yet on a GPU path:
-//! recorded appends (`encode_append`, `encode_append_gpu`: the selection needs the scores on
-//! the host before the next call; [`Error::PathUnavailable`]), caches larger than one segment
-//! (refused at the first eviction that would need it). A saved evicting cache restores on
-//! any path ([`EvictingLayer::restore`]).
+//! from a positions stream in the key side's segment 0 (`ATT_POS`). Recorded appends
+//! (`encode_append`, `encode_append_gpu`) record the append and, for device input, the
+//! scoring kernel after it into the caller's encoder; the scores are read and the eviction
+//! runs at `sync()` (until then the layer holds everything appended, attention recorded in
+//! the same encoder sees it, and a snapshot is refused while scores are on the device; a
+//! rejected recorded append rolls the tables back with the words). Not yet on a GPU path:
+//! caches larger than one segment (refused at the first eviction that would need it). A
+//! saved evicting cache restores on any path ([`EvictingLayer::restore`]).
 
 use std::sync::Arc;
 
@@ -105,6 +108,12 @@ pub struct EvictingLayer {
     since: usize,
     /// Held slots with a position other than `slot + evicted` (the positions stream's rows).
     rows: usize,
+    /// Recorded device-input appends whose scores are still on the device: (their first
+    /// table row, the scoring). Their table rows hold NaN until [`KvLayer::sync`].
+    pending: Vec<(usize, super::score::DeviceScoring)>,
+    /// A recorded append since the last sync: eviction waits for the sync (its compaction
+    /// must run after the caller's encoder).
+    deferred: bool,
 }
 
 impl std::fmt::Debug for EvictingLayer {
@@ -212,6 +221,8 @@ impl EvictingLayer {
             appended: 0,
             since: 0,
             rows: 0,
+            pending: Vec::new(),
+            deferred: false,
         })
     }
 
@@ -369,17 +380,6 @@ impl EvictingLayer {
             .map_or(0, |j| j + 1)
     }
 
-    fn gpu_refused(&self, what: &str) -> Error {
-        Error::PathUnavailable {
-            kernel: "evict",
-            requested: self.inner.codec(Side::Keys).path().to_string(),
-            reason: format!(
-                "{what}: a layer under eviction records no appends in this version (its \
-                 selection needs the new scores on the host): use append() or append_gpu()"
-            ),
-        }
-    }
-
     /// The held tokens' positions as attention takes them: the table's first `rows` slots
     /// (later slots sit at `slot + evicted`).
     fn at(&self) -> Positions<'_> {
@@ -392,6 +392,7 @@ impl EvictingLayer {
 
 impl KvLayer for EvictingLayer {
     fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
+        self.sync()?;
         self.inner.append(k, v)?;
         let g = self.inner.geometry();
         // Validated by the append: the same f16 rounding it stored.
@@ -404,11 +405,19 @@ impl KvLayer for EvictingLayer {
 
     fn encode_append(
         &mut self,
-        _: &mut wgpu::CommandEncoder,
-        _: Input<'_>,
-        _: Input<'_>,
+        enc: &mut wgpu::CommandEncoder,
+        k: Input<'_>,
+        v: Input<'_>,
     ) -> Result<()> {
-        Err(self.gpu_refused("encode_append()"))
+        self.inner.encode_append(enc, k, v)?;
+        let g = self.inner.geometry();
+        // Validated by the append: the same f16 rounding it stored.
+        let k16 = k.to_f16("k")?;
+        let n = k16.len() / g.token_elems();
+        let scores = self.scorer.score(&k16, g.heads, g.dim);
+        self.push_appended(&scores, n);
+        self.deferred |= n > 0;
+        Ok(())
     }
 
     fn append_gpu(&mut self, k: GpuInput<'_>, v: GpuInput<'_>) -> Result<()> {
@@ -417,6 +426,7 @@ impl KvLayer for EvictingLayer {
             // The CPU path refuses device input (PathUnavailable).
             return self.inner.append_gpu(k, v);
         };
+        self.sync()?;
         // Allocated before anything is stored: an out-of-memory changes nothing.
         let scoring = super::score::DeviceScoring::new(
             &self.scorer,
@@ -440,15 +450,65 @@ impl KvLayer for EvictingLayer {
 
     fn encode_append_gpu(
         &mut self,
-        _: &mut wgpu::CommandEncoder,
-        _: GpuInput<'_>,
-        _: GpuInput<'_>,
+        enc: &mut wgpu::CommandEncoder,
+        k: GpuInput<'_>,
+        v: GpuInput<'_>,
     ) -> Result<()> {
-        Err(self.gpu_refused("encode_append_gpu()"))
+        let (n, g) = (k.tokens, self.inner.geometry());
+        let Some(choice) = self.inner.gpu_choice() else {
+            return self.inner.encode_append_gpu(enc, k, v);
+        };
+        let scoring = super::score::DeviceScoring::new(
+            &self.scorer,
+            self.inner.context(),
+            choice,
+            n,
+            g.heads,
+            g.dim,
+        )?;
+        let Some(rows) = self.inner.encode_append_gpu_rows(enc, k, v)? else {
+            return Ok(());
+        };
+        let first = self.scores.len() / g.heads;
+        match scoring {
+            Some(s) => {
+                // Recorded after the append into the same encoder: it reads the converted rows.
+                s.encode(self.inner.context(), enc, &rows)?;
+                self.push_appended(&vec![f32::NAN; n * g.heads], n);
+                self.pending.push((first, s));
+            }
+            None => self.push_appended(&vec![0.0; n * g.heads], n),
+        }
+        self.deferred = true;
+        Ok(())
     }
 
+    /// The inner layer's sync (a rejected recorded append rolls it back: the tables follow),
+    /// then the recorded appends' device scores are read into the tables, and the eviction
+    /// they deferred runs.
     fn sync(&mut self) -> Result<()> {
-        Ok(())
+        if !self.deferred {
+            return self.inner.sync();
+        }
+        let synced = self.inner.sync();
+        let h = self.inner.geometry().heads;
+        let held = self.inner.len();
+        if held * h < self.scores.len() {
+            // Rolled back: no eviction ran since these rows were recorded.
+            let dropped = self.scores.len() / h - held;
+            self.scores.truncate(held * h);
+            self.positions.truncate(held * h);
+            self.appended -= dropped;
+            self.since = self.since.saturating_sub(dropped);
+            self.pending.retain(|(first, _)| *first < held);
+        }
+        for (first, s) in std::mem::take(&mut self.pending) {
+            let got = s.read(self.inner.context())?;
+            self.scores[first * h..][..got.len()].copy_from_slice(&got);
+        }
+        self.deferred = false;
+        synced?;
+        self.maybe_evict()
     }
 
     fn attend(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
@@ -490,6 +550,15 @@ impl KvLayer for EvictingLayer {
     }
 
     fn snapshot(&self) -> Result<Snapshot> {
+        if !self.pending.is_empty() {
+            // (A save takes the snapshot first: it never writes the placeholder scores.)
+            return Err(Error::Config(format!(
+                "{}: {} recorded append(s) not synced: their scores are still on the device \
+                 (submit the encoder, then call sync())",
+                self.method,
+                self.pending.len()
+            )));
+        }
         self.inner.snapshot()
     }
 

@@ -1,5 +1,5 @@
 //! The scoring at append (docs/contracts/qfilters.md): the CPU reference, and the device
-//! scoring of appends from GPU buffers ([`DeviceScoring`], the `evict_score` kernel). Scores are
+//! scoring of appends from GPU buffers (`DeviceScoring`, the `evict_score` kernel). Scores are
 //! computed once per (token, KV head) on the key as appended, rounded to f16 (what the cache
 //! stores), in f32 (the CPU sums in channel order; the kernel within the f32 summation bound
 //! of docs/contracts/qfilters.md), and kept beside the cache (4 bytes per token-head).
@@ -106,15 +106,28 @@ impl DeviceScoring {
     /// Scores `[n][H]` of the converted f16 key rows `rows` (`[n][row_words]` u32), read back.
     /// Blocking.
     pub(crate) fn run(&self, ctx: &crate::Context, rows: &wgpu::Buffer) -> crate::Result<Vec<f32>> {
-        crate::gpu::submit_blocking(ctx, "eviction scoring", |enc| {
-            crate::gpu::encode_plan(
-                ctx,
-                enc,
-                self.path,
-                &self.plan,
-                &[rows, &self.filters, &self.scores],
-            )
-        })?;
+        crate::gpu::submit_blocking(ctx, "eviction scoring", |enc| self.encode(ctx, enc, rows))?;
+        self.read(ctx)
+    }
+
+    /// Records the scoring of `rows` into `enc` (read with [`Self::read`] once it ran).
+    pub(crate) fn encode(
+        &self,
+        ctx: &crate::Context,
+        enc: &mut wgpu::CommandEncoder,
+        rows: &wgpu::Buffer,
+    ) -> crate::Result<()> {
+        crate::gpu::encode_plan(
+            ctx,
+            enc,
+            self.path,
+            &self.plan,
+            &[rows, &self.filters, &self.scores],
+        )
+    }
+
+    /// The scores `[n][H]` (blocking readback).
+    pub(crate) fn read(&self, ctx: &crate::Context) -> crate::Result<Vec<f32>> {
         let bytes = crate::gpu::readback(ctx, &self.scores, (self.n * self.heads * 4) as u64)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
