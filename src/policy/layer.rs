@@ -182,8 +182,8 @@ impl EvictingLayer {
                 kernel: "evict",
                 requested: inner.codec(Side::Keys).path().to_string(),
                 reason: format!(
-                    "eviction ({}) over a GPU layer that already holds tokens (a restored \
-                     cache): not supported on GPU paths in this version: use --path cpu",
+                    "eviction ({}) over a GPU layer that already holds tokens: start from an \
+                     empty layer, or restore a saved evicting cache with EvictingLayer::restore",
                     ev.policy.name()
                 ),
             });
