@@ -145,6 +145,7 @@ pub fn calibration(data: &[u8]) {
     };
     assert!(v.lambda.iter().all(|&x| x.is_finite() && x > 0.0), "λ");
     let mut presets: Vec<(usize, usize)> = v.keys.keys().chain(v.values.keys()).copied().collect();
+    presets.extend(v.centered.iter().flat_map(|c| c.keys.keys().copied()));
     presets.extend([(8, 256), (4, 256)]);
     for &(ds, cs) in &presets {
         let Ok(p) = Preset::new(ds, cs) else {
@@ -159,6 +160,16 @@ pub fn calibration(data: &[u8]) {
                     assert_eq!(cb.len(), m.kv_heads * ds * cs, "a codebook of one layer");
                     assert!(cb.iter().all(|x| x.is_finite()));
                 }
+            }
+            if let Ok((lambda, cb)) = c.vecinfer_centered_keys(layer, p) {
+                assert!(layer < m.layers, "centered layer {layer} of {}", m.layers);
+                assert_eq!(lambda.len(), m.kv_heads * m.head_dim, "centered λ");
+                assert!(
+                    lambda.iter().all(|&x| x.is_finite() && x > 0.0),
+                    "centered λ"
+                );
+                assert_eq!(cb.len(), m.kv_heads * ds * cs, "a centered codebook");
+                assert!(cb.iter().all(|x| x.is_finite()));
             }
         }
     }

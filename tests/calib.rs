@@ -114,8 +114,35 @@ fn stories260k_reproducible_and_by_the_spec() {
             }
         }
     }
+    // Centered keys: λ of f16(k − μ), μ the file's key means; codebooks for every key preset,
+    // trained on other points than the plain ones.
+    let (mu, ce) = (
+        a.key_means.as_ref().unwrap(),
+        va.centered.as_ref().expect("centered key tables"),
+    );
+    for li in 0..l {
+        for hi in 0..h {
+            for ch in 0..d {
+                let i = (li * h + hi) * d + ch;
+                let mx = cap.k[li]
+                    .chunks_exact(h * d)
+                    .map(|t| half::f16::from_f32(t[hi * d + ch] - mu[i]).to_f32().abs())
+                    .fold(0.0f32, f32::max);
+                assert_eq!(
+                    ce.lambda[i],
+                    mx.sqrt().max(1e-4),
+                    "centered λ[{li}][{hi}][{ch}]"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        ce.keys.keys().collect::<Vec<_>>(),
+        va.keys.keys().collect::<Vec<_>>()
+    );
+    assert_ne!(ce.keys, va.keys, "centered codebooks are the plain ones");
     // Every codebook row finite; sizes per preset.
-    for (&(ds, cc), cb) in va.keys.iter().chain(&va.values) {
+    for (&(ds, cc), cb) in va.keys.iter().chain(&va.values).chain(&ce.keys) {
         assert_eq!(cb.len(), l * h * cc * ds);
         assert!(cb.iter().all(|x| x.is_finite()));
     }

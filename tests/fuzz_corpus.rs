@@ -132,7 +132,8 @@ fn fuzz_corpus_cache_file() {
 /// method preset so that `vecinfer_layer` hands tables out).
 fn calibration_seeds() -> Vec<(String, Vec<u8>)> {
     use kvpack::calib::{
-        Calibration, HeadReport, Meta, ModelIdentity, QfilterTables, VecinferTables,
+        Calibration, CenteredKeyTables, HeadReport, Meta, ModelIdentity, QfilterTables,
+        VecinferTables,
     };
     use std::collections::BTreeMap;
     let (l, h, hq, d) = (2, 2, 4, 8);
@@ -161,6 +162,7 @@ fn calibration_seeds() -> Vec<(String, Vec<u8>)> {
         values: BTreeMap::from([((8, 256), book(8, 256, 0.53)), ((4, 2), book(4, 2, 0.7))]),
         vectors: BTreeMap::from([("keys".to_string(), 3)]),
         iterations: BTreeMap::from([("keys".to_string(), vec![2, 3])]),
+        centered: None,
     };
     let qfilters = QfilterTables {
         filters: wave(l * h * d, 0.29),
@@ -175,13 +177,32 @@ fn calibration_seeds() -> Vec<(String, Vec<u8>)> {
             sigma_ratio: 2.5,
         }],
     };
+    // With key means and the tables trained on centered keys (VecInfer under centering).
+    let centered = VecinferTables {
+        centered: Some(CenteredKeyTables {
+            lambda: (0..l * h * d)
+                .map(|i| 0.25 + (i % 3) as f32 * 0.5)
+                .collect(),
+            keys: BTreeMap::from([((8, 256), book(8, 256, 0.19)), ((2, 4), book(2, 4, 0.23))]),
+        }),
+        ..vecinfer.clone()
+    };
     let mut out = Vec::new();
-    for (name, q) in [("vecinfer", None), ("vecinfer-qfilters", Some(qfilters))] {
+    for (name, v, q, mu) in [
+        ("vecinfer", &vecinfer, None, None),
+        ("vecinfer-qfilters", &vecinfer, Some(qfilters), None),
+        (
+            "vecinfer-centered",
+            &centered,
+            None,
+            Some(wave(l * h * d, 0.31)),
+        ),
+    ] {
         let c = Calibration {
             meta: meta.clone(),
-            vecinfer: Some(vecinfer.clone()),
+            vecinfer: Some(v.clone()),
             qfilters: q,
-            key_means: None,
+            key_means: mu,
         };
         out.push((
             format!("seed-{name}"),
@@ -199,6 +220,10 @@ fn fuzz_corpus_calibration() {
         let p = kvpack::cpu::vecinfer::Preset::for_bits(1).unwrap();
         c.vecinfer_layer(1, p, p)
             .expect("a seed hands out a method preset's tables");
+        if name.contains("centered") {
+            c.vecinfer_centered_keys(1, p)
+                .expect("a centered seed hands out centered key tables");
+        }
     });
     replay("calibration", kvpack::fuzz::calibration);
 }

@@ -7,6 +7,10 @@
 //! - `keys.mean` `[L, Hkv, D]`: the mean μ of the post-RoPE keys per (layer, KV head, channel),
 //!   for key centering (a method's `center=calib`; metadata `key_means` present; files made
 //!   before it have none);
+//! - `vecinfer.centered.lambda` `[L, Hkv, D]` and `vecinfer.centered.keys.d{d_s}c{C}`
+//!   `[L, Hkv, C, d_s]`: λ and key codebooks trained on the centered keys k − μ, for VecInfer
+//!   keys under `center=calib` (metadata `vecinfer.centered_key_presets`; files made before
+//!   them have none);
 //!
 //! and one metadata entry, `kvpack_calibration`, a JSON object (keys sorted, so the same
 //! calibration gives the same bytes): `format` ("kvpack-calibration"), `version` ([`VERSION`]),
@@ -103,6 +107,19 @@ pub struct VecinferTables {
     pub vectors: BTreeMap<String, usize>,
     /// Lloyd iterations per codebook, `[L, Hkv]` per side and preset.
     pub iterations: BTreeMap<String, Vec<usize>>,
+    /// λ and key codebooks of the centered keys k − μ (`None` in older files).
+    pub centered: Option<CenteredKeyTables>,
+}
+
+/// VecInfer's key tables trained on centered keys k − μ (μ: the calibration's `keys.mean`), for
+/// VecInfer keys under key centering (`center=calib`): the store subtracts μ before the codec
+/// sees a key, so λ and the codebooks must describe k − μ.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CenteredKeyTables {
+    /// λ of k − μ `[L, Hkv, D]`.
+    pub lambda: Vec<f32>,
+    /// Key codebooks per preset, `[L, Hkv, C, d_s]`, trained on the transformed k − μ.
+    pub keys: BTreeMap<(usize, usize), Vec<f32>>,
 }
 
 /// Q-Filters' tables.
@@ -188,6 +205,10 @@ impl Calibration {
                 "value_presets": v.values.keys().map(|&p| tag(p)).collect::<Vec<_>>(),
                 "vectors": v.vectors, "iterations": v.iterations,
             });
+            if let Some(c) = &v.centered {
+                o["vecinfer"]["centered_key_presets"] =
+                    json!(c.keys.keys().map(|&p| tag(p)).collect::<Vec<_>>());
+            }
         }
         if self.key_means.is_some() {
             o["key_means"] = json!(true);
@@ -219,6 +240,20 @@ impl Calibration {
                 for (&p, cb) in map {
                     named.push((
                         format!("vecinfer.{side}.{}", tag(p)),
+                        vec![l, h, p.1, p.0],
+                        f32_bytes(cb),
+                    ));
+                }
+            }
+            if let Some(c) = &v.centered {
+                named.push((
+                    "vecinfer.centered.lambda".into(),
+                    vec![l, h, d],
+                    f32_bytes(&c.lambda),
+                ));
+                for (&p, cb) in &c.keys {
+                    named.push((
+                        format!("vecinfer.centered.keys.{}", tag(p)),
                         vec![l, h, p.1, p.0],
                         f32_bytes(cb),
                     ));
@@ -368,16 +403,33 @@ impl Calibration {
                 })
                 .collect()
         };
+        let positive = |lambda: Vec<f32>| -> Result<Vec<f32>> {
+            match lambda.iter().position(|&x| x <= 0.0) {
+                Some(i) => Err(err(format!(
+                    "λ must be positive, entry {i} is {}",
+                    lambda[i]
+                ))),
+                None => Ok(lambda),
+            }
+        };
         let vecinfer = match o.get("vecinfer") {
             None => None,
             Some(v) => {
-                let lambda = tensor("vecinfer.lambda", &[l, h, d])?;
-                if let Some(i) = lambda.iter().position(|&x| x <= 0.0) {
-                    return Err(err(format!(
-                        "λ must be positive, entry {i} is {}",
-                        lambda[i]
-                    )));
-                }
+                let lambda = positive(tensor("vecinfer.lambda", &[l, h, d])?)?;
+                let centered = match v.get("centered_key_presets") {
+                    None => None,
+                    Some(c) => {
+                        let mut keys = BTreeMap::new();
+                        for p in presets(c, "vecinfer.centered_key_presets")? {
+                            let n = format!("vecinfer.centered.keys.{}", tag(p));
+                            keys.insert(p, tensor(&n, &[l, h, p.1, p.0])?);
+                        }
+                        Some(CenteredKeyTables {
+                            lambda: positive(tensor("vecinfer.centered.lambda", &[l, h, d])?)?,
+                            keys,
+                        })
+                    }
+                };
                 let mut sides = [BTreeMap::new(), BTreeMap::new()];
                 for (k, side) in ["keys", "values"].iter().enumerate() {
                     for p in presets(&v[format!("{}_presets", &side[..side.len() - 1])], side)? {
@@ -392,6 +444,7 @@ impl Calibration {
                     values,
                     vectors: serde_json::from_value(v["vectors"].clone()).unwrap_or_default(),
                     iterations: serde_json::from_value(v["iterations"].clone()).unwrap_or_default(),
+                    centered,
                 })
             }
         };
@@ -509,6 +562,56 @@ impl Calibration {
             keys: pick(&v.keys, key, "key")?,
             values: pick(&v.values, value, "value")?,
         })
+    }
+}
+
+impl Calibration {
+    /// Layer `layer`'s centered-key tables for `preset`: λ `[Hkv, D]` and key codebooks
+    /// `[Hkv, C, d_s]` trained on k − μ (an error when the file has none, not that preset, or
+    /// fewer layers).
+    pub fn vecinfer_centered_keys(
+        &self,
+        layer: usize,
+        preset: Preset,
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let m = &self.meta.model;
+        let c = self
+            .vecinfer
+            .as_ref()
+            .and_then(|v| v.centered.as_ref())
+            .ok_or_else(|| {
+                cal_err(
+                    &m.name,
+                    "has no VecInfer tables for centered keys (made before VecInfer key \
+                     centering, or without --for vecinfer: calibrate again)",
+                )
+            })?;
+        if layer >= m.layers {
+            return Err(cal_err(
+                &m.name,
+                format!("has {} layers, layer {layer} asked", m.layers),
+            ));
+        }
+        let (h, d) = (m.kv_heads, m.head_dim);
+        let n = h * preset.centroids * preset.sub_dim;
+        let cb = c
+            .keys
+            .get(&(preset.sub_dim, preset.centroids))
+            .ok_or_else(|| {
+                cal_err(
+                    &m.name,
+                    format!(
+                        "has no centered key codebook for d_s {} C {} (it has {:?})",
+                        preset.sub_dim,
+                        preset.centroids,
+                        c.keys.keys().map(|&k| tag(k)).collect::<Vec<_>>()
+                    ),
+                )
+            })?;
+        Ok((
+            c.lambda[layer * h * d..][..h * d].to_vec(),
+            cb[layer * n..][..n].to_vec(),
+        ))
     }
 }
 

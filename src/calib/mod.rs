@@ -20,4 +20,6 @@ pub mod qfilters;
 #[cfg(feature = "model")]
 pub mod train;
 
-pub use file::{Calibration, HeadReport, Meta, ModelIdentity, QfilterTables, VecinferTables};
+pub use file::{
+    Calibration, CenteredKeyTables, HeadReport, Meta, ModelIdentity, QfilterTables, VecinferTables,
+};

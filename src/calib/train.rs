@@ -20,7 +20,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use half::f16;
 use rayon::prelude::*;
 
-use super::file::{Calibration, Meta, ModelIdentity, QfilterTables, VecinferTables, fnv1a64};
+use super::file::{
+    Calibration, CenteredKeyTables, Meta, ModelIdentity, QfilterTables, VecinferTables, fnv1a64,
+};
 use super::{kmeans, qfilters};
 use crate::cpu::common::splitmix::{
     DEFAULT_SEED, STREAM_VECINFER_KMEANS_KEYS, STREAM_VECINFER_KMEANS_VALUES, SplitMix64,
@@ -164,6 +166,21 @@ pub fn calibrate_capture(
         text_fnv1a64: fnv1a64(text.as_bytes()),
         tokens: cap.tokens,
     };
+    // μ per (layer, KV head, channel) of every captured key, summed in f64 in token order.
+    let key_means: Vec<f32> = cap
+        .k
+        .iter()
+        .flat_map(|k| {
+            let t = (k.len() / (h * d)).max(1);
+            let mut s = vec![0f64; h * d];
+            for row in k.chunks_exact(h * d) {
+                for (a, &x) in s.iter_mut().zip(row) {
+                    *a += f64::from(x);
+                }
+            }
+            s.into_iter().map(move |a| (a / t as f64) as f32)
+        })
+        .collect();
     let vecinfer = if opts.vecinfer.is_empty() {
         None
     } else {
@@ -172,9 +189,25 @@ pub fn calibrate_capture(
             .iter()
             .map(|k| lambda_from_keys(k, h, d))
             .collect::<Result<Vec<_>>>()?;
-        // jobs: (layer, head, side 0 keys / 1 values, preset)
+        // The keys as the store holds them under centering: f16(k − μ).
+        let centered: Vec<Vec<f32>> = cap
+            .k
+            .iter()
+            .zip(key_means.chunks_exact(h * d))
+            .map(|(k, mu)| {
+                crate::store::center::subtract(k, mu)
+                    .into_iter()
+                    .map(|x| f16::from_f32(x).to_f32())
+                    .collect()
+            })
+            .collect();
+        let centered_lambdas = centered
+            .iter()
+            .map(|k| lambda_from_keys(k, h, d))
+            .collect::<Result<Vec<_>>>()?;
+        // jobs: (layer, head, side 0 keys / 1 values / 2 centered keys, preset)
         let jobs: Vec<(usize, usize, usize, Preset)> = (0..l)
-            .flat_map(|li| (0..h).flat_map(move |hi| (0..2).map(move |s| (li, hi, s))))
+            .flat_map(|li| (0..h).flat_map(move |hi| (0..3).map(move |s| (li, hi, s))))
             .flat_map(|(li, hi, s)| opts.vecinfer.iter().map(move |&pr| (li, hi, s, pr)))
             .collect();
         let done = AtomicUsize::new(0);
@@ -182,14 +215,19 @@ pub fn calibrate_capture(
         let results = jobs
             .par_iter()
             .map(|&(li, hi, side, pr)| {
-                let (x, lam, stream) = if side == 0 {
-                    (
+                // (centered keys draw from the keys' stream: other points, same rule)
+                let (x, lam, stream) = match side {
+                    0 => (
                         &cap.k[li],
                         Some(lambdas[li].as_slice()),
                         STREAM_VECINFER_KMEANS_KEYS,
-                    )
-                } else {
-                    (&cap.v[li], None, STREAM_VECINFER_KMEANS_VALUES)
+                    ),
+                    1 => (&cap.v[li], None, STREAM_VECINFER_KMEANS_VALUES),
+                    _ => (
+                        &centered[li],
+                        Some(centered_lambdas[li].as_slice()),
+                        STREAM_VECINFER_KMEANS_KEYS,
+                    ),
                 };
                 let pts = sub_vectors(x, h, d, hi, lam, pr.sub_dim);
                 let mut rng = SplitMix64::new(opts.seed, li as u64, hi as u64, stream);
@@ -205,11 +243,16 @@ pub fn calibrate_capture(
             .collect::<Result<Vec<_>>>()?;
         let mut keys = BTreeMap::new();
         let mut values = BTreeMap::new();
+        let mut centered_keys = BTreeMap::new();
         let mut vectors = BTreeMap::new();
         let mut iterations: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (&(_, _, side, pr), (k, n)) in jobs.iter().zip(results) {
-            let map = if side == 0 { &mut keys } else { &mut values };
-            let name = format!("{}.{}", ["keys", "values"][side], pr.tag());
+            let map = match side {
+                0 => &mut keys,
+                1 => &mut values,
+                _ => &mut centered_keys,
+            };
+            let name = format!("{}.{}", ["keys", "values", "centered_keys"][side], pr.tag());
             map.entry((pr.sub_dim, pr.centroids))
                 .or_insert_with(Vec::new)
                 .extend(k.centres.iter().map(|&c| c as f32));
@@ -222,6 +265,10 @@ pub fn calibrate_capture(
             values,
             vectors,
             iterations,
+            centered: Some(CenteredKeyTables {
+                lambda: centered_lambdas.concat(),
+                keys: centered_keys,
+            }),
         })
     };
     let qfilters = if opts.qfilters {
@@ -247,21 +294,6 @@ pub fn calibrate_capture(
     } else {
         None
     };
-    // μ per (layer, KV head, channel) of every captured key, summed in f64 in token order.
-    let key_means = cap
-        .k
-        .iter()
-        .flat_map(|k| {
-            let t = (k.len() / (h * d)).max(1);
-            let mut s = vec![0f64; h * d];
-            for row in k.chunks_exact(h * d) {
-                for (a, &x) in s.iter_mut().zip(row) {
-                    *a += f64::from(x);
-                }
-            }
-            s.into_iter().map(move |a| (a / t as f64) as f32)
-        })
-        .collect();
     Ok(Calibration {
         meta,
         vecinfer,

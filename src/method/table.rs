@@ -99,7 +99,8 @@ fn has_calib(r: &MethodRow) -> bool {
 }
 
 /// Takes the layer-level key centering (`center=calib|none`, with `calib=FILE`) from a side's
-/// options (`keys`: whether it is the key side). `calib` stays for a row that reads it itself.
+/// options (`keys`: whether it is the key side). `calib` stays for a row that reads it itself,
+/// and so does `center` (VecInfer keys then use the tables trained on centered keys).
 fn take_center(
     r: &MethodRow,
     keys: bool,
@@ -108,7 +109,7 @@ fn take_center(
     let center = opts.get("center").map(str::to_string);
     let calib = opts.get("calib").map(str::to_string);
     opts.0
-        .retain(|(k, _)| k != "center" && (k != "calib" || has_calib(r)));
+        .retain(|(k, _)| has_calib(r) || (k != "center" && k != "calib"));
     match center.as_deref() {
         None | Some("none") => {
             if calib.is_some() && !has_calib(r) {
@@ -124,13 +125,6 @@ fn take_center(
                 return Err(Error::Config(format!(
                     "{}: `center=` centers keys: give it on the key side of a KEYS/VALUES pair",
                     r.name
-                )));
-            }
-            if has_calib(r) {
-                return Err(Error::Config(format!(
-                    "{}: key centering is not offered for {} keys (its codebooks are trained \
-                     on uncentered keys)",
-                    r.name, r.name
                 )));
             }
             let path = calib.ok_or_else(|| {
@@ -266,7 +260,10 @@ impl fmt::Display for Method {
         }
         if let Some(c) = &self.center {
             extra.push("center=calib".to_string());
-            extra.push(format!("calib={}", c.calib_path.display()));
+            // (a side that reads `calib=` itself, VecInfer, already names the file)
+            if !k.contains("calib=") {
+                extra.push(format!("calib={}", c.calib_path.display()));
+            }
         }
         let kx = if extra.is_empty() {
             k.clone()
@@ -298,10 +295,10 @@ pub fn describe_methods() -> String {
     }
     out.push_str(
         "spec: NAME[:key=value,...] for both sides, or KEYS/VALUES (e.g. kivi:bits=4/f16); short forms kivi-B, kivi-B-G-R\n\
-         eviction (CPU path): SPEC+qfilters:budget=B,sinks=S,window=W,stride=N,calib=FILE[,flip=true] | \
+         eviction: SPEC+qfilters:budget=B,sinks=S,window=W,stride=N,calib=FILE[,flip=true] | \
          SPEC+streaming:budget=B,sinks=S[,stride=N] | SPEC+knorm:budget=B[,sinks=S,window=W,stride=N] \
          (defaults: budget 512, sinks 4, window 0, stride 1)\n\
-         key centering (any method but VecInfer keys): center=calib,calib=FILE (the key means of \
+         key centering (any method's keys): center=calib,calib=FILE (the key means of \
          a calibration from `kvpack calibrate`; center=none, the default, for none)\n",
     );
     out

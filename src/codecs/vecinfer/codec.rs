@@ -154,6 +154,16 @@ impl VecInferCodec {
                 e => e,
             })?;
         let (lambda, codebooks) = match cfg.side {
+            Side::Keys if cfg.centered => cfg
+                .calib
+                .vecinfer_centered_keys(layer, cfg.preset)
+                .map_err(|e| match e {
+                    Error::Calibration { message, .. } => Error::Calibration {
+                        path: cfg.calib_path.display().to_string(),
+                        message,
+                    },
+                    e => e,
+                })?,
             Side::Keys => (t.lambda, t.keys),
             Side::Values => (Vec::new(), t.values),
         };

@@ -23,6 +23,9 @@ pub struct VecSide {
     pub calib_path: PathBuf,
     /// The calibration file's content.
     pub calib: Arc<Calibration>,
+    /// Keys under key centering (`center=calib`): λ and codebooks trained on k − μ
+    /// ([`crate::calib::CenteredKeyTables`]); the store subtracts μ before the codec sees a key.
+    pub centered: bool,
 }
 
 impl VecSide {
@@ -41,6 +44,7 @@ impl VecSide {
             preset,
             calib_path,
             calib,
+            centered: false,
         }
     }
 }

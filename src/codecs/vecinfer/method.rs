@@ -2,7 +2,8 @@
 //! the sides of a spec for both; `residual`, default 0). The calibration file
 //! (`kvpack calibrate --for vecinfer`) is read when the spec is parsed: a spec without
 //! `calib`, a missing or malformed file, or a file without the preset's codebooks is an error
-//! then, before any cache exists.
+//! then, before any cache exists. Under key centering (`center=calib`, the same file) the keys
+//! use the λ and codebooks the calibration trained on centered keys.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -76,9 +77,15 @@ fn parse(side: Side, both: bool, o: &Options) -> Result<Arc<dyn SideConfig>> {
     })?;
     let calib_path = PathBuf::from(path);
     let calib = crate::calib::file::load_cached(&calib_path)?;
+    // Keys under `center=calib` use the tables trained on centered keys.
+    let centered = side == Side::Keys && o.get("center") == Some("calib");
     // The preset's codebooks must be in the file (layer 0 checks what every layer has).
     calib
         .vecinfer_layer(0, preset, preset)
+        .and_then(|_| match centered {
+            true => calib.vecinfer_centered_keys(0, preset).map(|_| ()),
+            false => Ok(()),
+        })
         .map_err(|e| match e {
             Error::Calibration { message, .. } => Error::Calibration {
                 path: calib_path.display().to_string(),
@@ -92,6 +99,7 @@ fn parse(side: Side, both: bool, o: &Options) -> Result<Arc<dyn SideConfig>> {
         preset,
         calib_path,
         calib,
+        centered,
     }))
 }
 
