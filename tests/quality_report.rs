@@ -14,6 +14,7 @@ const TABLES: [(&str, &str, &[&str]); 2] = [
         &[
             "benches/results/smollm2-story512-eval-turboquant.json",
             "benches/results/smollm2-story512-eval-prod-qjl.json",
+            "benches/results/quality/smollm2-story512-vecinfer-center.json",
             "benches/results/smollm2-story512-eval-vecinfer.json",
             "benches/results/quality/smollm2-story512-kivi3.json",
             "benches/results/quality/smollm2-story512-center.json",
