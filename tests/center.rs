@@ -7,7 +7,8 @@
 //! - what it buys: on keys with a large constant channel offset (Qwen2.5-like biases),
 //!   TurboQuant, QJL and VecInfer (its key tables trained on centered keys) attend far closer
 //!   to exact attention centered than not;
-//! - GPU paths center host appends identically (and refuse GPU-input appends with a typed
+//! - GPU paths center host appends identically (VecInfer keys too: MSE within 1 % of the CPU
+//!   path's) (and refuse GPU-input appends with a typed
 //!   error); saved caches record μ's checksum (a changed calibration is refused).
 
 mod common;
@@ -295,37 +296,26 @@ fn saved_caches_record_the_means() {
     std::fs::remove_file(p).ok();
 }
 
-/// VecInfer keys under centering: a calibration trained on offset keys (the library's
-/// pipeline, from a capture) holds λ and codebooks for k − μ beside the plain ones; centered,
-/// VecInfer attends far closer to exact attention, and its spec round-trips with one `calib=`.
+/// A one-layer calibration of VecInfer bits=2 (plain and centered key tables, key means)
+/// trained by the library's pipeline on 400 tokens of offset keys around `mu`.
 #[cfg(feature = "model")]
-#[test]
-fn centering_helps_vecinfer_with_centered_codebooks() {
+fn offset_calibration(rng: &mut impl Rng, mu: &[f32], name: &str) -> kvpack::calib::Calibration {
     use kvpack::calib::train::{CalibOptions, calibrate_capture};
     use kvpack::cpu::vecinfer::Preset;
-    let mut rng = common::rng("centering_helps_vecinfer");
-    let mu = offsets(&mut rng);
-    // Calibration text: other tokens of the same distribution.
-    let (ck, cv) = data(&mut rng, &mu, 400);
+    let (ck, cv) = data(rng, mu, 400);
     let cq: Vec<f32> = (0..400 * H * D)
         .map(|_| rng.random_range(-0.3f32..0.3))
         .collect();
+    let r16 =
+        |x: Vec<f32>| -> Vec<f32> { x.iter().map(|&a| half::f16::from_f32(a).to_f32()).collect() };
     let cap = kvpack::model::QkvCapture {
         tokens: 400,
         q: vec![cq],
-        k: vec![
-            ck.iter()
-                .map(|&x| half::f16::from_f32(x).to_f32())
-                .collect(),
-        ],
-        v: vec![
-            cv.iter()
-                .map(|&x| half::f16::from_f32(x).to_f32())
-                .collect(),
-        ],
+        k: vec![r16(ck)],
+        v: vec![r16(cv)],
     };
     let id = kvpack::calib::ModelIdentity {
-        name: "offset-keys".into(),
+        name: name.into(),
         arch: "llama".into(),
         layers: 1,
         q_heads: H,
@@ -337,7 +327,19 @@ fn centering_helps_vecinfer_with_centered_codebooks() {
         qfilters: false,
         ..CalibOptions::default()
     };
-    let cal = calibrate_capture(&cap, id, "synthetic", "synthetic", &opts, &|_| {}).unwrap();
+    calibrate_capture(&cap, id, "synthetic", "synthetic", &opts, &|_| {}).unwrap()
+}
+
+/// VecInfer keys under centering: a calibration trained on offset keys (the library's
+/// pipeline, from a capture) holds λ and codebooks for k − μ beside the plain ones; centered,
+/// VecInfer attends far closer to exact attention, and its spec round-trips with one `calib=`.
+#[cfg(feature = "model")]
+#[test]
+fn centering_helps_vecinfer_with_centered_codebooks() {
+    let mut rng = common::rng("centering_helps_vecinfer");
+    let mu = offsets(&mut rng);
+    // Calibration text: other tokens of the same distribution.
+    let cal = offset_calibration(&mut rng, &mu, "offset-keys");
     let v = cal.vecinfer.as_ref().unwrap();
     let c = v.centered.as_ref().expect("centered key tables");
     // λ of the centered keys: about √4 on every channel, not √300 on the offset ones.
@@ -376,4 +378,60 @@ fn centering_helps_vecinfer_with_centered_codebooks() {
         "vecinfer: centering did not help: {e0:.3e} → {e1:.3e}"
     );
     std::fs::remove_file(p).ok();
+}
+
+/// VecInfer's centered keys on the GPU paths: host appends centered like the CPU path's
+/// (reconstruction MSE of the keys within 1 % of the CPU's, vecinfer.md's rule), attention
+/// within the LUT's bound of the layer's own reference.
+#[cfg(feature = "model")]
+#[test]
+fn gpu_paths_center_vecinfer_keys() {
+    for variant in ["wgsl_subgroup", "wgsl_workgroup"] {
+        let Some(t) = common::target(variant, "gpu_paths_center_vecinfer_keys") else {
+            continue;
+        };
+        let mut rng = common::rng("gpu_paths_center_vecinfer_keys");
+        let mu = offsets(&mut rng);
+        let cal = offset_calibration(&mut rng, &mu, "offset-keys-gpu");
+        let p = std::env::temp_dir().join(format!(
+            "kvpack-test-{}-vecinfer-centered-{variant}.safetensors",
+            std::process::id()
+        ));
+        cal.write(&p).unwrap();
+        let m = Method::parse(&format!(
+            "vecinfer:bits=2,residual=16,center=calib,calib={}",
+            p.display()
+        ))
+        .unwrap();
+        let (k, v) = data(&mut rng, &mu, 70);
+        let mut g = m.layer(t.ctx(), H, D, t.path()).unwrap();
+        let mut c = m.layer(&Context::cpu(), H, D, PathChoice::Cpu).unwrap();
+        for l in [&mut g, &mut c] {
+            l.append(Input::F32(&k), Input::F32(&v)).unwrap();
+        }
+        let mse = |l: &dyn kvpack::KvLayer| -> f64 {
+            let r = l.reconstruct_side(kvpack::store::Side::Keys).unwrap();
+            r.iter()
+                .zip(&k)
+                .map(|(a, b)| ((a - b) as f64).powi(2))
+                .sum::<f64>()
+                / k.len() as f64
+        };
+        let (mg, mc) = (mse(&*g), mse(&*c));
+        assert!(
+            (mg / mc - 1.0).abs() <= 0.01,
+            "{variant}: key MSE {mg:.4e} on the GPU, {mc:.4e} on the CPU"
+        );
+        let q: Vec<f32> = (0..2 * 4 * D)
+            .map(|_| rng.random_range(-0.3f32..0.3))
+            .collect();
+        let opts = AttendOptions::default();
+        let err = common::rel_l2_rows(
+            &g.attend(&q, 4, &opts).unwrap(),
+            &g.attend_reference(&q, 4, &opts).unwrap(),
+            D,
+        );
+        assert!(err <= 1e-3, "{variant}: GPU vs CPU reference: {err:.2e}");
+        std::fs::remove_file(p).ok();
+    }
 }
