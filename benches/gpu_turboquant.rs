@@ -9,6 +9,7 @@
 //! cargo bench --bench gpu_turboquant                 # full sizes (a real GPU)
 //! cargo bench --bench gpu_turboquant -- --quick      # small sizes (proves the code path, e.g. lavapipe)
 //! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --tokens T1,T2,...  --json PATH
+//!          --only S (time only the arms named with S, beside the copies and the A-vs-A pair)
 //! --json -   the JSON on stdout (the table then goes to stderr): the H200 command is
 //!            `gpu_turboquant --tokens 32768 --json -` (benches/README.md)
 //! ```
@@ -99,6 +100,9 @@ struct Opts {
     flush: bool,
     tokens: Vec<usize>,
     json: Option<PathBuf>,
+    /// `--only S`: time only the arms whose name contains S (and the copies and the A-vs-A
+    /// pair); every arm is still built and checked.
+    only: Option<String>,
 }
 
 fn parse_args() -> Result<Opts, String> {
@@ -112,6 +116,7 @@ fn parse_args() -> Result<Opts, String> {
         flush: true,
         tokens: if quick { vec![512] } else { vec![4096, 32768] },
         json: None,
+        only: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -130,6 +135,7 @@ fn parse_args() -> Result<Opts, String> {
                     .collect::<Result<_, _>>()?
             }
             "--json" => o.json = Some(PathBuf::from(val("--json")?)),
+            "--only" => o.only = Some(val("--only")?),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -831,6 +837,18 @@ fn run() -> Result<(), String> {
                 Err(err) => return Err(format!("{label} T={t}: {err}")),
             }
         }
+    }
+    if let Some(only) = &o.only {
+        let pairs: Vec<String> = arms
+            .iter()
+            .filter_map(|a| a.name.strip_suffix(AA_SUFFIX).map(str::to_string))
+            .collect();
+        arms.retain(|a| {
+            a.name.contains(only.as_str())
+                || a.name.ends_with(AA_SUFFIX)
+                || pairs.contains(&a.name)
+        });
+        say!("--only {only}: timing {} arms", arms.len());
     }
     let mut sizes: Vec<u64> = arms
         .iter()

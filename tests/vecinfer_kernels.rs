@@ -347,7 +347,7 @@ fn vecinfer_quant_planted_bugs_are_caught(t: &Target) {
         (
             "ties_to_higher",
             &[
-                ("(d < best) { // @vi-tie", "(d <= best) { // @vi-tie"),
+                ("(d < best[r]) { // @vi-tie", "(d <= best[r]) { // @vi-tie"),
                 ("(s < d) { // @vi-tie", "(s <= d) { // @vi-tie"),
             ],
         ),

@@ -27,27 +27,30 @@ fn main(
         }
         workgroupBarrier(); // the previous token's vx and vidx are read
         vi_transform(P.src_start + tok, h, lid);
-        for (var r = 0u; r < VI_ROUNDS; r++) {
-            let sv = r * VI_GROUPS + grp;
-            let m = vi_lane_min(min(sv, VNS - 1u), lane_g);
-            vrd[lid] = bitcast<f32>(m.x);
-            vri[lid] = m.y;
-            workgroupBarrier();
-            for (var o = VI_GL / 2u; o > 0u; o >>= 1u) {
-                if (lane_g < o) {
-                    let od = vrd[lid + o];
-                    let oi = vri[lid + o];
-                    if (vi_better(od, oi, vrd[lid], vri[lid])) {
-                        vrd[lid] = od;
-                        vri[lid] = oi;
-                    }
-                }
+        for (var ps = 0u; ps < VI_PASSES; ps++) {
+            let ms = vi_lane_mins(ps, grp, lane_g);
+            // @unroll 4
+            for (var j = 0u; j < VI_RT; j++) {
+                let sv = (ps * VI_RT + j) * VI_GROUPS + grp;
+                vrd[lid] = bitcast<f32>(ms[j].x);
+                vri[lid] = ms[j].y;
                 workgroupBarrier();
+                for (var o = VI_GL / 2u; o > 0u; o >>= 1u) {
+                    if (lane_g < o) {
+                        let od = vrd[lid + o];
+                        let oi = vri[lid + o];
+                        if (vi_better(od, oi, vrd[lid], vri[lid])) {
+                            vrd[lid] = od;
+                            vri[lid] = oi;
+                        }
+                    }
+                    workgroupBarrier();
+                }
+                if (lane_g == 0u && sv < VNS) {
+                    vidx[sv] = vri[lid];
+                }
+                workgroupBarrier(); // vrd, vri reused by the next round
             }
-            if (lane_g == 0u && sv < VNS) {
-                vidx[sv] = vri[lid];
-            }
-            workgroupBarrier(); // vrd, vri reused by the next round
         }
         vi_store(P.seg_token + tok, h, lid);
     }

@@ -9,11 +9,13 @@
 //   1. the vector (f16 → f32; keys: ÷ λ_i, i < D) zero-padded to P into vx;
 //   2. log2 P butterfly passes over vx (strides 1, 2, … P/2), one barrier each: exactly the
 //      reference's (a, b) → (a + b, a − b) pairs, so the result is the same f32 values;
-//   3. argmin: groups of VI_GL (8) lanes, one sub-vector per group per round; lane l of a
-//      group scans centroids l, l + 8, … (ascending, strict <: the lower index wins a tie),
-//      x_i = vx[s·d_s + i]·c computed as the reference does, distance Σ (x_i − cb_i)² in index
-//      order; the group's 8 candidates reduced by (distance, index) order (the variants'
-//      vi_group_min), lane 0 writing the index to vidx;
+//   3. argmin: groups of VI_GL (8) lanes, one sub-vector per group per round; a pass takes
+//      VI_RT rounds at once: lane l of a group holds the pass's VI_RT sub-vectors in registers
+//      and scans centroids l, l + 8, … (ascending, strict <: the lower index wins a tie),
+//      reading each centroid from workgroup memory once for all of them (the loads, not the
+//      multiply-adds, bounded the one-round form); x_i = vx[s·d_s + i]·c computed as the
+//      reference does, distance Σ (x_i − cb_i)² in index order; per round, the group's 8
+//      candidates reduced by (distance, index) order, lane 0 writing the index to vidx;
 //   4. the row's words assembled from vidx (bitpack.md, LSB-first, codes may straddle words)
 //      and stored.
 // Extra memory: none outside workgroup memory (codebook, one vector, its indices): O(N)
@@ -61,6 +63,9 @@ const VRW: u32 = (VNS * VI_BITS + 31u) / 32u; // words per row
 const VI_GL: u32 = 8u;                         // lanes per sub-vector
 const VI_GROUPS: u32 = WORKGROUP_SIZE / VI_GL;
 const VI_ROUNDS: u32 = (VNS + VI_GROUPS - 1u) / VI_GROUPS;
+const VI_RT: u32 = min(VI_ROUNDS, 4u);         // rounds per pass (divides VI_ROUNDS: powers of 2)
+const VI_PASSES: u32 = VI_ROUNDS / VI_RT;
+const VI_X: u32 = VI_RT * VI_DS;               // sub-vector coordinates a lane holds
 
 var<workgroup> vcb: array<f32, VI_C * VI_DS>;
 var<workgroup> vx: array<f32, VI_P>;
@@ -110,27 +115,53 @@ fn vi_transform(s: u32, h: u32, lid: u32) {
     }
 }
 
-// Step 3, one lane: the best (distance, index) of centroids lane_g, lane_g + 8, … for
-// sub-vector sv. (Not named `gl`: naga's GLSL writer renames it `gl_1`, a reserved prefix.)
-fn vi_lane_min(sv: u32, lane_g: u32) -> vec2<u32> {
-    var x: array<f32, VI_DS>;
-    for (var i = 0u; i < VDS; i++) {
-        x[i] = vx[sv * VDS + i] * P.inv_sqrt_p;
-    }
-    var best = bitcast<f32>(0x7f800000u); // +inf
-    var arg = 0u;
-    for (var c = lane_g; c < VC; c += VI_GL) {
-        var d = 0.0;
+// Step 3, one lane, one pass: for the sub-vectors of rounds ps·VI_RT … (clamped to the last
+// sub-vector past n_sub), the best (distance, index) of centroids lane_g, lane_g + 8, …, each
+// centroid read once for all of them. (Not named `gl`: naga's GLSL writer renames it `gl_1`,
+// a reserved prefix.)
+fn vi_lane_mins(ps: u32, grp: u32, lane_g: u32) -> array<vec2<u32>, VI_RT> {
+    var x: array<f32, VI_X>;
+    // @unroll 4
+    for (var r = 0u; r < VI_RT; r++) {
+        let sv = min((ps * VI_RT + r) * VI_GROUPS + grp, VNS - 1u);
+        // @unroll 1024
         for (var i = 0u; i < VDS; i++) {
-            let e = x[i] - vcb[c * VDS + i];
-            d += e * e;
-        }
-        if (d < best) { // @vi-tie
-            best = d;
-            arg = c;
+            x[r * VDS + i] = vx[sv * VDS + i] * P.inv_sqrt_p;
         }
     }
-    return vec2<u32>(bitcast<u32>(best), arg);
+    var best: array<f32, VI_RT>;
+    var arg: array<u32, VI_RT>;
+    // @unroll 4
+    for (var r = 0u; r < VI_RT; r++) {
+        best[r] = bitcast<f32>(0x7f800000u); // +inf
+        arg[r] = 0u;
+    }
+    for (var c = lane_g; c < VC; c += VI_GL) {
+        var cb: array<f32, VI_DS>;
+        // @unroll 1024
+        for (var i = 0u; i < VDS; i++) {
+            cb[i] = vcb[c * VDS + i];
+        }
+        // @unroll 4
+        for (var r = 0u; r < VI_RT; r++) {
+            var d = 0.0;
+            // @unroll 1024
+            for (var i = 0u; i < VDS; i++) {
+                let e = x[r * VDS + i] - cb[i];
+                d += e * e;
+            }
+            if (d < best[r]) { // @vi-tie
+                best[r] = d;
+                arg[r] = c;
+            }
+        }
+    }
+    var out: array<vec2<u32>, VI_RT>;
+    // @unroll 4
+    for (var r = 0u; r < VI_RT; r++) {
+        out[r] = vec2<u32>(bitcast<u32>(best[r]), arg[r]);
+    }
+    return out;
 }
 
 // (da, ia) beats (db, ib): a smaller distance, or the same with a lower index.

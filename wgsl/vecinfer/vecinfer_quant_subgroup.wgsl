@@ -26,21 +26,24 @@ fn main(
         }
         workgroupBarrier(); // the previous token's vx and vidx are read
         vi_transform(P.src_start + tok, h, lid);
-        for (var r = 0u; r < VI_ROUNDS; r++) {
-            let sv = r * VI_GROUPS + grp;
-            let m = vi_lane_min(min(sv, VNS - 1u), lane_g);
-            var d = bitcast<f32>(m.x);
-            var i = m.y;
-            for (var o = 1u; o < VI_GL; o <<= 1u) {
-                let od = subgroupShuffleXor(d, o);
-                let oi = subgroupShuffleXor(i, o);
-                if (vi_better(od, oi, d, i)) {
-                    d = od;
-                    i = oi;
+        for (var ps = 0u; ps < VI_PASSES; ps++) {
+            let ms = vi_lane_mins(ps, grp, lane_g);
+            // @unroll 4
+            for (var j = 0u; j < VI_RT; j++) {
+                let sv = (ps * VI_RT + j) * VI_GROUPS + grp;
+                var d = bitcast<f32>(ms[j].x);
+                var i = ms[j].y;
+                for (var o = 1u; o < VI_GL; o <<= 1u) {
+                    let od = subgroupShuffleXor(d, o);
+                    let oi = subgroupShuffleXor(i, o);
+                    if (vi_better(od, oi, d, i)) {
+                        d = od;
+                        i = oi;
+                    }
                 }
-            }
-            if (lane_g == 0u && sv < VNS) {
-                vidx[sv] = i;
+                if (lane_g == 0u && sv < VNS) {
+                    vidx[sv] = i;
+                }
             }
         }
         workgroupBarrier();
