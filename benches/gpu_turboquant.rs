@@ -844,9 +844,7 @@ fn run() -> Result<(), String> {
             .filter_map(|a| a.name.strip_suffix(AA_SUFFIX).map(str::to_string))
             .collect();
         arms.retain(|a| {
-            a.name.contains(only.as_str())
-                || a.name.ends_with(AA_SUFFIX)
-                || pairs.contains(&a.name)
+            a.name.contains(only.as_str()) || a.name.ends_with(AA_SUFFIX) || pairs.contains(&a.name)
         });
         say!("--only {only}: timing {} arms", arms.len());
     }

@@ -43,6 +43,8 @@ struct ViParams {
 #define VGL 8u
 #define VGROUPS (WORKGROUP_SIZE / VGL)
 #define VROUNDS ((VNS + VGROUPS - 1u) / VGROUPS)
+#define VRT (VROUNDS < 4u ? VROUNDS : 4u)   // rounds per pass (divides VROUNDS: powers of 2)
+#define VPASSES (VROUNDS / VRT)
 
 static inline float vi_input(constant ViParams& P, device const uint* ring, device const uint* incoming,
                              uint s, uint e) {
@@ -104,37 +106,54 @@ kernel void vecinfer_quant(constant ViParams& P [[buffer(0)]],
             }
             threadgroup_barrier(mem_flags::mem_threadgroup);
         }
-        // 3. Argmin, one sub-vector per group of 8 lanes per round.
-        for (uint r = 0u; r < VROUNDS; ++r) {
-            const uint sv = r * VGROUPS + grp;
-            const uint svc = min(sv, VNS - 1u);
-            float x[VDS];
-            for (uint i = 0u; i < VDS; ++i) {
-                x[i] = vx[svc * VDS + i] * P.inv_sqrt_p;
-            }
-            float d = INFINITY;
-            uint arg = 0u;
-            for (uint c = gl; c < VC; c += VGL) {
-                float s = 0.0f;
+        // 3. Argmin, one sub-vector per group of 8 lanes per round; a pass takes VRT rounds,
+        //    their sub-vectors in registers, each centroid read once for all of them.
+        for (uint ps = 0u; ps < VPASSES; ++ps) {
+            float x[VRT * VDS];
+            for (uint r = 0u; r < VRT; ++r) {
+                const uint svc = min((ps * VRT + r) * VGROUPS + grp, VNS - 1u);
                 for (uint i = 0u; i < VDS; ++i) {
-                    const float e = x[i] - vcb[c * VDS + i];
-                    s += e * e;
-                }
-                if (s < d) { // @vi-tie
-                    d = s;
-                    arg = c;
+                    x[r * VDS + i] = vx[svc * VDS + i] * P.inv_sqrt_p;
                 }
             }
-            for (uint o = 1u; o < VGL; o <<= 1u) {
-                const float od = simd_shuffle_xor(d, ushort(o));
-                const uint oi = simd_shuffle_xor(arg, ushort(o));
-                if (od < d || (od == d && oi < arg)) {
-                    d = od;
-                    arg = oi;
+            float best[VRT];
+            uint arg[VRT];
+            for (uint r = 0u; r < VRT; ++r) {
+                best[r] = INFINITY;
+                arg[r] = 0u;
+            }
+            for (uint c = gl; c < VC; c += VGL) {
+                float cb[VDS];
+                for (uint i = 0u; i < VDS; ++i) {
+                    cb[i] = vcb[c * VDS + i];
+                }
+                for (uint r = 0u; r < VRT; ++r) {
+                    float d = 0.0f;
+                    for (uint i = 0u; i < VDS; ++i) {
+                        const float e = x[r * VDS + i] - cb[i];
+                        d += e * e;
+                    }
+                    if (d < best[r]) { // @vi-tie
+                        best[r] = d;
+                        arg[r] = c;
+                    }
                 }
             }
-            if (gl == 0u && sv < VNS) {
-                vidx[sv] = arg;
+            for (uint r = 0u; r < VRT; ++r) {
+                const uint sv = (ps * VRT + r) * VGROUPS + grp;
+                float d = best[r];
+                uint a = arg[r];
+                for (uint o = 1u; o < VGL; o <<= 1u) {
+                    const float od = simd_shuffle_xor(d, ushort(o));
+                    const uint oi = simd_shuffle_xor(a, ushort(o));
+                    if (od < d || (od == d && oi < a)) {
+                        d = od;
+                        a = oi;
+                    }
+                }
+                if (gl == 0u && sv < VNS) {
+                    vidx[sv] = a;
+                }
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
