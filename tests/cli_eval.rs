@@ -155,7 +155,11 @@ fn eval_stories260k_f16_and_kivi() {
                 "perplexity",
                 "policy",
                 "spearman_flipped_mean",
+                "spearman_insample_mean",
+                "spearman_insample_worst",
                 "spearman_mean",
+                "spearman_mean_logit_mean",
+                "spearman_mean_logit_worst",
                 "spearman_worst",
                 "tokens_held_per_head",
                 "top1"
@@ -173,7 +177,13 @@ fn eval_stories260k_f16_and_kivi() {
             assert!(num(row, k).is_finite(), "{k} of {row}");
         }
         // No eviction in this run: the policy fields are null.
-        for k in ["policy", "budget", "spearman_mean"] {
+        for k in [
+            "policy",
+            "budget",
+            "spearman_mean",
+            "spearman_insample_mean",
+            "spearman_mean_logit_mean",
+        ] {
             assert!(row[k].is_null(), "{k} of {row}");
         }
         assert!(num(row, "bits_per_value") > 0.0);
@@ -206,6 +216,127 @@ fn eval_stories260k_f16_and_kivi() {
     let bytes = std::fs::read(&png).expect("the plot was written");
     assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// `eval --evict` on stories260K: filters calibrated on another text (`tests/data`'s short
+/// text), Q-Filters (plain and flipped) and StreamingLLM rows at one budget; the JSON's
+/// policy, budget and Spearman fields, and the Spearman references on Q-Filters rows only.
+#[test]
+fn eval_stories260k_evict_reports_spearman_and_its_references() {
+    let Some(dir) = stories("eval_stories260k_evict") else {
+        return;
+    };
+    let tmp = scratch("eval", "evict");
+    let (calib, json) = (tmp.join("calib.safetensors"), tmp.join("evict.json"));
+    let model = dir.join("stories260K.bin");
+    let tok = dir.join("tok512.bin");
+    let text = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/text_short.txt");
+    ok(&kvpack(&[
+        "calibrate",
+        "--model",
+        s(&model),
+        "--tokenizer",
+        s(&tok),
+        "--text",
+        s(&text),
+        "--max-tokens",
+        "400",
+        "--for",
+        "qfilters",
+        "--out",
+        s(&calib),
+    ]));
+    let c = s(&calib);
+    let out = kvpack(&[
+        "eval",
+        "--model",
+        s(&model),
+        "--tokenizer",
+        s(&tok),
+        "--text",
+        s(&dir.join("story_heldout.txt")),
+        "--path",
+        "cpu",
+        "--method",
+        "f16",
+        "--evict",
+        &format!("qfilters:budget=32,calib={c}"),
+        "--evict",
+        &format!("qfilters:budget=32,calib={c},flip=true"),
+        "--evict",
+        "streaming:budget=32",
+        "--json",
+        s(&json),
+    ]);
+    let stdout = ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}{stderr}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = v.as_array().expect("a JSON list");
+    let methods: Vec<&str> = rows.iter().map(|r| r["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "f16".to_string(),
+            format!("f16+qfilters:budget=32,calib={c}"),
+            format!("f16+qfilters:budget=32,calib={c},flip=true"),
+            "f16+streaming:budget=32".to_string(),
+        ]
+    );
+    let rho_keys = [
+        "spearman_mean",
+        "spearman_worst",
+        "spearman_flipped_mean",
+        "spearman_insample_mean",
+        "spearman_insample_worst",
+        "spearman_mean_logit_mean",
+        "spearman_mean_logit_worst",
+    ];
+    // The f16 row has no policy; StreamingLLM has no scores to correlate.
+    for (row, policy) in [(&rows[0], None), (&rows[3], Some("streaming"))] {
+        assert_eq!(row["policy"].as_str(), policy, "{row}");
+        for k in rho_keys {
+            assert!(row[k].is_null(), "{k} of {row}");
+        }
+    }
+    let (plain, flipped) = (&rows[1], &rows[2]);
+    for row in [plain, flipped] {
+        assert_eq!(row["policy"], "qfilters");
+        assert_eq!(num(row, "budget"), 32.0);
+        assert_eq!(num(row, "tokens_held_per_head"), 32.0);
+        for k in rho_keys {
+            assert!((-1.0..=1.0).contains(&num(row, k)), "{k} of {row}");
+        }
+        for (mean, worst) in [
+            ("spearman_mean", "spearman_worst"),
+            ("spearman_insample_mean", "spearman_insample_worst"),
+            ("spearman_mean_logit_mean", "spearman_mean_logit_worst"),
+        ] {
+            assert!(num(row, worst) <= num(row, mean), "{worst} of {row}");
+        }
+    }
+    // −u ranks every key in reverse: ρ changes sign exactly; the references do not depend on
+    // the calibration file or its orientation.
+    assert_eq!(num(plain, "spearman_mean"), -num(flipped, "spearman_mean"));
+    assert_eq!(
+        num(plain, "spearman_flipped_mean"),
+        num(flipped, "spearman_mean")
+    );
+    for k in &rho_keys[3..] {
+        assert_eq!(num(plain, k), num(flipped, k), "{k}");
+    }
+    // The in-sample filters are not the file's (calibrated on another text).
+    assert_ne!(
+        num(plain, "spearman_insample_mean"),
+        num(plain, "spearman_mean")
+    );
+    // The filter is real on this model too (the seed's backwards filter was ≈ 0).
+    assert!(num(plain, "spearman_mean") > 0.2, "{plain}");
+    assert!(
+        stderr.contains("references: filters calibrated on this text"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&tmp).ok();
 }
 
 #[test]

@@ -108,11 +108,15 @@ fn spearman_on_real_keys_is_positive_and_the_flipped_filter_negative() {
     let (sk, k) = common::load_f16(&story, "k");
     let (layers, hq, hkv, d) = (sq[0], sq[2], sk[2], sk[3]);
     let (mut own, mut flipped) = (Vec::new(), Vec::new());
+    let (mut in_sample, mut logit) = (Vec::new(), Vec::new());
     for l in 0..layers {
         let (ql, kl) = (layer_of(&q, &sq, l), layer_of(&k, &sk, l));
         let u = &filters[l * hkv * d..(l + 1) * hkv * d];
         let neg: Vec<f32> = u.iter().map(|x| -x).collect();
         let mass = spearman::attention_mass(&ql, &kl, hq, hkv, d);
+        let c = kvpack::calib::qfilters::references(&ql, &kl, hq, hkv, d, l, 3000, &mass);
+        in_sample.extend(c.in_sample.into_iter().flatten());
+        logit.extend(c.mean_logit.into_iter().flatten());
         own.extend(
             spearman::filter_spearman_with_mass(&kl, hkv, d, u, &mass)
                 .into_iter()
@@ -142,6 +146,25 @@ fn spearman_on_real_keys_is_positive_and_the_flipped_filter_negative() {
     // guards the sign and most of the size (the seed's backwards filter gave −0.03).
     assert!(mean(&own) > 0.4, "Spearman mean {:.3}", mean(&own));
     assert!(mean(&flipped) < -0.4, "flipped mean {:.3}", mean(&flipped));
+    // The references on the story (`kvpack eval` reports them): filters calibrated on the
+    // story itself, and the mean logit from the story's later queries (the score a filter
+    // stands in for). Measured +0.745 and +0.795: the spec's 0.80 target is above both on this
+    // model and text. Deterministic data: the order with margins guards the in-sample
+    // calibration and the mean logit against regressions (it is not a law: on stories260K the
+    // in-sample filters beat the mean logit).
+    assert_eq!((in_sample.len(), logit.len()), (layers * hkv, layers * hkv));
+    eprintln!(
+        "{test}: references: filters calibrated on the story {:+.3}, mean logit {:+.3}",
+        mean(&in_sample),
+        mean(&logit)
+    );
+    assert!(
+        mean(&own) + 0.1 < mean(&in_sample) && mean(&in_sample) + 0.02 < mean(&logit),
+        "paris filters {:+.3}, in-sample filters {:+.3}, mean logit {:+.3}",
+        mean(&own),
+        mean(&in_sample),
+        mean(&logit)
+    );
 }
 
 /// What the end-to-end tests need: the paris filters' file, the story fixture and the model;

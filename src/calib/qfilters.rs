@@ -105,6 +105,46 @@ pub fn layer_filters(
     (kv, qf, reports)
 }
 
+/// Two references for a calibrated filter's Spearman ρ on one text: per KV head of one
+/// layer, ρ against `mass` ([`crate::policy::spearman::attention_mass`] of the same
+/// `q` `[T, hq, d]` and `k` `[T, hkv, d]`) of
+/// - `in_sample`: the filters calibrated on this very text (the spec's SVD and majority rule
+///   over ≤ `max_rows` evenly spaced positions): what a calibration text exactly like the
+///   evaluated one gives;
+/// - `mean_logit`: [`crate::policy::spearman::mean_logit`], the score the filter approximates
+///   with one direction per head, from the later queries themselves.
+///
+/// Neither bounds ρ (on stories260K the in-sample filters beat the mean logit; on SmolLM2's
+/// story the mean logit is higher). `kvpack eval` reports both beside a calibrated filter's ρ.
+#[derive(Clone, Debug, PartialEq)]
+pub struct References {
+    /// ρ of ⟨k, u⟩ with u calibrated on this text, per KV head.
+    pub in_sample: Vec<Option<f64>>,
+    /// ρ of the mean logit from the later queries, per KV head.
+    pub mean_logit: Vec<Option<f64>>,
+}
+
+/// See [`References`].
+#[allow(clippy::too_many_arguments)]
+pub fn references(
+    q: &[f32],
+    k: &[f32],
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    layer: usize,
+    max_rows: usize,
+    mass: &[Vec<f64>],
+) -> References {
+    use crate::policy::spearman;
+    let t = k.len() / (hkv * d);
+    let (u, _, _) = layer_filters(q, hq, hkv, d, &rows(t, max_rows), layer);
+    References {
+        in_sample: spearman::filter_spearman_with_mass(k, hkv, d, &u, mass),
+        mean_logit: spearman::scores_spearman(&spearman::mean_logit(q, k, hq, hkv, d), mass),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

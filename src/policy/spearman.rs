@@ -1,7 +1,9 @@
 //! The Q-Filters quality check (docs/contracts/qfilters.md, "Quality checks"): per (layer, KV
 //! head), the Spearman correlation between each key's score ⟨k_j, u⟩ and the attention mass
 //! the key receives, averaged over the later queries i > j (exact causal softmax attention on
-//! the uncompressed post-RoPE q and k, scale 1/√D, averaged over the KV head's query heads).
+//! the uncompressed post-RoPE q and k, scale 1/√D, averaged over the KV head's query heads);
+//! and [`mean_logit`], the score a filter stands in for, as a reference for what a
+//! position-free key score reaches on a text.
 
 /// Ranks of `x` from 1, ties sharing their average rank.
 pub fn ranks(x: &[f64]) -> Vec<f64> {
@@ -68,6 +70,44 @@ pub fn attention_mass(q: &[f32], k: &[f32], hq: usize, hkv: usize, d: usize) -> 
     mass
 }
 
+/// The mean scaled logit each key receives from the later queries: `q` `[T][Hq][D]`, `k`
+/// `[T][Hkv][D]`; returns `[Hkv][T − 1]` (key j < T − 1: the mean over i in (j, T) and over
+/// the KV head's query heads of ⟨q_i, k_j⟩/√D). This is what Q-Filters' ⟨k_j, u⟩ stands in
+/// for with one direction per head, computed from the very queries that attend: a reference
+/// for how well a position-free key score follows the attention mass on a text (measured, not
+/// a bound). Suffix sums of the queries: O(T·(Hq + Hkv)·D).
+pub fn mean_logit(q: &[f32], k: &[f32], hq: usize, hkv: usize, d: usize) -> Vec<Vec<f64>> {
+    let t = k.len() / (hkv * d);
+    let group = hq / hkv;
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut out = vec![vec![0.0f64; t.saturating_sub(1)]; hkv];
+    for (h, row) in out.iter_mut().enumerate() {
+        // The sum of the head's query rows at positions > j, built from the end.
+        let mut later = vec![0.0f64; d];
+        for j in (0..t.saturating_sub(1)).rev() {
+            for qh in h * group..(h + 1) * group {
+                let qr = &q[((j + 1) * hq + qh) * d..][..d];
+                for (a, &x) in later.iter_mut().zip(qr) {
+                    *a += f64::from(x);
+                }
+            }
+            let kr = &k[(j * hkv + h) * d..][..d];
+            let dot: f64 = later.iter().zip(kr).map(|(a, &b)| a * f64::from(b)).sum();
+            row[j] = scale * dot / (group * (t - 1 - j)) as f64;
+        }
+    }
+    out
+}
+
+/// Per KV head, ρ(`scores[h]`, `mass[h]`) (both `[Hkv][T − 1]`); `None` where undefined.
+pub fn scores_spearman(scores: &[Vec<f64>], mass: &[Vec<f64>]) -> Vec<Option<f64>> {
+    scores
+        .iter()
+        .zip(mass)
+        .map(|(s, m)| spearman(s, m))
+        .collect()
+}
+
 /// Per KV head, ρ(⟨k_j, u_h⟩, mass_j) over the keys j < T − 1 (`filters` `[Hkv][D]`);
 /// `None` for a head where it is undefined.
 pub fn filter_spearman(
@@ -125,15 +165,58 @@ mod tests {
         assert!((r - 0.9).abs() < 1e-12, "{r}");
     }
 
+    /// Deterministic q `[t][hq][d]` and k `[t][hkv][d]` with small, varied entries.
+    fn small_qk(t: usize, hq: usize, hkv: usize, d: usize) -> (Vec<f32>, Vec<f32>) {
+        let q = (0..t * hq * d)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0)
+            .collect();
+        let k = (0..t * hkv * d)
+            .map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0)
+            .collect();
+        (q, k)
+    }
+
+    #[test]
+    fn mean_logit_matches_a_direct_recomputation() {
+        let (t, hq, hkv, d) = (7, 4, 2, 3);
+        let (q, k) = small_qk(t, hq, hkv, d);
+        let got = mean_logit(&q, &k, hq, hkv, d);
+        assert_eq!((got.len(), got[0].len()), (hkv, t - 1));
+        for h in 0..hkv {
+            for j in 0..t - 1 {
+                let (mut sum, mut n) = (0.0f64, 0.0f64);
+                for i in j + 1..t {
+                    for qh in [2 * h, 2 * h + 1] {
+                        sum += (0..d)
+                            .map(|c| {
+                                f64::from(q[(i * hq + qh) * d + c])
+                                    * f64::from(k[(j * hkv + h) * d + c])
+                            })
+                            .sum::<f64>();
+                        n += 1.0;
+                    }
+                }
+                let want = sum / n / (d as f64).sqrt();
+                assert!(
+                    (got[h][j] - want).abs() < 1e-9,
+                    "head {h} key {j}: {} vs {want}",
+                    got[h][j]
+                );
+            }
+        }
+        // With one query direction c for every row, the mean logit ranks keys as ⟨k, c⟩ does.
+        let c = [0.5f32, -1.0, 2.0];
+        let q1: Vec<f32> = (0..t * hq).flat_map(|_| c).collect();
+        let m = attention_mass(&q1, &k, hq, hkv, d);
+        let by_filter = filter_spearman_with_mass(&k, hkv, d, &[c, c].concat(), &m);
+        let by_logit = scores_spearman(&mean_logit(&q1, &k, hq, hkv, d), &m);
+        assert_eq!(by_filter, by_logit);
+    }
+
     #[test]
     fn mass_matches_a_direct_recomputation() {
         let (t, hq, hkv, d) = (6, 2, 1, 3);
-        let q: Vec<f32> = (0..t * hq * d)
-            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 3.0)
-            .collect();
-        let k: Vec<f32> = (0..t * hkv * d)
-            .map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0)
-            .collect();
+        let (q, k) = small_qk(t, hq, hkv, d);
         let m = attention_mass(&q, &k, hq, hkv, d);
         let scale = 1.0 / (d as f64).sqrt();
         for j in 0..t - 1 {

@@ -57,6 +57,9 @@ pub struct Row {
     /// Q-Filters rows: Spearman ρ per (layer, KV head) of the filter's scores with the
     /// attention mass each key receives (mean, worst) and the flipped filter's mean.
     pub spearman: Option<(f64, f64, f64)>,
+    /// Q-Filters rows: the same ρ for filters calibrated on the evaluated text itself and for
+    /// the mean logit from the later queries, each (mean, worst) (`eval_evict::Spearman`).
+    pub spearman_references: Option<((f64, f64), (f64, f64))>,
 }
 
 /// Runs the evaluation: the table on stdout, the progress on stderr, the JSON and PNG files.
@@ -430,6 +433,10 @@ fn decode_all(
         let values = 2 * s.pos() * c.kv_heads * c.head_dim * c.layers;
         let bits = mem.held.total() as f64 * 8.0 / values as f64;
         let f16_ppl = rows.first().map_or(ppl, |r| r.perplexity);
+        let rho = match (method.eviction(), spearman.as_ref()) {
+            (Some(e), Some(sp)) => sp.of(e, c.kv_heads, c.head_dim)?,
+            _ => None,
+        };
         let row = Row {
             method: name.clone(),
             bits_per_value: bits,
@@ -446,14 +453,19 @@ fn decode_all(
             eviction: method
                 .eviction()
                 .map(|e| (e.policy.name().to_string(), e.budget)),
-            spearman: match (method.eviction(), spearman.as_ref()) {
-                (Some(e), Some(sp)) => sp.of(e, c.kv_heads, c.head_dim)?,
-                _ => None,
-            },
+            spearman: rho,
+            spearman_references: rho.and(spearman.as_ref().and_then(|sp| sp.references)),
         };
         let sp = row.spearman.map_or(String::new(), |(m, w, f)| {
             format!(", Spearman mean {m:+.3} worst {w:+.3} (flipped {f:+.3})")
         });
+        let sp = match row.spearman_references {
+            Some(((im, iw), (lm, lw))) => format!(
+                "{sp}; references: filters calibrated on this text {im:+.3} / {iw:+.3}, \
+                 mean logit {lm:+.3} / {lw:+.3}"
+            ),
+            None => sp,
+        };
         let line = format!(
             "{name:>14}: perplexity {ppl:.4} (mean NLL {mean:.4}), {bits:.2} bits/value held, \
              {:.1} tokens held per KV head, {:.1} tok/s{sp}",
@@ -557,6 +569,10 @@ fn write_json(p: &Path, rows: &[Row]) -> Result<(), String> {
                 "spearman_mean": r.spearman.map(|s| s.0),
                 "spearman_worst": r.spearman.map(|s| s.1),
                 "spearman_flipped_mean": r.spearman.map(|s| s.2),
+                "spearman_insample_mean": r.spearman_references.map(|c| c.0.0),
+                "spearman_insample_worst": r.spearman_references.map(|c| c.0.1),
+                "spearman_mean_logit_mean": r.spearman_references.map(|c| c.1.0),
+                "spearman_mean_logit_worst": r.spearman_references.map(|c| c.1.1),
             })
         })
         .collect();

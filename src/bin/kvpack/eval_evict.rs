@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use kvpack::calib::qfilters;
 use kvpack::model::QkvCapture;
 use kvpack::policy::{Eviction, Policy, spearman};
 
@@ -15,6 +16,20 @@ pub struct Spearman {
     d: usize,
     /// Per layer: keys `[T][Hkv][D]` and the mass `[Hkv][T − 1]`.
     layers: Vec<(Vec<f32>, Vec<Vec<f64>>)>,
+    /// Over every (layer, KV head) of the recording: ρ of filters calibrated on the evaluated
+    /// text itself and of the mean logit (`kvpack::calib::qfilters::References`), each as
+    /// (mean, worst).
+    pub references: Option<((f64, f64), (f64, f64))>,
+}
+
+/// (mean, worst) of `v`, `None` when it is empty.
+fn mean_worst(v: &[f64]) -> Option<(f64, f64)> {
+    (!v.is_empty()).then(|| {
+        (
+            v.iter().sum::<f64>() / v.len() as f64,
+            v.iter().copied().fold(f64::INFINITY, f64::min),
+        )
+    })
 }
 
 impl Spearman {
@@ -24,20 +39,29 @@ impl Spearman {
             hkv,
             d,
             layers: Vec::new(),
+            references: None,
         }
     }
 
-    /// Takes the f16 run's recording (the masses are computed once, for every filter).
+    /// Takes the f16 run's recording (the masses are computed once, for every filter) and
+    /// measures the references on it (the spec's 3,000 query rows at most for the in-sample
+    /// filters, as `kvpack calibrate`).
     pub fn capture(&mut self, cap: QkvCapture) {
+        let (mut own, mut logit) = (Vec::new(), Vec::new());
         self.layers = cap
             .q
             .iter()
             .zip(cap.k)
-            .map(|(q, k)| {
+            .enumerate()
+            .map(|(l, (q, k))| {
                 let m = spearman::attention_mass(q, &k, self.hq, self.hkv, self.d);
+                let c = qfilters::references(q, &k, self.hq, self.hkv, self.d, l, 3000, &m);
+                own.extend(c.in_sample.into_iter().flatten());
+                logit.extend(c.mean_logit.into_iter().flatten());
                 (k, m)
             })
             .collect();
+        self.references = mean_worst(&own).zip(mean_worst(&logit));
     }
 
     /// (mean, worst, flipped mean) over (layer, KV head) for a Q-Filters policy (its own
@@ -88,12 +112,9 @@ impl Spearman {
                     .flatten(),
             );
         }
-        if own.is_empty() {
-            return Ok(None);
-        }
-        let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
-        let worst = own.iter().copied().fold(f64::INFINITY, f64::min);
-        Ok(Some((mean(&own), worst, mean(&flipped))))
+        Ok(mean_worst(&own)
+            .zip(mean_worst(&flipped))
+            .map(|((mean, worst), (flipped, _))| (mean, worst, flipped)))
     }
 }
 
