@@ -357,7 +357,9 @@ fn partials_estimate(
     };
     let wg_limit = ctx.max_workgroup_storage_size() as usize;
     let kernel = call
-        .split_kernel(&shape, wg_limit, &ctx.tensor_cores())
+        // (the value groups only bound the tensor-core decode kernel's workgroup storage: KIVI's
+        // 4 groups of 32 at D = 128, the most among the benched methods)
+        .split_kernel(&shape, wg_limit, &ctx.tensor_cores(), &Ok(4))
         .unwrap_or(SplitKernel::Decode);
     let prefill = kernel != SplitKernel::Decode;
     let target = split_target(ctx.adapter_info()) * if prefill { 2 } else { 1 };
@@ -611,6 +613,19 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     for &t in &tokens {
         for &m in &methods {
             attend_arms.push(attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?);
+            // Tier 3 decode: the tensor-core decode kernel, where the device has tensor cores.
+            if ctx.tensor_cores().is_ok() {
+                let mut a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?;
+                a.name += " (tensor cores)";
+                if let Work::Attend(x) = &mut a.work {
+                    x.variant = Some("tensor cores");
+                    x.opts.kernel = AttendKernel::TensorDecode;
+                    let (pb, passes) = partials_estimate(ctx, &Method::parse(m)?, t, TQ, x.opts);
+                    x.partial_bytes = pb;
+                    x.passes = passes;
+                }
+                attend_arms.push(a);
+            }
             if m == "kivi-4" && t == variant_t {
                 match attend_arm(ctx, m, PathChoice::WgslWorkgroup, t, TQ, k, v, &mut rng) {
                     Ok(a) => attend_arms.push(a),

@@ -363,6 +363,17 @@ pub trait Codec: Send + Sync + fmt::Debug {
     fn attend_workgroup_bytes(&self) -> usize {
         0
     }
+
+    /// Whether the tensor-core decode kernel (wgsl/attend/attend_decode_tc.wgsl) serves this
+    /// side as configured, through its tile hooks ([`AttendHooks::wgsl_kt`] /
+    /// [`AttendHooks::wgsl_vt`]), or why not. `groups`: the value groups the value side's
+    /// tile splits a row into (1 for rows in the output space). Default: no tile hooks.
+    fn attend_tiles(&self) -> std::result::Result<usize, String> {
+        Err(format!(
+            "{} has no tile hooks for the tensor-core decode kernel",
+            self.attend_hooks().name
+        ))
+    }
 }
 
 /// The common check of a codec built for a GPU path: the context must have a device.

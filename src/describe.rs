@@ -165,7 +165,7 @@ impl fmt::Display for Description {
             match &g.tensor_cores {
                 Ok(()) => writeln!(
                     f,
-                    "  tensor cores   yes: prefill chunks attend on attend_prefill_tc (f16 products, f32 accumulation; relative L2 ≤ 1e-3 per row)"
+                    "  tensor cores   yes: attend_prefill_tc (AttendKernel::Tensor) and attend_decode_tc (AttendKernel::TensorDecode, pairs with tile hooks) run here when asked for (f16 products, f32 accumulation; relative L2 ≤ 1e-3 per row); Auto uses neither (slower than the decode kernel on the H200)"
                 )?,
                 Err(e) => writeln!(f, "  tensor cores   no: {e}")?,
             }

@@ -47,6 +47,7 @@ pub fn all() -> Vec<&'static KernelDef> {
             out.push(kernel::partials(k, v));
             out.extend(kernel::prefill(k, v));
             out.extend(kernel::tensor(k, v));
+            out.extend(kernel::tensor_decode(k, v));
             out.push(kernel::merge(k, v));
         }
     }

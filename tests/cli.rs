@@ -490,13 +490,13 @@ fn devices_json_lists_adapters_and_kernel_paths() {
     let kernels = vk["kernels"].as_array().expect("kernels");
     assert!(kernels.len() > 20, "{} kernels", kernels.len());
     for k in kernels {
-        let tensor = k["kernel"]
-            .as_str()
-            .is_some_and(|n| n.starts_with("attend_prefill_tc_"));
+        let tensor = k["kernel"].as_str().is_some_and(|n| {
+            n.starts_with("attend_prefill_tc_") || n.starts_with("attend_decode_tc_")
+        });
         for choice in ["auto", "wgsl"] {
             let p = k[choice].as_str().unwrap_or_default();
             if tensor && vk["tensor_cores"] != true {
-                // The tensor-core kernel where the device has none (lavapipe): unavailable,
+                // The tensor-core kernels where the device has none (lavapipe): unavailable,
                 // for the reason the adapter's report gives.
                 let why = vk["tensor_cores"].as_str().expect("a reason");
                 assert!(

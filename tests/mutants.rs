@@ -86,6 +86,13 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(key_pos(pos, h), pv);", None, "let ok = live && pos < s1 && key_pos(pos, h) <= pv;"), Attend, TC),
         (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TC),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = tb * 16u * TC_DP + k * 16u;", None, "let at = (1u - tb) * 16u * TC_DP + k * 16u;"), Attend, TC),
+        // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----
+        (m("wgsl tensor decode: the keys' Σ q·lo never added", Wgsl, "attend_decode_tc", "kbias = subgroupAdd(kb4);", None, "kbias = vec4<f32>(0.0);"), Attend, TC),
+        (m("wgsl tensor decode: the values' Σ p·lo never added", Wgsl, "attend_decode_tc", "ob[g] += p * vp[g].y;", None, ""), Attend, TC),
+        (m("wgsl tensor decode: the output not rescaled as the max moves", Wgsl, "attend_decode_tc", "o[i] = o[i] * corr;", None, ""), Attend, TC),
+        (m("wgsl tensor decode: every column block weighted by group 0's scales", Wgsl, "attend_decode_tc", "let g = min(nb * 16u / TD_GW, TD_NG - 1u);", None, "let g = 0u;"), Attend, TC),
+        (m("wgsl tensor decode: ring splits' keys read as codes", Wgsl, "attend_decode_tc", "let kcodes = KT_CODES && !kring;", None, "let kcodes = KT_CODES;"), Attend, TC),
+        (m("wgsl tensor decode: window and sinks ignored", Wgsl, "attend_decode_tc", "vis[k] = live[k] && pos < s1 && visible(kp, pv[k]);", None, "vis[k] = live[k] && pos < s1 && kp <= pv[k];"), Attend, TC),
         // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----
         (m("msl attend: first barrier (queries staged) removed", Msl, "attend_", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Attend, MSL),
         (m("msl attend: barrier of the slices' turn-by-turn combine removed", Msl, "attend_", "        threadgroup_barrier(mem_flags::mem_threadgroup);\n    }\n\n    const uint pw", None, "    }\n\n    const uint pw"), Attend, MSL),

@@ -17,53 +17,8 @@ use kvpack::{
 };
 use rand::Rng;
 
-/// The device's context when it runs the tensor-core kernel; else prints why (a failure under
-/// `KVPACK_REQUIRE_TENSOR=1`).
-fn tensor_ctx(test: &str) -> Option<Context> {
-    let why = match common::gpu_context() {
-        Ok(c) => match c.tensor_cores() {
-            Ok(()) => return Some(c),
-            Err(e) => e,
-        },
-        Err(e) => e,
-    };
-    let msg = format!("NOT RUN {test}: no tensor-core kernel on this device: {why}");
-    if std::env::var("KVPACK_REQUIRE_TENSOR").is_ok_and(|v| v == "1") {
-        panic!("{msg} (KVPACK_REQUIRE_TENSOR=1)");
-    }
-    eprintln!("{msg}");
-    None
-}
-
 fn opts(kernel: AttendKernel) -> AttendOptions {
     AttendOptions::default().kernel(kernel)
-}
-
-/// Appends `k`, `v` to a GPU layer of `method` and attends `q` with `o` on it and on the CPU
-/// path over its words; returns the worst row's relative L2 error of the GPU output and the kernels the GPU
-/// call dispatched.
-#[allow(clippy::too_many_arguments)]
-fn gpu_vs_cpu(
-    ctx: &Context,
-    method: &str,
-    hkv: usize,
-    d: usize,
-    hq: usize,
-    k: &[f32],
-    v: &[f32],
-    q: &[f32],
-    o: &AttendOptions,
-) -> (f64, Vec<&'static str>) {
-    let m = common::parse_method(method, hkv, d).expect("method");
-    let logged = ctx.with_dispatch_log();
-    let mut gpu = Layer::new(&logged, hkv, d, &m, PathChoice::WgslSubgroup).expect("gpu layer");
-    gpu.append(Input::F32(k), Input::F32(v)).expect("append");
-    // The CPU path over the words the GPU stored (read back: a GPU quantizer may round a
-    // boundary value differently; spec/attention.md compares over the GPU's own words).
-    let reference = gpu.attend_reference(q, hq, o).expect("cpu attend");
-    let got = gpu.attend(q, hq, o).expect("gpu attend");
-    let kernels = logged.dispatches().into_iter().map(|(k, _, _)| k).collect();
-    (common::rel_l2_rows(&got, &reference, d), kernels)
 }
 
 #[test]
@@ -92,7 +47,7 @@ fn tensor_kernel_refusals_are_typed() {
         tokens: 64,
         opts: opts(AttendKernel::Tensor),
     };
-    let r = call.split_kernel(&shape, 1 << 16, &Ok(()));
+    let r = call.split_kernel(&shape, 1 << 16, &Ok(()), &Err("no tiles".into()));
     assert!(
         matches!(&r, Err(Error::Config(m)) if m.contains("tensor-core")),
         "query-transforming keys: {r:?}"
@@ -103,7 +58,8 @@ fn tensor_kernel_refusals_are_typed() {
         ..call
     };
     assert_eq!(
-        auto.split_kernel(&shape, 1 << 16, &Ok(())).expect("auto"),
+        auto.split_kernel(&shape, 1 << 16, &Ok(()), &Err("no tiles".into()))
+            .expect("auto"),
         kvpack::attention::plan::SplitKernel::Decode
     );
     drop(tq);
@@ -167,7 +123,7 @@ fn tensor_kernel_refusals_are_typed() {
 /// end of the text on the tensor-core kernel against the CPU path.
 #[test]
 fn tensor_kernel_on_smollm2() {
-    let Some(ctx) = tensor_ctx("tensor_kernel_on_smollm2") else {
+    let Some(ctx) = common::tensor_ctx("tensor_kernel_on_smollm2") else {
         return;
     };
     for fixture in ["paris.safetensors", "story-512.safetensors"] {
@@ -192,7 +148,7 @@ fn smollm2_fixture(ctx: &Context, path: &std::path::Path) {
             let (kl, vl) = (f(&k[l * per..(l + 1) * per]), f(&v[l * per..(l + 1) * per]));
             let qper = tokens * hq * d;
             let ql = f(&q[l * qper + (tokens - tq) * hq * d..(l + 1) * qper]);
-            let (err, ran) = gpu_vs_cpu(
+            let (err, ran) = common::gpu_vs_cpu(
                 ctx,
                 method,
                 hkv,
@@ -217,29 +173,13 @@ fn smollm2_fixture(ctx: &Context, path: &std::path::Path) {
     }
 }
 
-/// Random q/k/v over head widths, GQA ratios, windows and sinks, a custom scale, a ring that
-/// wraps, vector counts that leave a workgroup part-empty and several splits.
-/// (method, hkv, d, hq, t, tq, window, sinks, scale, chunk tokens)
-type ShapeCase = (
-    &'static str,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    Option<usize>,
-    usize,
-    Option<f32>,
-    Option<usize>,
-);
-
 #[test]
 fn tensor_kernel_shapes() {
-    let Some(ctx) = tensor_ctx("tensor_kernel_shapes") else {
+    let Some(ctx) = common::tensor_ctx("tensor_kernel_shapes") else {
         return;
     };
     let mut rng = common::rng("tensor_kernel_shapes");
-    let cases: &[ShapeCase] = &[
+    let cases: &[common::ShapeCase] = &[
         ("kivi-4", 2, 64, 8, 333, 16, None, 0, None, None),
         (
             "kivi:bits=2,group=32,residual=32",
@@ -293,19 +233,11 @@ fn tensor_kernel_shapes() {
         ),
         ("kivi-4", 1, 64, 1, 200, 64, None, 0, None, None),
     ];
-    for &(method, hkv, d, hq, t, tq, window, sinks, scale, chunk) in cases {
-        let mut n = |x| {
-            (0..x)
-                .map(|_| rng.random_range(-1.0f32..1.0))
-                .collect::<Vec<f32>>()
-        };
-        let (k, v, q) = (n(t * hkv * d), n(t * hkv * d), n(tq * hq * d));
-        let o = AttendOptions::default()
-            .window(window)
-            .sinks(sinks)
-            .scale(scale)
-            .chunk_tokens(chunk)
-            .kernel(AttendKernel::Tensor);
+    // Random q/k/v over head widths, GQA ratios, windows and sinks, a custom scale, a ring
+    // that wraps, vector counts that leave a workgroup part-empty and several splits.
+    for c in cases {
+        let &(method, hkv, d, hq, t, tq, window, sinks, _, _) = c;
+        let (k, v, q, o) = common::shape_case_inputs(&mut rng, c, AttendKernel::Tensor);
         let need = kvpack::attention::plan::tensor_workgroup_bytes(d, d);
         let limit = ctx.max_workgroup_storage_size() as usize;
         if need > limit {
@@ -328,7 +260,7 @@ fn tensor_kernel_shapes() {
             }
             continue;
         }
-        let (err, ran) = gpu_vs_cpu(&ctx, method, hkv, d, hq, &k, &v, &q, &o);
+        let (err, ran) = common::gpu_vs_cpu(&ctx, method, hkv, d, hq, &k, &v, &q, &o);
         eprintln!(
             "tensor_kernel_shapes {method} hkv {hkv} D {d} hq {hq} T {t} Tq {tq} window {window:?} sinks {sinks}: worst row rel L2 {err:e}, {} dispatches",
             ran.len()
@@ -343,7 +275,7 @@ fn tensor_kernel_shapes() {
 /// result is off by orders of magnitude.
 #[test]
 fn tensor_kernel_rescales_when_scores_grow() {
-    let Some(ctx) = tensor_ctx("tensor_kernel_rescales_when_scores_grow") else {
+    let Some(ctx) = common::tensor_ctx("tensor_kernel_rescales_when_scores_grow") else {
         return;
     };
     let (hkv, d, hq, t, tq) = (2, 64, 8, 512, 64);
@@ -369,7 +301,7 @@ fn tensor_kernel_rescales_when_scores_grow() {
         .map(|_| rng.random_range(-1.0f32..1.0))
         .collect();
     for method in ["f16", "kivi-4"] {
-        let (err, ran) = gpu_vs_cpu(
+        let (err, ran) = common::gpu_vs_cpu(
             &ctx,
             method,
             hkv,

@@ -33,6 +33,9 @@ pub struct AttendPaths {
     /// The tensor-core prefill kernel `attend_prefill_tc_<k>_<v>`, where the device runs it
     /// (else why not) and the key codec does not transform the query (`None`).
     pub tensor: Option<std::result::Result<KernelPath, String>>,
+    /// The tensor-core decode kernel `attend_decode_tc_<k>_<v>` where the device runs it (else
+    /// why not) and both codecs have tile hooks (`None`).
+    pub tensor_decode: Option<std::result::Result<KernelPath, String>>,
     /// The merge kernel `attend_merge_<k>_<v>`.
     pub merge: KernelPath,
 }
@@ -72,6 +75,12 @@ impl AttendPaths {
                     other => other.to_string(),
                 })
             }),
+            tensor_decode: kernel::tensor_decode(kh, vh).map(|def| {
+                ctx.resolve(def, choice).map_err(|e| match e {
+                    Error::PathUnavailable { reason, .. } => reason,
+                    other => other.to_string(),
+                })
+            }),
             merge: ctx.resolve(kernel::merge(kh, vh), choice)?,
         })
     }
@@ -101,11 +110,16 @@ pub fn specialization(
         // A layer under eviction: keys at the positions the key segment holds
         // (`plan::KeyPositions`), fixed for the layer's life.
         ("ATT_POS", u32::from(positions)),
-        // Measuring only: the tensor-core kernel without the codecs' reads
-        // (benches/gpu_attend.rs reports it as the kernel's floor).
+        // Measuring only: the tensor-core kernels without the codecs' reads (1; the decode
+        // kernel: 2, without staging the tiles either; 3, without its MMAs), for the kernels'
+        // floor.
         (
             "ATT_TC_NOLOAD",
-            u32::from(std::env::var("KVPACK_TC_NOLOAD").is_ok_and(|v| v == "1")),
+            std::env::var("KVPACK_TC_NOLOAD")
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .filter(|v| *v <= 3)
+                .unwrap_or(0),
         ),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
@@ -177,10 +191,19 @@ pub fn prepare(
         gpu::pipeline::pipeline(ctx, def, *path, &spec)?;
         any = true;
     }
+    // The tensor-core decode kernel is not built here: only calls that ask for it
+    // (`AttendKernel::TensorDecode`) run it, and they build it on first use.
     if any {
         gpu::pipeline::pipeline(ctx, kernel::merge(kh, vh), paths.merge, &spec)?;
     }
     Ok(())
+}
+
+/// Whether both codecs' tile hooks serve the tensor-core decode kernel, with the value side's
+/// groups, or why not ([`Codec::attend_tiles`]).
+pub fn tiles(k: &dyn Codec, v: &dyn Codec) -> std::result::Result<usize, String> {
+    k.attend_tiles()?;
+    v.attend_tiles()
 }
 
 /// Plans a call on `ctx`'s device for `paths` (the decode, prefill or tensor-core kernel:
@@ -202,7 +225,18 @@ pub fn plan_for(
             k.attend_hooks().name
         )),
     };
-    let split_kernel = call.split_kernel(shape, limit, &tensor)?;
+    // Asked only for calls that want the tensor-core decode kernel (every other call would
+    // build a reason string for nothing).
+    let tiles = if call.opts.kernel != super::AttendKernel::TensorDecode {
+        Err(String::new())
+    } else {
+        match &paths.tensor_decode {
+            Some(Ok(_)) => tiles(k, v),
+            Some(Err(reason)) => Err(reason.clone()),
+            None => tiles(k, v).map(|_| 0),
+        }
+    };
+    let split_kernel = call.split_kernel(shape, limit, &tensor, &tiles)?;
     let prefill = split_kernel != plan::SplitKernel::Decode;
     // The decode kernel's own storage plus what the codecs' hooks declare (e.g. TurboQuant's
     // centroids); the prefill kernel's is checked by `Call::prefill`.
@@ -288,6 +322,17 @@ pub fn encode<'a>(
             }
             None => return Err(no_prefill(k)),
         },
+        plan::SplitKernel::TensorDecode => match paths.tensor_decode.clone() {
+            Some(Ok(p)) => p,
+            Some(Err(reason)) => {
+                return Err(Error::PathUnavailable {
+                    kernel: "attend_decode_tc",
+                    requested: choice.to_string(),
+                    reason,
+                });
+            }
+            None => return Err(no_tiles(k, v)),
+        },
         plan::SplitKernel::Decode => paths.partials,
     };
     let partials = match plan.merge {
@@ -366,6 +411,17 @@ fn no_prefill(k: &dyn Codec) -> Error {
     ))
 }
 
+/// The error for a tensor-core decode plan whose codecs have no tile hooks.
+fn no_tiles(k: &dyn Codec, v: &dyn Codec) -> Error {
+    Error::PathUnavailable {
+        kernel: "attend_decode_tc",
+        requested: "tensor-decode".into(),
+        reason: tiles(k, v)
+            .err()
+            .unwrap_or_else(|| "the pair has no tile hooks".into()),
+    }
+}
+
 /// The kernel plans of a planned call: one per dispatch (bindings: see [`kernel`]), then the
 /// merge's, if any. A prefill plan for a key codec that transforms the query is
 /// [`Error::Config`].
@@ -382,6 +438,9 @@ pub fn dispatch_plans(
     let def = match plan.kernel {
         plan::SplitKernel::Prefill => kernel::prefill(kh, vh).ok_or_else(|| no_prefill(k))?,
         plan::SplitKernel::Tensor => kernel::tensor(kh, vh).ok_or_else(|| no_prefill(k))?,
+        plan::SplitKernel::TensorDecode => {
+            kernel::tensor_decode(kh, vh).ok_or_else(|| no_tiles(k, v))?
+        }
         plan::SplitKernel::Decode => kernel::partials(kh, vh),
     };
     let partials = plan

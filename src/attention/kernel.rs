@@ -5,7 +5,8 @@
 //! output when one split serves a vector), `attend_prefill_<k>_<v>` (many query vectors per
 //! workgroup, tiles read once into workgroup memory: wgsl/attend/attend_prefill.wgsl; always
 //! partials), `attend_prefill_tc_<k>_<v>` (the prefill kernel on cooperative matrices: WGSL
-//! only, where the device offers them) and `attend_merge_<k>_<v>` (combines the partials and applies the value codec's
+//! only, where the device offers them), `attend_decode_tc_<k>_<v>` (the decode kernel on
+//! cooperative matrices, for pairs whose codecs have tile hooks) and `attend_merge_<k>_<v>` (combines the partials and applies the value codec's
 //! finish hook).
 //!
 //! Bindings (both kernels; WGSL `@binding(i)` is MSL `[[buffer(i)]]`):
@@ -48,6 +49,11 @@ pub struct AttendHooks {
     /// Whether the codec stores keys only (QJL): it has no value side (`wgsl_v` empty,
     /// `msl_v` `None`) and no pair is composed with it as the value codec.
     pub keys_only: bool,
+    /// The key side's tile hooks for the tensor-core decode kernel
+    /// (`wgsl/<codec>/attend_kt.wgsl`, see wgsl/attend/attend_decode_tc.wgsl), if it has them.
+    pub wgsl_kt: Option<&'static str>,
+    /// The value side's tile hooks (`wgsl/<codec>/attend_vt.wgsl`).
+    pub wgsl_vt: Option<&'static str>,
 }
 
 const PARAMS: &str = include_str!("../../wgsl/attend/attend_params.wgsl");
@@ -71,14 +77,19 @@ const PREFILL_WORKGROUP: &str = concat!(
     include_str!("../../wgsl/attend/attend_prefill.wgsl")
 );
 const TENSOR: &str = include_str!("../../wgsl/attend/attend_prefill_tc.wgsl");
+const TENSOR_COMMON: &str = include_str!("../../wgsl/attend/attend_tc_common.wgsl");
+const TENSOR_DECODE: &str = include_str!("../../wgsl/attend/attend_decode_tc.wgsl");
 const MSL_PREFILL: &str = include_str!("../../msl/attend/attend_prefill.metal");
 const MSL_CORE: &str = include_str!("../../msl/attend/attend_core.metal");
 const MSL_SHARED: &str = include_str!("../../msl/attend/attend_shared.metal");
 const MSL_MAIN: &str = include_str!("../../msl/attend/attend_main.metal");
 const MSL_MERGE: &str = include_str!("../../msl/attend/attend_merge.metal");
 
-/// Invocations per workgroup of both kernels (4 slices of 32).
+/// Invocations per workgroup of the decode, prefill and merge kernels (4 slices of 32).
 pub const WORKGROUP_SIZE: u32 = 128;
+
+/// Invocations per workgroup of the tensor-core decode kernel (one subgroup of 32).
+pub const TENSOR_DECODE_WORKGROUP: u32 = 32;
 
 const BINDINGS: &[Binding] = &[
     Binding::Uniform,
@@ -104,6 +115,7 @@ enum Kind {
     Partials,
     Prefill,
     Tensor,
+    TensorDecode,
     Merge,
 }
 
@@ -112,6 +124,7 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         Kind::Partials => "attend",
         Kind::Prefill => "attend_prefill",
         Kind::Tensor => "attend_prefill_tc",
+        Kind::TensorDecode => "attend_decode_tc",
         Kind::Merge => "attend_merge",
     };
     let name: &'static str = Box::leak(format!("{prefix}_{}_{}", k.name, v.name).into_boxed_str());
@@ -131,15 +144,22 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
     }
     msl.push(MSL_CORE);
     wgsl.extend([k.wgsl_k, v.wgsl_v, CORE]);
+    if kind == Kind::Tensor || kind == Kind::TensorDecode {
+        wgsl.push(TENSOR_COMMON);
+    }
+    if kind == Kind::TensorDecode {
+        // Composed only for pairs with both tile hooks (`tensor_decode`).
+        wgsl.extend(k.wgsl_kt.into_iter().chain(v.wgsl_vt));
+    }
     let msl_body = match (k.msl_k, v.msl_v) {
-        // The tensor-core kernel is WGSL only (no MSL twin yet).
-        _ if kind == Kind::Tensor => None,
+        // The tensor-core kernels are WGSL only (Metal has no cooperative matrices in wgpu).
+        _ if kind == Kind::Tensor || kind == Kind::TensorDecode => None,
         (Some(mk), Some(mv)) => {
             msl.extend([mk, mv, MSL_SHARED]);
             // The kernel function is named after the pair (the MSL entry point is the name).
             let body = match kind {
                 Kind::Partials => MSL_MAIN,
-                Kind::Prefill | Kind::Tensor => MSL_PREFILL,
+                Kind::Prefill | Kind::Tensor | Kind::TensorDecode => MSL_PREFILL,
                 Kind::Merge => MSL_MERGE,
             };
             Some(&*Box::leak(
@@ -159,7 +179,13 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         // One source (it needs subgroups and cooperative matrices: resolved only to the
         // subgroup path, where Context::tensor_cores allows it).
         Kind::Tensor => (Some(TENSOR), TENSOR),
+        Kind::TensorDecode => (Some(TENSOR_DECODE), TENSOR_DECODE),
         Kind::Merge => (None, MERGE),
+    };
+    let workgroup_size = if kind == Kind::TensorDecode {
+        TENSOR_DECODE_WORKGROUP
+    } else {
+        WORKGROUP_SIZE
     };
     KernelDef {
         name,
@@ -170,7 +196,7 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         msl_common: leak(msl),
         msl: msl_body,
         bindings: BINDINGS,
-        workgroup_size: WORKGROUP_SIZE,
+        workgroup_size,
     }
 }
 
@@ -203,6 +229,16 @@ pub fn prefill(k: &'static AttendHooks, v: &'static AttendHooks) -> Option<&'sta
 /// [`prefill`]).
 pub fn tensor(k: &'static AttendHooks, v: &'static AttendHooks) -> Option<&'static KernelDef> {
     (!k.k_prep).then(|| kernel(k, v, Kind::Tensor))
+}
+
+/// The tensor-core decode kernel of a (key codec, value codec) pair
+/// (wgsl/attend/attend_decode_tc.wgsl; `None` unless both codecs have tile hooks:
+/// [`AttendHooks::wgsl_kt`], [`AttendHooks::wgsl_vt`]).
+pub fn tensor_decode(
+    k: &'static AttendHooks,
+    v: &'static AttendHooks,
+) -> Option<&'static KernelDef> {
+    (k.wgsl_kt.is_some() && v.wgsl_vt.is_some()).then(|| kernel(k, v, Kind::TensorDecode))
 }
 
 /// The merge kernel of a (key codec, value codec) pair.

@@ -100,6 +100,14 @@ pub enum AttendKernel {
     /// where the device cannot run it ([`crate::Context::tensor_cores`] says why), an error
     /// for a key codec that transforms the query.
     Tensor,
+    /// The decode kernel on tensor cores (`attend_decode_tc_<k>_<v>`,
+    /// wgsl/attend/attend_decode_tc.wgsl: one subgroup per (KV head, 4 query vectors, split),
+    /// raw codes as 16×16×16 f16 MMA operands with the codecs' scales folded into the query
+    /// and into the softmax weights, f32 accumulation): the f16-product bound (relative L2 ≤
+    /// 1e-3 per row). For pairs whose codecs have tile hooks (KIVI with whole-word codes, the
+    /// f16 cache: [`crate::codec::Codec::attend_tiles`]) and head widths a multiple of 16;
+    /// [`crate::Error::PathUnavailable`] elsewhere, or where the device cannot run it.
+    TensorDecode,
 }
 
 /// Checks q `[Tq, Hq, D]` against a cache of `t` tokens, `hkv` heads of width `d`; returns Tq.

@@ -112,6 +112,24 @@ pub fn tensor_workgroup_bytes(dim: usize, value_dim: usize) -> usize {
     2 * (tt * (2 * dp + wp) + 2 * v * tt) + 4 * (v * tt + v) + 16
 }
 
+/// Workgroup storage (bytes) of the tensor-core decode kernel for head width `dim`, a value
+/// space `value_dim` wide and `groups` value groups (wgsl/attend/attend_decode_tc.wgsl): in
+/// f16 a tile's keys and values (32 tokens, 16 where D > 128; widths rounded up to 16), the
+/// query's two parts (16 rows) and the weights (16 rows per group); in f32 the scores and a
+/// pass of the tile's output (two passes where the value width is above 128). 36,864 bytes
+/// at D = 128 with 4 groups.
+pub fn tensor_decode_workgroup_bytes(dim: usize, value_dim: usize, groups: usize) -> usize {
+    let dp = dim.div_ceil(16) * 16;
+    let wp = value_dim.max(dim).div_ceil(16) * 16;
+    let tt = if dp > 128 { 16 } else { 32 };
+    let passes = if wp > 128 && wp.is_multiple_of(64) {
+        2
+    } else {
+        1
+    };
+    2 * (dp * tt + tt * wp + 32 * dp + groups * 16 * tt) + 4 * (16 * tt).max(16 * wp / passes)
+}
+
 /// The kernel that runs a call's splits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SplitKernel {
@@ -121,6 +139,10 @@ pub enum SplitKernel {
     Prefill,
     /// `attend_prefill_tc_<k>_<v>`: the GEMM form on cooperative matrices (f16 products).
     Tensor,
+    /// `attend_decode_tc_<k>_<v>`: 4 query vectors per one-subgroup workgroup on cooperative
+    /// matrices; splits cut at the key side's Q (a split's keys all from the codec or all
+    /// from the ring); always partials.
+    TensorDecode,
 }
 
 /// The shape of one attention call.
@@ -251,17 +273,20 @@ impl Call {
     /// a device without tensor cores; `wg_limit`: the device's workgroup storage.
     pub fn prefill(&self, shape: &CacheShape, wg_limit: usize) -> Result<bool> {
         let no = Err("not asked for".to_string());
-        Ok(self.split_kernel(shape, wg_limit, &no)? == SplitKernel::Prefill)
+        Ok(self.split_kernel(shape, wg_limit, &no, &Err(String::new()))? == SplitKernel::Prefill)
     }
 
     /// The kernel of the call's splits (`opts.kernel`, see [`AttendKernel`]); `wg_limit`: the
-    /// device's workgroup storage; `tensor`: whether the device runs the tensor-core kernel,
-    /// or why not ([`crate::Context::tensor_cores`]).
+    /// device's workgroup storage; `tensor`: whether the device runs the tensor-core kernels,
+    /// or why not ([`crate::Context::tensor_cores`]); `tiles`: whether both codecs' tile
+    /// hooks serve the tensor-core decode kernel, with the value side's groups, or why not
+    /// ([`crate::codec::Codec::attend_tiles`]).
     pub fn split_kernel(
         &self,
         shape: &CacheShape,
         wg_limit: usize,
         tensor: &std::result::Result<(), String>,
+        tiles: &std::result::Result<usize, String>,
     ) -> Result<SplitKernel> {
         let width = shape.value_dim.max(self.dim);
         let fits = prefill_workgroup_bytes(width) <= wg_limit;
@@ -293,6 +318,42 @@ impl Call {
                 }
                 Ok(()) => SplitKernel::Tensor,
             },
+            AttendKernel::TensorDecode => {
+                let tiles = tiles.clone().and_then(|groups| {
+                    if self.dim.is_multiple_of(16) {
+                        Ok(groups)
+                    } else {
+                        Err(format!(
+                            "head width {} (a multiple of 16 is needed)",
+                            self.dim
+                        ))
+                    }
+                });
+                let groups = match (tensor, tiles) {
+                    (Err(r), _) => Err(r.clone()),
+                    (_, Err(r)) => Err(r),
+                    (Ok(()), Ok(g)) => Ok(g),
+                };
+                let groups = match groups {
+                    Ok(g) => g,
+                    Err(reason) => {
+                        return Err(Error::PathUnavailable {
+                            kernel: "attend_decode_tc",
+                            requested: "tensor-decode".into(),
+                            reason,
+                        });
+                    }
+                };
+                let need = tensor_decode_workgroup_bytes(self.dim, shape.value_dim, groups);
+                if need > wg_limit {
+                    return Err(Error::Limit {
+                        what: "tensor-core decode workgroup storage",
+                        needed: need as u64,
+                        limit: wg_limit as u64,
+                    });
+                }
+                SplitKernel::TensorDecode
+            }
             _ => {
                 if self.prefill_only(shape, wg_limit, fits, width)? {
                     SplitKernel::Prefill
@@ -311,7 +372,10 @@ impl Call {
         width: usize,
     ) -> Result<bool> {
         match self.opts.kernel {
-            AttendKernel::Decode | AttendKernel::Auto | AttendKernel::Tensor => Ok(false),
+            AttendKernel::Decode
+            | AttendKernel::Auto
+            | AttendKernel::Tensor
+            | AttendKernel::TensorDecode => Ok(false),
             AttendKernel::Prefill if shape.key_prep => Err(Error::Config(
                 "the prefill attention kernel does not serve a key codec that transforms the query"
                     .into(),
@@ -406,7 +470,7 @@ pub fn plan_kernel(
             super::kernel::WORKGROUP_SIZE as usize / prefill_lanes(shape.value_dim.max(call.dim))
         }
         SplitKernel::Tensor => TENSOR_VECTORS,
-        SplitKernel::Decode => 4,
+        SplitKernel::Decode | SplitKernel::TensorDecode => 4,
     };
     let mut split = call.split_tokens(target, per_wg);
     loop {
@@ -416,8 +480,11 @@ pub fn plan_kernel(
         while d * st < t {
             let tok0 = d * st;
             let tok_end = ((d + 1) * st).min(t);
-            // Cut at qv only where the ring's values cannot join the codec's accumulator.
-            let cut = if shape.value_space_out {
+            // Cut at qv only where the ring's values cannot join the codec's accumulator; the
+            // tensor-core decode kernel cuts at qk (its tiles' keys come from one source).
+            let cut = if kernel == SplitKernel::TensorDecode {
+                shape.qk
+            } else if shape.value_space_out {
                 tok_end
             } else {
                 shape.qv

@@ -310,6 +310,13 @@ impl KvLayer for Layer {
         if let (Some(def), Some(Ok(path))) = (attention::kernel::tensor(kh, vh), &paths.tensor) {
             out.push((def.name, *path));
         }
+        if let (Some(def), Some(Ok(path)), Ok(_)) = (
+            attention::kernel::tensor_decode(kh, vh),
+            &paths.tensor_decode,
+            attention::gpu::tiles(k, v),
+        ) {
+            out.push((def.name, *path));
+        }
         out.push((attention::kernel::merge(kh, vh).name, paths.merge));
         Ok(out)
     }

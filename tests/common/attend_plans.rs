@@ -159,7 +159,8 @@ pub fn on_target_at(
     };
     let wide = wide_for(t);
     let tensor = tensor_cores(t);
-    let kernel = match call.split_kernel(&shape, 1 << 16, &tensor) {
+    let tiles = kvpack::attention::gpu::tiles(k, v);
+    let kernel = match call.split_kernel(&shape, 1 << 16, &tensor, &tiles) {
         Ok(k) => k,
         Err(e) => {
             if matches!(e, Error::Config(_)) {
@@ -295,9 +296,11 @@ pub fn check_case_at(
     let mut kernels = vec![AttendKernel::Decode, AttendKernel::Prefill];
     if tensor_cores(t).is_ok() {
         kernels.push(AttendKernel::Tensor);
+        kernels.push(AttendKernel::TensorDecode);
     }
+    let tiles = kvpack::attention::gpu::tiles(layer.codec(Side::Keys), layer.codec(Side::Values));
     for kernel in kernels {
-        let tol = if kernel == AttendKernel::Tensor {
+        let tol = if matches!(kernel, AttendKernel::Tensor | AttendKernel::TensorDecode) {
             tol.max(1e-3)
         } else {
             tol
@@ -307,6 +310,22 @@ pub fn check_case_at(
             ..*c
         };
         let got = on_target_at(t, &c, layer, &snap, q, positions);
+        if kernel == AttendKernel::TensorDecode && (tiles.is_err() || !c.d.is_multiple_of(16)) {
+            // Pairs without tile hooks (or widths off 16) are refused, typed, naming why.
+            match got {
+                Err(Error::PathUnavailable { reason, .. }) => {
+                    eprintln!(
+                        "attend_kernels[{}] {} ({}, TensorDecode): refused as it must be: {reason}",
+                        t.name(),
+                        c.what,
+                        c.method
+                    );
+                    continue;
+                }
+                Err(e) => panic!("{}: tensor decode without tile hooks: {e}", c.what),
+                Ok(_) => panic!("{}: tensor decode without tile hooks ran", c.what),
+            }
+        }
         let k_prep = layer.codec(Side::Keys).attend_hooks().k_prep;
         if kernel != AttendKernel::Decode && k_prep {
             match got {

@@ -90,6 +90,92 @@ pub fn gpu_context() -> Result<Context, String> {
         .clone()
 }
 
+/// The shared device when it runs the tensor-core kernels; else prints why (a failure under
+/// `KVPACK_REQUIRE_TENSOR=1`, as the H200 runs set).
+pub fn tensor_ctx(test: &str) -> Option<Context> {
+    let why = match gpu_context() {
+        Ok(c) => match c.tensor_cores() {
+            Ok(()) => return Some(c),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    let msg = format!("NOT RUN {test}: no tensor-core kernel on this device: {why}");
+    if std::env::var("KVPACK_REQUIRE_TENSOR").is_ok_and(|v| v == "1") {
+        panic!("{msg} (KVPACK_REQUIRE_TENSOR=1)");
+    }
+    eprintln!("{msg}");
+    None
+}
+
+/// Appends `k`, `v` to a GPU layer of `method` and attends `q` with `o` on it and on the CPU
+/// path over its words; returns the worst row's relative L2 error of the GPU output and the kernels the GPU
+/// call dispatched.
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_vs_cpu(
+    ctx: &Context,
+    method: &str,
+    hkv: usize,
+    d: usize,
+    hq: usize,
+    k: &[f32],
+    v: &[f32],
+    q: &[f32],
+    o: &kvpack::AttendOptions,
+) -> (f64, Vec<&'static str>) {
+    let m = parse_method(method, hkv, d).expect("method");
+    let logged = ctx.with_dispatch_log();
+    let mut gpu = kvpack::Layer::new(&logged, hkv, d, &m, kvpack::PathChoice::WgslSubgroup)
+        .expect("gpu layer");
+    kvpack::KvLayer::append(&mut gpu, kvpack::Input::F32(k), kvpack::Input::F32(v))
+        .expect("append");
+    // The CPU path over the words the GPU stored (read back: a GPU quantizer may round a
+    // boundary value differently; spec/attention.md compares over the GPU's own words).
+    let reference = kvpack::KvLayer::attend_reference(&gpu, q, hq, o).expect("cpu attend");
+    let got = kvpack::KvLayer::attend(&gpu, q, hq, o).expect("gpu attend");
+    let kernels = logged.dispatches().into_iter().map(|(k, _, _)| k).collect();
+    (rel_l2_rows(&got, &reference, d), kernels)
+}
+
+/// A random-q/k/v attention case of the tensor-kernel tests: (method, hkv, d, hq, t, tq,
+/// window, sinks, scale, chunk tokens).
+pub type ShapeCase = (
+    &'static str,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    Option<usize>,
+    usize,
+    Option<f32>,
+    Option<usize>,
+);
+
+/// A [`ShapeCase`]'s k, v (`[t][hkv][d]`) and q (`[tq][hq][d]`), uniform in [−1, 1) drawn in
+/// that order, and its options on `kernel`.
+pub fn shape_case_inputs(
+    rng: &mut rand::rngs::StdRng,
+    c: &ShapeCase,
+    kernel: kvpack::AttendKernel,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, kvpack::AttendOptions) {
+    use rand::Rng;
+    let &(_, hkv, d, hq, t, tq, window, sinks, scale, chunk) = c;
+    let mut n = |x| {
+        (0..x)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect::<Vec<f32>>()
+    };
+    let (k, v, q) = (n(t * hkv * d), n(t * hkv * d), n(tq * hq * d));
+    let o = kvpack::AttendOptions::default()
+        .window(window)
+        .sinks(sinks)
+        .scale(scale)
+        .chunk_tokens(chunk)
+        .kernel(kernel);
+    (k, v, q, o)
+}
+
 /// A device created without `SUBGROUP`, as on adapters that lack it.
 pub fn gpu_context_without_subgroups() -> Result<Context, String> {
     static CTX: OnceLock<Result<Context, String>> = OnceLock::new();
@@ -489,6 +575,25 @@ fn compiled(name: &str, src: &str) -> std::sync::Arc<kvpack_msl_emu::MslKernel> 
         .expect("cache")
         .insert(src.to_string(), k.clone());
     k
+}
+
+/// Mean over rows of the per-row relative L2 error of `a` against `b` (rows of `d`): the
+/// typical row, where [`rel_l2_rows`] gives the worst. A NaN row counts as infinitely wrong
+/// there, so the mean is infinite and fails every `<` bound.
+pub fn rel_l2_rows_mean(a: &[f32], b: &[f32], d: usize) -> f64 {
+    assert_eq!(a.len(), b.len(), "rel_l2_rows_mean: lengths differ");
+    assert!(
+        d > 0 && a.len().is_multiple_of(d) && !a.is_empty(),
+        "rel_l2_rows_mean: {} values are not rows of {d}",
+        a.len()
+    );
+    let rows = a.len() / d;
+    let sum: f64 = a
+        .chunks(d)
+        .zip(b.chunks(d))
+        .map(|(ra, rb)| rel_l2_rows(ra, rb, d))
+        .sum();
+    sum / rows as f64
 }
 
 /// Worst per-row relative L2 error of `a` against `b` (rows of `d`); a NaN row (an unwritten

@@ -223,24 +223,56 @@ fn visible(pos: u32, p: u32) -> bool {
     return AP.window == 0u || pos + AP.window > p || pos < AP.sinks;
 }
 
+// What one workgroup of a partials dispatch serves (dispatch index ((h · splits) + split) ·
+// vblocks + vb, see the header): KV head h, vector block vb, split `split` over tokens
+// [s0, s1), partial slot `part`; `ring`: a split past the codec splits (values from the ring; on
+// the tensor-core decode kernel, keys from the ring). `live` is false past the dispatch's
+// workgroups (uniform: the workgroup returns).
+struct SplitWork {
+    live: bool,
+    h: u32,
+    split: u32,
+    vb: u32,
+    ring: bool,
+    s0: u32,
+    s1: u32,
+    part: u32,
+}
+
+fn split_work(wid: u32) -> SplitWork {
+    var w: SplitWork;
+    let per_h = AP.vblocks * (AP.n_split_c + AP.n_split_r);
+    w.live = wid < AP.hkv * per_h;
+    if (!w.live) {
+        return w;
+    }
+    w.h = wid / per_h;
+    w.split = (wid % per_h) / AP.vblocks;
+    w.vb = wid % AP.vblocks;
+    w.ring = w.split >= AP.n_split_c;
+    if (w.ring) {
+        w.s0 = AP.r0 + (w.split - AP.n_split_c) * AP.split_r;
+        w.s1 = min(w.s0 + AP.split_r, AP.tok_end);
+        w.part = AP.part_r + w.split - AP.n_split_c;
+    } else {
+        w.s0 = AP.tok0 + w.split * AP.split_c;
+        w.s1 = min(w.s0 + AP.split_c, AP.c_end);
+        w.part = AP.part_c + w.split;
+    }
+    return w;
+}
+
 fn attend_main(lid: u32, wid: u32, sgl: u32) {
-    let nsplit = AP.n_split_c + AP.n_split_r;
-    let per_h = AP.vblocks * nsplit;
-    if (wid >= AP.hkv * per_h) {
+    let w = split_work(wid);
+    if (!w.live) {
         return; // uniform: depends on the workgroup only
     }
-    let h = wid / per_h;
-    let split = (wid % per_h) / AP.vblocks;
-    let vb = wid % AP.vblocks;
-    let vring = split >= AP.n_split_c;
-    var s0 = AP.tok0 + split * AP.split_c;
-    var s1 = min(s0 + AP.split_c, AP.c_end);
-    var part = AP.part_c + split;
-    if (vring) {
-        s0 = AP.r0 + (split - AP.n_split_c) * AP.split_r;
-        s1 = min(s0 + AP.split_r, AP.tok_end);
-        part = AP.part_r + split - AP.n_split_c;
-    }
+    let h = w.h;
+    let vb = w.vb;
+    let vring = w.ring;
+    let s0 = w.s0;
+    let s1 = w.s1;
+    let part = w.part;
     let slice = lid / 32u;
     let lane = lid % 32u;
     let cg = lane & 7u;

@@ -56,23 +56,16 @@ fn pf_set(t: u32, c: u32, x: f32) {
 }
 
 fn prefill_main(lid: u32, wid: u32) {
-    let nsplit = AP.n_split_c + AP.n_split_r;
-    let per_h = AP.vblocks * nsplit;
-    if (wid >= AP.hkv * per_h) {
+    let w = split_work(wid);
+    if (!w.live) {
         return; // uniform: depends on the workgroup only
     }
-    let h = wid / per_h;
-    let split = (wid % per_h) / AP.vblocks;
-    let vb = wid % AP.vblocks;
-    let vring = split >= AP.n_split_c;
-    var s0 = AP.tok0 + split * AP.split_c;
-    var s1 = min(s0 + AP.split_c, AP.c_end);
-    var part = AP.part_c + split;
-    if (vring) {
-        s0 = AP.r0 + (split - AP.n_split_c) * AP.split_r;
-        s1 = min(s0 + AP.split_r, AP.tok_end);
-        part = AP.part_r + split - AP.n_split_c;
-    }
+    let h = w.h;
+    let vb = w.vb;
+    let vring = w.ring;
+    let s0 = w.s0;
+    let s1 = w.s1;
+    let part = w.part;
     let width = select(V_W, DIM, vring);
     let v = vb * PF_QB + lid / PF_LPV;
     let live = v < AP.vec_total;

@@ -45,9 +45,7 @@ diagnostic(off, derivative_uniformity);
 // kernel finishes). Workgroup storage: 2·(TC_OP + 2·TC_QB·TC_TT) + 4·(TC_QB·TC_TT + TC_QB) + 16
 // bytes (plan::tensor_workgroup_bytes).
 
-alias TcA = coop_mat16x16<f16, A>;
-alias TcB = coop_mat16x16<f16, B>;
-alias TcC = coop_mat16x16<f32, C>;
+// (TcA, TcB, TcC and tc_split: wgsl/attend/attend_tc_common.wgsl)
 
 const TC_QB: u32 = 64u;
 const TC_DP: u32 = (DIM + 15u) / 16u * 16u;
@@ -63,7 +61,6 @@ const TC_KE: u32 = TC_TT * TC_DP / WORKGROUP_SIZE;
 const TC_VE: u32 = TC_TT * TC_WP / WORKGROUP_SIZE;
 const TC_TAU: f32 = 8.0;
 // The scale of the low parts (2^11) and its inverse.
-const TC_LO: f32 = 2048.0;
 const TC_ILO: f32 = 1.0 / 2048.0;
 // Measuring only (ATT_TC_NOLOAD = 1, KVPACK_TC_NOLOAD=1): tiles of synthetic values instead of
 // the codecs' reads, for the kernel's floor without memory traffic.
@@ -84,13 +81,6 @@ const TC_QE: u32 = TC_QB * TC_QS / WORKGROUP_SIZE;
 var<workgroup> tch: array<f16, TC_OPL + TC_QB * TC_TT>;
 var<workgroup> tcs: array<f32, TC_OR + TC_QB>;
 var<workgroup> tcflag: array<atomic<u32>, 4>;
-
-// x as the f16 pair (hi, 2^11·(x − hi)): hi is x with its mantissa cut to 10 bits (exact in
-// f16 for |x| ≥ 2^-14; smaller parts of x, and the subnormals, are below the bound's concern).
-fn tc_split(x: f32) -> vec2<f16> {
-    let hi = bitcast<f32>(bitcast<u32>(x) & 0xffffe000u);
-    return vec2<f16>(f16(hi), f16((x - hi) * TC_LO));
-}
 
 // Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
 fn tc_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
@@ -147,23 +137,16 @@ fn tc_rescale(o: ptr<function, array<TcC, TC_NO>>, sg: u32, sl: u32) {
 }
 
 fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
-    let nsplit = AP.n_split_c + AP.n_split_r;
-    let per_h = AP.vblocks * nsplit;
-    if (wid >= AP.hkv * per_h) {
+    let w = split_work(wid);
+    if (!w.live) {
         return; // uniform: depends on the workgroup only
     }
-    let h = wid / per_h;
-    let split = (wid % per_h) / AP.vblocks;
-    let vb = wid % AP.vblocks;
-    let vring = split >= AP.n_split_c;
-    var s0 = AP.tok0 + split * AP.split_c;
-    var s1 = min(s0 + AP.split_c, AP.c_end);
-    var part = AP.part_c + split;
-    if (vring) {
-        s0 = AP.r0 + (split - AP.n_split_c) * AP.split_r;
-        s1 = min(s0 + AP.split_r, AP.tok_end);
-        part = AP.part_r + split - AP.n_split_c;
-    }
+    let h = w.h;
+    let vb = w.vb;
+    let vring = w.ring;
+    let s0 = w.s0;
+    let s1 = w.s1;
+    let part = w.part;
     let width = select(V_W, DIM, vring);
     // 1. The queries' A-matrices (hi and lo parts), slice by slice through tch.
     var qh: array<TcA, TC_KD>;

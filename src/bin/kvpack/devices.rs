@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 fn kind(name: &str) -> &'static str {
     if name.starts_with("attend_prefill_tc_") {
         "attention prefill (tensor cores)"
+    } else if name.starts_with("attend_decode_tc_") {
+        "attention decode (tensor cores)"
     } else if name.starts_with("attend_prefill_") {
         "attention prefill"
     } else if name.starts_with("attend_merge_") {
@@ -29,10 +31,11 @@ fn kind(name: &str) -> &'static str {
 }
 
 /// The kinds in the order they are printed.
-const KINDS: [&str; 7] = [
+const KINDS: [&str; 8] = [
     "codec encode",
     "codec decode",
     "attention decode",
+    "attention decode (tensor cores)",
     "attention prefill",
     "attention prefill (tensor cores)",
     "attention merge",

@@ -15,4 +15,6 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_v: Some(include_str!("../../../msl/f16/attend_v.metal")),
     k_prep: false,
     keys_only: false,
+    wgsl_kt: Some(include_str!("../../../wgsl/f16/attend_kt.wgsl")),
+    wgsl_vt: Some(include_str!("../../../wgsl/f16/attend_vt.wgsl")),
 };

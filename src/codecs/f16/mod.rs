@@ -201,4 +201,9 @@ impl Codec for F16Codec {
     fn attend_hooks(&self) -> &'static AttendHooks {
         &kernels::ATTEND_HOOKS
     }
+
+    /// Rows of f16, read by the tensor-core decode kernel itself (wgsl/f16/attend_kt.wgsl).
+    fn attend_tiles(&self) -> std::result::Result<usize, String> {
+        Ok(1)
+    }
 }

@@ -302,4 +302,42 @@ impl Codec for KiviCodec {
         spec.push(("PARAMS_F16", f16));
         spec
     }
+
+    /// The tile hooks (wgsl/kivi/attend_kt.wgsl, attend_vt.wgsl) read whole words of codes:
+    /// b ∈ {1, 2, 4, 8}; keys in blocks of a multiple of 32 tokens (a tile of 32 tokens, 16
+    /// where D > 128, is one block's whole words); values in groups of a multiple of 16
+    /// channels dividing D, each starting at a word.
+    fn attend_tiles(&self) -> std::result::Result<usize, String> {
+        let d = self.l.dim;
+        let tile = if d.div_ceil(16) * 16 > 128 { 16 } else { 32 };
+        let (bits, group) = match self.cfg.side {
+            Side::Keys => (self.l.key_bits, self.l.key_group),
+            Side::Values => (self.l.value_bits, self.l.value_group),
+        };
+        if ![1, 2, 4, 8].contains(&bits) {
+            return Err(format!(
+                "KIVI with {bits}-bit codes (the tile hooks read 1, 2, 4 or 8)"
+            ));
+        }
+        match self.cfg.side {
+            Side::Keys
+                if !group.is_multiple_of(32) || !(tile * bits as usize).is_multiple_of(32) =>
+            {
+                Err(format!(
+                    "KIVI keys in blocks of {group} tokens at {bits} bits (the tile hooks need blocks of a multiple of 32 and {tile}-token tiles of whole words)"
+                ))
+            }
+            Side::Keys => Ok(1),
+            Side::Values
+                if !group.is_multiple_of(16)
+                    || !d.is_multiple_of(group)
+                    || !(group * bits as usize).is_multiple_of(32) =>
+            {
+                Err(format!(
+                    "KIVI values in groups of {group} channels at {bits} bits, D = {d} (the tile hooks need groups of a multiple of 16 channels dividing D, starting at a word)"
+                ))
+            }
+            Side::Values => Ok(d / group),
+        }
+    }
 }

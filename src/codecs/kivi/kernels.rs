@@ -108,4 +108,6 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_v: Some(include_str!("../../../msl/kivi/attend_v.metal")),
     k_prep: false,
     keys_only: false,
+    wgsl_kt: Some(include_str!("../../../wgsl/kivi/attend_kt.wgsl")),
+    wgsl_vt: Some(include_str!("../../../wgsl/kivi/attend_vt.wgsl")),
 };

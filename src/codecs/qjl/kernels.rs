@@ -48,4 +48,6 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_v: None,
     k_prep: true,
     keys_only: true,
+    wgsl_kt: None,
+    wgsl_vt: None,
 };

@@ -127,6 +127,8 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_v: Some(include_str!("../../../msl/turboquant/attend_v.metal")),
     k_prep: true,
     keys_only: false,
+    wgsl_kt: None,
+    wgsl_vt: None,
 };
 
 /// TurboQuant-Prod's attention hooks, keys only (wgsl/turboquant_prod/attend_k.wgsl): TurboQuant's
@@ -150,4 +152,6 @@ pub static PROD_ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_v: None,
     k_prep: true,
     keys_only: true,
+    wgsl_kt: None,
+    wgsl_vt: None,
 };

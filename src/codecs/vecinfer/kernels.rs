@@ -46,4 +46,6 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     msl_v: Some(include_str!("../../../msl/vecinfer/attend_v.metal")),
     k_prep: true,
     keys_only: false,
+    wgsl_kt: None,
+    wgsl_vt: None,
 };
