@@ -36,8 +36,9 @@ struct Args {
     /// Where the cache and attention run: auto, cpu, wgsl, wgsl-subgroup, wgsl-workgroup, msl.
     #[arg(long, default_value = "auto")]
     path: String,
-    /// New tokens to generate at most.
-    #[arg(long, default_value_t = 128)]
+    /// New tokens to generate at most (the default goes past KIVI's 128-token f16 residual
+    /// window, so the cache shows compression).
+    #[arg(long, default_value_t = 320)]
     tokens: usize,
     /// Sampling temperature (0 = greedy).
     #[arg(long, default_value_t = 0.0)]
@@ -162,5 +163,13 @@ fn run(args: &Args) -> kvpack::Result<()> {
         kib(mem.f16_bytes),
         100.0 * mem.held.total() as f64 / mem.f16_bytes.max(1) as f64
     );
+    if mem.quantized == 0 && s.pos() > 0 && args.method != "f16" {
+        eprintln!(
+            "note: nothing is compressed yet: all {} tokens sit in {}'s f16 residual window \
+             (generate more with --tokens, or pick a smaller window, e.g. kivi:bits=4,residual=32)",
+            s.pos(),
+            args.method
+        );
+    }
     Ok(())
 }
