@@ -1,5 +1,5 @@
 //! README's quality tables (`<!-- generated:quality-smollm2 -->`,
-//! `<!-- generated:quality-qwen15 -->`) are generated from the committed JSON of `kvpack eval`
+//! `<!-- generated:quality-smollm2-long -->`, `<!-- generated:quality-qwen15 -->`) are generated from the committed JSON of `kvpack eval`
 //! runs: no number in them is typed. After a new run, regenerate the blocks and the plot of Δ
 //! perplexity against bits per value (`benches/results/quality/delta-vs-bits.png`) with
 //! `KVPACK_BLESS=1 cargo test --test quality_report`.
@@ -7,7 +7,7 @@
 use std::path::Path;
 
 /// (README block, model label, JSON files in row order: a method already listed is skipped).
-const TABLES: [(&str, &str, &[&str]); 2] = [
+const TABLES: [(&str, &str, &[&str]); 3] = [
     (
         "quality-smollm2",
         "SmolLM2-135M, story-512",
@@ -19,6 +19,15 @@ const TABLES: [(&str, &str, &[&str]); 2] = [
             "benches/results/quality/smollm2-story512-kivi3.json",
             "benches/results/quality/smollm2-story512-center.json",
             "benches/results/eviction/smollm2-story512-window.json",
+        ],
+    ),
+    (
+        "quality-smollm2-long",
+        "SmolLM2-135M, 2,048 tokens of Rust",
+        &[
+            "benches/results/quality/smollm2-rust2048-a.json",
+            "benches/results/quality/smollm2-rust2048-b.json",
+            "benches/results/quality/smollm2-rust2048-c.json",
         ],
     ),
     (
