@@ -8,11 +8,8 @@ cd "$(dirname "$0")/.."
 out=benches/results/quality
 cargo build --release --features cli --bin kvpack
 bin=target/release/kvpack
-text=$(mktemp --suffix=.txt)
-cat tests/data/text_code.py.txt tests/data/text_prose.txt tests/data/text_short.txt > "$text"
 c=/tmp/kvpack-smollm2-vecinfer-center.safetensors
-"$bin" calibrate --model smollm2 --text "$text" --out "$c" --for vecinfer > /dev/null
-rm -f "$text"
+scripts/calibrate-tests-data.sh "$c" "$bin"
 "$bin" eval --model smollm2 --ids ../shared/fixtures/smollm2-135m/story-512.safetensors --path cpu \
   --method "vecinfer:bits=2,calib=$c" \
   --method "vecinfer:bits=2,center=calib,calib=$c" \

@@ -13,11 +13,8 @@ cd "$(dirname "$0")/.."
 out=benches/results/quality
 cargo build --release --features cli --bin kvpack
 bin=target/release/kvpack
-text=$(mktemp --suffix=.txt)
-cat tests/data/text_code.py.txt tests/data/text_prose.txt tests/data/text_short.txt > "$text"
 c=/tmp/kvpack-smollm2-vecinfer-long.safetensors
-"$bin" calibrate --model smollm2 --text "$text" --out "$c" --for vecinfer > /dev/null
-rm -f "$text"
+scripts/calibrate-tests-data.sh "$c" "$bin"
 run() {
   local name=$1
   shift
