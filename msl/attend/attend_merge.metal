@@ -26,13 +26,33 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     const uint v = wid % A.vec_total;
     const uint pw = ATTEND_WIDE + 2u;
     const uint base = wid * A.n_parts * pw;
+    // Eight splits per trip of each loop, their loads first (the WGSL twin's MERGE_UNROLL);
+    // the sums keep split order.
+    const uint last = A.n_parts - 1u;
     float mm = ATTEND_NEG;
-    for (uint s = 0u; s < A.n_parts; ++s) {
-        mm = max(mm, parts[base + s * pw]);
+    for (uint s0 = 0u; s0 < A.n_parts; s0 += 8u) {
+        float m8[8];
+        for (uint j = 0u; j < 8u; ++j) {
+            m8[j] = parts[base + min(s0 + j, last) * pw];
+        }
+        for (uint j = 0u; j < 8u; ++j) {
+            mm = max(mm, m8[j]);
+        }
     }
     float ll = 0.0f;
-    for (uint s = 0u; s < A.n_parts; ++s) {
-        ll += parts[base + s * pw + 1u] * precise::exp2(parts[base + s * pw] - mm);
+    for (uint s0 = 0u; s0 < A.n_parts; s0 += 8u) {
+        float m8[8];
+        float l8[8];
+        for (uint j = 0u; j < 8u; ++j) {
+            const uint b = base + min(s0 + j, last) * pw;
+            m8[j] = parts[b];
+            l8[j] = parts[b + 1u];
+        }
+        for (uint j = 0u; j < 8u; ++j) {
+            if (s0 + j < A.n_parts) {
+                ll += l8[j] * precise::exp2(m8[j] - mm);
+            }
+        }
     }
     const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
     float ring[2];
@@ -40,14 +60,24 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         const uint c = lid + k * WORKGROUP_SIZE;
         float oc = 0.0f;
         float orr = 0.0f;
-        for (uint s = 0u; s < A.n_parts; ++s) {
-            const uint b = base + s * pw;
-            const float w = precise::exp2(parts[b] - mm);
-            const float x = parts[b + 2u + min(c, pw - 3u)];
-            if (s < A.n_parts_c) {
-                oc += x * w;
-            } else {
-                orr += x * w;
+        for (uint s0 = 0u; s0 < A.n_parts; s0 += 8u) {
+            float m8[8];
+            float x8[8];
+            for (uint j = 0u; j < 8u; ++j) {
+                const uint b = base + min(s0 + j, last) * pw;
+                m8[j] = parts[b];
+                x8[j] = parts[b + 2u + min(c, pw - 3u)];
+            }
+            for (uint j = 0u; j < 8u; ++j) {
+                const uint s = s0 + j;
+                if (s < A.n_parts) {
+                    const float w = precise::exp2(m8[j] - mm);
+                    if (s < A.n_parts_c) {
+                        oc += x8[j] * w;
+                    } else {
+                        orr += x8[j] * w;
+                    }
+                }
             }
         }
         if (c < V_W) {
