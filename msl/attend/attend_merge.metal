@@ -26,73 +26,78 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     const uint v = wid % A.vec_total;
     const uint pw = ATTEND_WIDE + 2u;
     const uint base = wid * A.n_parts * pw;
-    // Eight splits per trip of each loop, their loads first (the WGSL twin's MERGE_UNROLL);
-    // the sums keep split order.
     const uint last = A.n_parts - 1u;
-    float mm = ATTEND_NEG;
-    for (uint s0 = 0u; s0 < A.n_parts; s0 += 8u) {
-        float m8[8];
-        for (uint j = 0u; j < 8u; ++j) {
-            m8[j] = parts[base + min(s0 + j, last) * pw];
-        }
-        for (uint j = 0u; j < 8u; ++j) {
-            mm = max(mm, m8[j]);
-        }
+    // The WGSL twin's mapping: M across the lanes and a tree; then per chunk of WORKGROUP_SIZE
+    // splits, one weight per lane (mgw, mgl) and every lane walking the chunk in split order.
+    threadgroup float mgw[WORKGROUP_SIZE];
+    threadgroup float mgl[WORKGROUP_SIZE];
+    float mx = ATTEND_NEG;
+    for (uint s = lid; s < A.n_parts; s += WORKGROUP_SIZE) {
+        mx = max(mx, parts[base + s * pw]);
     }
+    mgw[lid] = mx;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint n = WORKGROUP_SIZE / 2u; n > 0u; n >>= 1u) {
+        if (lid < n) {
+            mgw[lid] = max(mgw[lid], mgw[lid + n]);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    const float mm = mgw[0];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    const uint c0 = 2u + min(lid, pw - 3u);
+    const uint c1 = 2u + min(lid + WORKGROUP_SIZE, pw - 3u);
+    float4 acc = float4(0.0f); // codec part of channels c0, c1; ring part of c0, c1
     float ll = 0.0f;
-    for (uint s0 = 0u; s0 < A.n_parts; s0 += 8u) {
-        float m8[8];
-        float l8[8];
-        for (uint j = 0u; j < 8u; ++j) {
-            const uint b = base + min(s0 + j, last) * pw;
-            m8[j] = parts[b];
-            l8[j] = parts[b + 1u];
+    for (uint s0 = 0u; s0 < A.n_parts; s0 += WORKGROUP_SIZE) {
+        float w = 0.0f;
+        float lw = 0.0f;
+        if (s0 + lid < A.n_parts) {
+            const uint b = base + (s0 + lid) * pw;
+            w = precise::exp2(parts[b] - mm);
+            lw = parts[b + 1u] * w;
         }
-        for (uint j = 0u; j < 8u; ++j) {
-            if (s0 + j < A.n_parts) {
-                ll += l8[j] * precise::exp2(m8[j] - mm);
+        mgw[lid] = w;
+        mgl[lid] = lw;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        const uint n = min(A.n_parts - s0, uint(WORKGROUP_SIZE));
+        for (uint j = 0u; j < n; j += 4u) {
+            float x[8];
+            for (uint i = 0u; i < 4u; ++i) {
+                const uint b = base + min(s0 + j + i, last) * pw;
+                x[2u * i] = parts[b + c0];
+                x[2u * i + 1u] = parts[b + c1];
             }
-        }
-    }
-    const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
-    float ring[2];
-    for (uint k = 0u; k < 2u; ++k) {
-        const uint c = lid + k * WORKGROUP_SIZE;
-        float oc = 0.0f;
-        float orr = 0.0f;
-        for (uint s0 = 0u; s0 < A.n_parts; s0 += 8u) {
-            float m8[8];
-            float x8[8];
-            for (uint j = 0u; j < 8u; ++j) {
-                const uint b = base + min(s0 + j, last) * pw;
-                m8[j] = parts[b];
-                x8[j] = parts[b + 2u + min(c, pw - 3u)];
-            }
-            for (uint j = 0u; j < 8u; ++j) {
-                const uint s = s0 + j;
-                if (s < A.n_parts) {
-                    const float w = precise::exp2(m8[j] - mm);
-                    if (s < A.n_parts_c) {
-                        oc += x8[j] * w;
-                    } else {
-                        orr += x8[j] * w;
-                    }
+            for (uint i = 0u; i < 4u; ++i) {
+                const float wi = mgw[j + i];
+                ll += mgl[j + i];
+                if (s0 + j + i < A.n_parts_c) {
+                    acc.x += x[2u * i] * wi;
+                    acc.y += x[2u * i + 1u] * wi;
+                } else {
+                    acc.z += x[2u * i] * wi;
+                    acc.w += x[2u * i + 1u] * wi;
                 }
             }
         }
-        if (c < V_W) {
-            S.fin[c] = oc * inv;
-        }
-        ring[k] = orr * inv;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
     }
+    const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
+    if (lid < V_W) {
+        S.fin[lid] = acc.x * inv;
+    }
+    if (lid + WORKGROUP_SIZE < V_W) {
+        S.fin[lid + WORKGROUP_SIZE] = acc.y * inv;
+    }
+    const float2 ring = float2(acc.z, acc.w) * inv;
     threadgroup_barrier(mem_flags::mem_threadgroup);
     v_finish(A, VP, vtab, S, lid, h);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     const uint o = ((v / A.qg) * A.hq + h * A.qg + v % A.qg) * ATTEND_DIM;
-    for (uint k = 0u; k < 2u; ++k) {
-        const uint c = lid + k * WORKGROUP_SIZE;
-        if (c < ATTEND_DIM) {
-            out[o + c] = S.fin[c] + ring[k];
-        }
+    if (lid < ATTEND_DIM) {
+        out[o + lid] = S.fin[lid] + ring.x;
+    }
+    if (lid + WORKGROUP_SIZE < ATTEND_DIM) {
+        out[o + lid + WORKGROUP_SIZE] = S.fin[lid + WORKGROUP_SIZE] + ring.y;
     }
 }

@@ -12,9 +12,31 @@
 // by v_finish).
 //
 // Dispatch: one workgroup per (KV head h, query vector v), linear index h · vec_total + v.
+//
+// Mapping: M takes the splits across the lanes (lane i reads splits i, i + WORKGROUP_SIZE, ...)
+// and a tree over the lanes; then, one chunk of WORKGROUP_SIZE splits at a time, each lane
+// turns one split into its weight 2^(m_s − M) and l_s·2^(m_s − M) (mgw, mgl), and every lane
+// walks the chunk's splits in order for its two channels, four splits' words loaded together.
+// L and the O sums keep split order, so the result does not depend on WORKGROUP_SIZE. (A
+// lane walking every split's m, l and o one load at a time cost ~0.5 µs a split on the H200:
+// benches/results/h200-2026-12-03-diag.)
 
-// Splits whose loads one trip of a loop over them issues together.
-const MERGE_UNROLL: u32 = 8u;
+// One chunk's weights 2^(m_s − M) (0 past the last split), and the max tree's lanes.
+var<workgroup> mgw: array<f32, WORKGROUP_SIZE>;
+// One chunk's l_s · 2^(m_s − M) (0 past the last split).
+var<workgroup> mgl: array<f32, WORKGROUP_SIZE>;
+
+// Adds split s's channel words (x0, x1) with weight w to the codec's sums (acc.xy) or, past
+// the codec's splits, the ring's (acc.zw). s is the same in every lane (uniform branch).
+fn merge_add(acc: ptr<function, vec4<f32>>, s: u32, w: f32, x0: f32, x1: f32) {
+    if (s < AP.n_parts_c) {
+        (*acc).x += x0 * w;
+        (*acc).y += x1 * w;
+    } else {
+        (*acc).z += x0 * w;
+        (*acc).w += x1 * w;
+    }
+}
 
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
@@ -30,80 +52,80 @@ fn main(
     let v = wid % AP.vec_total;
     let base = wid * AP.n_parts * PW;
     let last = AP.n_parts - 1u;
-    // Every loop over the splits takes MERGE_UNROLL of them per trip, their loads first (a
-    // loop of one load per trip waits for each: ~0.5 µs a split on the H200). The sums keep
-    // split order (the same f32 result as one split per trip).
-    var mm = NEG;
-    for (var s0 = 0u; s0 < AP.n_parts; s0 += MERGE_UNROLL) {
-        var m8: array<f32, MERGE_UNROLL>;
-        // @unroll 8
-        for (var j = 0u; j < MERGE_UNROLL; j++) {
-            m8[j] = q[base + min(s0 + j, last) * PW]; // past the last: the last again
-        }
-        // @unroll 8
-        for (var j = 0u; j < MERGE_UNROLL; j++) {
-            mm = max(mm, m8[j]);
-        }
+    var mx = NEG;
+    for (var s = lid; s < AP.n_parts; s += WORKGROUP_SIZE) {
+        mx = max(mx, q[base + s * PW]);
     }
+    mgw[lid] = mx;
+    workgroupBarrier();
+    for (var n = WORKGROUP_SIZE / 2u; n > 0u; n >>= 1u) {
+        if (lid < n) {
+            mgw[lid] = max(mgw[lid], mgw[lid + n]);
+        }
+        workgroupBarrier();
+    }
+    let mm = mgw[0];
+    workgroupBarrier();
+    // Channels lid, lid + WORKGROUP_SIZE (V_W and D are at most 2 · WORKGROUP_SIZE); the
+    // record's words past PW are never read (the clamped channels are not stored).
+    let c0 = 2u + min(lid, PW - 3u);
+    let c1 = 2u + min(lid + WORKGROUP_SIZE, PW - 3u);
+    var acc = vec4<f32>(0.0); // codec part of channels c0, c1; ring part of c0, c1
     var ll = 0.0;
-    for (var s0 = 0u; s0 < AP.n_parts; s0 += MERGE_UNROLL) {
-        var m8: array<f32, MERGE_UNROLL>;
-        var l8: array<f32, MERGE_UNROLL>;
-        // @unroll 8
-        for (var j = 0u; j < MERGE_UNROLL; j++) {
-            let b = base + min(s0 + j, last) * PW;
-            m8[j] = q[b];
-            l8[j] = q[b + 1u];
+    for (var s0 = 0u; s0 < AP.n_parts; s0 += WORKGROUP_SIZE) {
+        var w = 0.0;
+        var lw = 0.0;
+        if (s0 + lid < AP.n_parts) {
+            let b = base + (s0 + lid) * PW;
+            w = exp2(q[b] - mm);
+            lw = q[b + 1u] * w;
         }
-        // @unroll 8
-        for (var j = 0u; j < MERGE_UNROLL; j++) {
-            if (s0 + j < AP.n_parts) {
-                ll += l8[j] * exp2(m8[j] - mm);
-            }
+        mgw[lid] = w;
+        mgl[lid] = lw;
+        workgroupBarrier();
+        let n = min(WORKGROUP_SIZE, AP.n_parts - s0);
+        for (var j = 0u; j < n; j += 4u) {
+            // Past the last split: its words again, with weight 0 (WORKGROUP_SIZE is a
+            // multiple of 4, so j + 3 stays in the chunk's tables).
+            let b0 = base + min(s0 + j, last) * PW;
+            let b1 = base + min(s0 + j + 1u, last) * PW;
+            let b2 = base + min(s0 + j + 2u, last) * PW;
+            let b3 = base + min(s0 + j + 3u, last) * PW;
+            let x00 = q[b0 + c0];
+            let x01 = q[b0 + c1];
+            let x10 = q[b1 + c0];
+            let x11 = q[b1 + c1];
+            let x20 = q[b2 + c0];
+            let x21 = q[b2 + c1];
+            let x30 = q[b3 + c0];
+            let x31 = q[b3 + c1];
+            ll += mgl[j];
+            merge_add(&acc, s0 + j, mgw[j], x00, x01);
+            ll += mgl[j + 1u];
+            merge_add(&acc, s0 + j + 1u, mgw[j + 1u], x10, x11);
+            ll += mgl[j + 2u];
+            merge_add(&acc, s0 + j + 2u, mgw[j + 2u], x20, x21);
+            ll += mgl[j + 3u];
+            merge_add(&acc, s0 + j + 3u, mgw[j + 3u], x30, x31);
         }
+        workgroupBarrier();
     }
     let inv = select(0.0, 1.0 / ll, ll > 0.0);
-    // Channels lid, lid + WORKGROUP_SIZE (V_W and D are at most 2 · WORKGROUP_SIZE).
-    var ring: array<f32, 2>;
-    for (var k = 0u; k < 2u; k++) {
-        let c = lid + k * WORKGROUP_SIZE;
-        var oc = 0.0;
-        var orr = 0.0;
-        for (var s0 = 0u; s0 < AP.n_parts; s0 += MERGE_UNROLL) {
-            var m8: array<f32, MERGE_UNROLL>;
-            var x8: array<f32, MERGE_UNROLL>;
-            // @unroll 8
-            for (var j = 0u; j < MERGE_UNROLL; j++) {
-                let b = base + min(s0 + j, last) * PW;
-                m8[j] = q[b];
-                x8[j] = q[b + 2u + min(c, PW - 3u)];
-            }
-            // @unroll 8
-            for (var j = 0u; j < MERGE_UNROLL; j++) {
-                let s = s0 + j;
-                if (s < AP.n_parts) {
-                    let w = exp2(m8[j] - mm);
-                    if (s < AP.n_parts_c) {
-                        oc += x8[j] * w;
-                    } else {
-                        orr += x8[j] * w;
-                    }
-                }
-            }
-        }
-        if (c < V_W) {
-            fin[c] = oc * inv;
-        }
-        ring[k] = orr * inv;
+    if (lid < V_W) {
+        fin[lid] = acc.x * inv;
     }
+    if (lid + WORKGROUP_SIZE < V_W) {
+        fin[lid + WORKGROUP_SIZE] = acc.y * inv;
+    }
+    let ring = vec2<f32>(acc.z, acc.w) * inv;
     workgroupBarrier();
     v_finish(lid, h);
     workgroupBarrier();
     let o = ((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM;
-    for (var k = 0u; k < 2u; k++) {
-        let c = lid + k * WORKGROUP_SIZE;
-        if (c < DIM) {
-            partials[o + c] = fin[c] + ring[k];
-        }
+    if (lid < DIM) {
+        partials[o + lid] = fin[lid] + ring.x;
+    }
+    if (lid + WORKGROUP_SIZE < DIM) {
+        partials[o + lid + WORKGROUP_SIZE] = fin[lid + WORKGROUP_SIZE] + ring.y;
     }
 }
