@@ -32,9 +32,9 @@
 //! both are `vkCmdWriteTimestamp(BOTTOM_OF_PIPE)`, the end one after all earlier commands).
 //! wgpu's zero-initialisation of fresh buffers (the per-call partials) is recorded into a
 //! command buffer pushed *in front of* the submission, so it is outside the timed span.
-//! Before each timed call, unless `--no-flush`, a separate submission runs an attention call
-//! over an f16 cache of 2× the assumed L2 (read-mostly traffic), so every timed call starts
-//! with an L2 full of someone else's clean lines.
+//! Before each timed call, unless `--no-flush`, a separate submission runs a bench-owned kernel
+//! that reads 2× the assumed L2 (`common/l2_flush.rs`), so every timed call starts with an L2
+//! full of someone else's clean lines, whatever the kernels under measurement do.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -47,6 +47,7 @@ use kvpack::{AttendKernel, AttendOptions, Input, KvLayer, Method};
 
 mod common;
 
+use common::l2_flush::ReadFlush;
 use common::report::{self, ArmRow, CPU_ADAPTER_NOTE, Report, Series, Stamps};
 use common::{AA_SUFFIX, MIB, Rng, fill_from, fmt_bytes, rotation, stats};
 const HQ: usize = 32;
@@ -590,13 +591,8 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     let methods: [&'static str; 3] = ["f16", "kivi-4", "kivi-2"];
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
 
-    // Host K/V of the largest T; every case takes a prefix. The flush cache needs 2·L2 bytes.
-    let flush_t = if o.flush {
-        (2 * o.l2_bytes).div_ceil((2 * HKV * DIM * 2) as u64) as usize
-    } else {
-        0
-    };
-    let t_max = tokens.iter().copied().max().unwrap_or(0).max(flush_t);
+    // Host K/V of the largest T; every case takes a prefix.
+    let t_max = tokens.iter().copied().max().unwrap_or(0);
     let t0 = Instant::now();
     let kv = rng.normals_f16(2 * t_max * HKV * DIM);
     let (k, v) = kv.split_at(t_max * HKV * DIM);
@@ -727,22 +723,16 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         }
     }
     let flush_layer = if o.flush {
-        let layer = build_layer(ctx, "f16", PathChoice::Wgsl, flush_t, k, v)?;
-        let q = gpu::upload(
-            ctx,
-            "bench flush q",
-            bytemuck::cast_slice(&rng.normals(TQ * HQ * DIM)),
-        )?;
-        let out = gpu::storage_buffer(ctx, "bench flush out", (TQ * HQ * DIM * 4) as u64)?;
-        Some((layer, q, out))
+        Some(ReadFlush::new(ctx, 2 * o.l2_bytes)?)
     } else {
         None
     };
     println!(
-        "  caches built in {:.1} s; flush: f16 attention over {} tokens ({})",
+        "  caches built in {:.1} s; flush: a bench kernel reading {}",
         t0.elapsed().as_secs_f64(),
-        flush_t,
-        fmt_bytes((flush_t * HKV * DIM * 4) as u64)
+        flush_layer
+            .as_ref()
+            .map_or("nothing (--no-flush)".to_string(), |f| fmt_bytes(f.bytes))
     );
 
     // Copy arms: the big roofline plus one size-matched copy per attention case.
@@ -1191,16 +1181,14 @@ fn append_arm(
 }
 
 /// The L2 flush cache: an f16 layer, q and out.
-type Flush = Option<(Box<dyn KvLayer>, wgpu::Buffer, wgpu::Buffer)>;
+type Flush = Option<ReadFlush>;
 
-/// A separate submission that reads 2·L2 of someone else's data (when enabled).
+/// The L2 flush before a timed call (none with `--no-flush`).
 fn l2_flush(ctx: &Context, flush: &Flush) -> kvpack::Result<()> {
-    if let Some((layer, q, out)) = flush {
-        gpu::submit_blocking(ctx, "bench L2 flush", |enc| {
-            layer.encode_attend(enc, q, TQ, HQ, &attend_opts(), out)
-        })?;
+    match flush {
+        Some(f) => f.run(ctx),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Host row `i` of the appended stream: the token after the prefill's last, wrapping over the

@@ -1,6 +1,7 @@
 //! Helpers shared by the GPU benches: sizes, statistics, a seeded generator, buffers.
 #![allow(dead_code)]
 
+pub mod l2_flush;
 pub mod report;
 
 use kvpack::{Context, gpu};
