@@ -722,7 +722,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             append_arms.push(append_arm(ctx, m, t, k, v)?);
         }
     }
-    let flush_layer = if o.flush {
+    let flush = if o.flush {
         Some(ReadFlush::new(ctx, 2 * o.l2_bytes)?)
     } else {
         None
@@ -730,7 +730,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     println!(
         "  caches built in {:.1} s; flush: a bench kernel reading {}",
         t0.elapsed().as_secs_f64(),
-        flush_layer
+        flush
             .as_ref()
             .map_or("nothing (--no-flush)".to_string(), |f| fmt_bytes(f.bytes))
     );
@@ -810,10 +810,10 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         let mut slots = Vec::with_capacity(arms.len());
         for &a in &order {
             if matches!(arms[a].work, Work::Append(_)) {
-                time_appends(ctx, &append_stamps, &mut arms[a], k, v, &flush_layer, keep)?;
+                time_appends(ctx, &append_stamps, &mut arms[a], k, v, &flush, keep)?;
                 continue;
             }
-            l2_flush(ctx, &flush_layer)?;
+            l2_flush(ctx, &flush)?;
             let kk = round % arms[a].instances();
             time_arm(ctx, &stamps, &arms[a], kk, slots.len() as u32)?;
             slots.push(a);
@@ -1180,7 +1180,7 @@ fn append_arm(
     })
 }
 
-/// The L2 flush cache: an f16 layer, q and out.
+/// The bench-owned L2 flush (none with `--no-flush`).
 type Flush = Option<ReadFlush>;
 
 /// The L2 flush before a timed call (none with `--no-flush`).
