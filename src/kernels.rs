@@ -39,6 +39,7 @@ pub fn all() -> Vec<&'static KernelDef> {
         &qjl::kernels::QJL_ENCODE,
         &vecinfer::kernels::VECINFER_QUANT,
         &crate::policy::kernels::EVICT_SCORE,
+        &crate::policy::kernels::EVICT_SELECT,
         &crate::policy::kernels::EVICT_COMPACT,
     ];
     for k in attend_hooks() {

@@ -46,6 +46,8 @@ enum Check {
     Scores,
     /// The eviction compaction kernel (tests/common/compact.rs: every codec's streams).
     Compact,
+    /// The eviction selection kernel (tests/common/select.rs: random, tied and real scores).
+    Select,
 }
 
 const fn m(
@@ -135,6 +137,14 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl evict_compact (eviction): later units not moved down", Wgsl, "evict_compact", "dst[w] = src[P.src0 + (u - P.kept + P.keep_of) * unit_words + within];", None, "dst[w] = src[P.src0 + u * unit_words + within];"), Compact, S),
         (m("msl evict_compact (eviction): head 0's keep list for every head", Msl, "evict_compact", "su = keep[h * P.kept + u];", None, "su = keep[u];"), Compact, MSL),
         (m("msl evict_compact (eviction): one head per word", Msl, "evict_compact", "stop = min(end, (h + 1u) * P.head_bits);", None, "stop = end;"), Compact, MSL),
+        (m("wgsl evict_select (eviction): ties evict the lower position", Wgsl, "evict_select", "(kj == kc && j > c)", None, "(kj == kc && j < c)"), Select, S),
+        (m("wgsl evict_select (eviction): a unit's sum runs one token late", Wgsl, "evict_select", "s += scores[(t0 + t) * P.heads + h];", None, "s += scores[(t0 + t + 1u) * P.heads + h];"), Select, S),
+        (m("wgsl evict_select (eviction): negative scores in bit order", Wgsl, "evict_select", "select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u)", None, "select(b | 0x80000000u, b, (b & 0x80000000u) != 0u)"), Select, S),
+        (m("wgsl evict_select (eviction): a subgroup counts its own total as before it", Wgsl, "evict_select", "select(0u, totals[g], g < sg_id)", None, "select(0u, totals[g], g <= sg_id)"), Select, S),
+        (m("wgsl evict_select (eviction): a chunk advances by the lane's own prefix", Wgsl, "evict_select", "placed += scan[WORKGROUP_SIZE - 1u];", None, "placed += scan[lid];"), Select, W),
+        (m("msl evict_select (eviction): ties evict the lower position", Msl, "evict_select", "(kj == kc && j > c)", None, "(kj == kc && j < c)"), Select, MSL),
+        (m("msl evict_select (eviction): the keys read before every lane wrote them", Msl, "evict_select", "threadgroup_barrier(mem_flags::mem_device);", None, ""), Select, MSL),
+        (m("msl evict_select (eviction): sinks not kept", Msl, "evict_select", "keep[h * P.kept + u] = u;", None, "keep[h * P.kept + u] = u + 1u;"), Select, MSL),
         (m("msl attend (eviction): positions table read for the next KV head", Msl, "attend_", "kseg[A.pos_off + slot * A.hkv + h]", None, "kseg[A.pos_off + slot * A.hkv + (h + 1u) % A.hkv]"), Positions, MSL),
         // ---- VecInfer LUT attention (issue 15's planted bugs) ----
         (m("msl vecinfer: LUT of the wrong query head (the 4 vectors' lanes rotated, f32 LUT)", Msl, "attend_vecinfer", "S.kvi_lut[e] = x;", None, "S.kvi_lut[e] = x.yzwx;"), VecInfer, MSL),
@@ -363,6 +373,11 @@ fn run(check: Check, t: &Target, seed: u64) {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             common::compact::check_all(t, &mut rng);
         }
+        Check::Select => {
+            use rand::SeedableRng;
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            common::select::check_all(t, &mut rng);
+        }
     }
 }
 
@@ -404,6 +419,7 @@ fn every_mutant_is_caught() {
             Check::Positions,
             Check::Scores,
             Check::Compact,
+            Check::Select,
         ] {
             run(check, &t, seed);
         }

@@ -174,6 +174,10 @@ fn every_composed_wgsl_kernel_compiles() {
             .collect()
         } else if k.name == "evict_compact" {
             vec![Specialization(Vec::new())]
+        } else if k.name == "evict_select" {
+            (0..2u32)
+                .map(|oldest| Specialization(vec![("OLDEST", oldest)]))
+                .collect()
         } else if k.folder == "policy" {
             (0..2u32)
                 .map(|norm| Specialization(vec![("SCORE_NORM", norm)]))

@@ -1,7 +1,10 @@
 //! The eviction policies' GPU kernels (../shared/spec/qfilters.md, "Scoring and eviction"):
 //! `evict_score`, the score of every appended (token, KV head) computed once at append on the
 //! key as appended (wgsl/policy/evict_score_io.wgsl with its subgroup and workgroup-memory
-//! variants, msl/policy/evict_score.metal; CPU twin `crate::cpu::policy::evict_score`).
+//! variants, msl/policy/evict_score.metal; CPU twin `crate::cpu::policy::evict_score`);
+//! `evict_select`, the units each head keeps after an eviction (wgsl/policy/evict_select_io.wgsl
+//! with its subgroup and workgroup-memory variants, msl/policy/evict_select.metal; CPU reference
+//! [`super::select::keep_lists`]); `evict_compact`, the kept units' words moved down.
 
 use crate::error::{Error, Result};
 use crate::gpu::DispatchPlan;
@@ -172,5 +175,100 @@ pub fn plan_score(
         spec: registry::Specialization(vec![("SCORE_NORM", u32::from(norm))]),
         uniform: bytemuck::bytes_of(&params).to_vec(),
         workgroups: (n * heads) as u64,
+    })
+}
+
+/// Invocations per workgroup of `evict_select`.
+pub const SELECT_WORKGROUP: u32 = 256;
+
+/// `evict_select`: bindings 0 the uniform ([`SelectParams`]), 1 the scores `[held][H]` f32,
+/// 2 a scratch of `[H][end − first]` u32 (the candidates' keys), 3 the keep lists
+/// `[H][end − n]` u32 (written; what `evict_compact` reads). Specialization: `OLDEST`
+/// (1: StreamingLLM's oldest-first, the scores unread).
+pub static EVICT_SELECT: KernelDef = KernelDef {
+    name: "evict_select",
+    folder: "policy",
+    wgsl_common: &[
+        DISPATCH,
+        include_str!("../../wgsl/policy/evict_select_io.wgsl"),
+    ],
+    wgsl_subgroup: Some(include_str!("../../wgsl/policy/evict_select_subgroup.wgsl")),
+    wgsl: include_str!("../../wgsl/policy/evict_select.wgsl"),
+    msl_common: &[],
+    msl: Some(include_str!("../../msl/policy/evict_select.metal")),
+    bindings: &[
+        Binding::Uniform,
+        Binding::StorageRead,
+        Binding::StorageReadWrite,
+        Binding::StorageReadWrite,
+    ],
+    workgroup_size: SELECT_WORKGROUP,
+};
+
+/// Uniform block of `evict_select`.
+/// Keep in sync with `SelectParams` in wgsl/policy/evict_select_io.wgsl and
+/// msl/policy/evict_select.metal.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SelectParams {
+    /// KV heads.
+    pub heads: u32,
+    /// Tokens per unit.
+    pub unit: u32,
+    /// First candidate unit.
+    pub first: u32,
+    /// One past the last candidate unit.
+    pub end: u32,
+    /// Units each head evicts.
+    pub n: u32,
+    /// Units each head keeps of `[0, end)` (`end − n`).
+    pub kept: u32,
+    /// Padding to 32 bytes.
+    pub pad: [u32; 2],
+}
+
+/// The dispatch of `evict_select` over `heads` heads' `[held][H]` scores (`held ≥ end·unit`):
+/// each head evicts `n` of the candidate units `[first, end)` of `unit` tokens, `order` as
+/// [`super::select::keep_lists`] takes it; one workgroup per head. Its scratch binding needs
+/// `max(1, heads·(end − first))` u32 and its output `heads·(end − n)`. [`Error::Config`] for
+/// an impossible selection (`first > end`, `n > end − first`, `unit = 0`), [`Error::Limit`]
+/// past u32 indices.
+pub fn plan_select(
+    heads: usize,
+    unit: usize,
+    first: usize,
+    end: usize,
+    n: usize,
+    order: super::select::Order,
+) -> Result<DispatchPlan> {
+    if first > end || n > end - first || unit == 0 || heads == 0 {
+        return Err(Error::Config(format!(
+            "evict_select: an impossible selection ({n} of units [{first}, {end}) of {unit} \
+             token(s), {heads} heads)"
+        )));
+    }
+    let needed = (end * unit * heads) as u64;
+    if needed > u64::from(u32::MAX) {
+        return Err(Error::Limit {
+            what: "eviction selection: score entries",
+            needed,
+            limit: u64::from(u32::MAX),
+        });
+    }
+    let params = SelectParams {
+        heads: heads as u32,
+        unit: unit as u32,
+        first: first as u32,
+        end: end as u32,
+        n: n as u32,
+        kept: (end - n) as u32,
+        pad: [0; 2],
+    };
+    let oldest = matches!(order, super::select::Order::Oldest);
+    Ok(DispatchPlan {
+        kernel: &EVICT_SELECT,
+        spec: registry::Specialization(vec![("OLDEST", u32::from(oldest))]),
+        uniform: bytemuck::bytes_of(&params).to_vec(),
+        workgroups: heads as u64,
     })
 }

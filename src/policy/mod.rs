@@ -8,16 +8,17 @@
 //!
 //! - [`config`]: the policy grammar and its checks;
 //! - [`score`]: the scoring at append (CPU reference: `crate::cpu::policy::evict_score`);
-//! - [`kernels`]: the GPU scoring kernel (`evict_score`, WGSL subgroup and workgroup variants,
-//!   MSL) and its plans;
-//! - [`select`]: which units each head evicts (CPU reference);
+//! - [`kernels`]: the GPU kernels (`evict_score`, `evict_select`, `evict_compact`; WGSL subgroup
+//!   and workgroup variants, MSL) and their plans;
+//! - [`select`]: which units each head evicts (CPU reference of `evict_select`);
 //! - [`layer`]: [`EvictingLayer`], the layer that applies it;
 //! - [`spearman`]: the quality check (score vs. the attention mass each key receives).
 //!
 //! On WGSL paths the layer's words stay on the device: compaction by `evict_compact`, attention
-//! at the held tokens' positions (`ATT_POS`); the selection still runs on the host tables and
-//! host appends are scored by the CPU twin of `evict_score` (see [`layer`] for what is not on
-//! the GPU yet).
+//! at the held tokens' positions (`ATT_POS`); the selection still runs on the host tables
+//! (`evict_select` is built and tested against [`select`], not yet called: the score table
+//! would have to live on the device) and host appends are scored by the CPU twin of
+//! `evict_score` (see [`layer`] for what is not on the GPU yet).
 
 pub mod config;
 pub mod kernels;

@@ -1,7 +1,10 @@
 //! Which units each head evicts (docs/contracts/qfilters.md, "Scoring and eviction"): the
-//! CPU reference of the selection. A unit is `U` consecutive held tokens (1 for per-token
-//! codecs, a whole key block for KIVI), scored by the mean of its tokens' scores (summed in
-//! token order, f32). Among the candidate units, each head evicts the `n` lowest scores; on
+//! CPU reference of the selection (its GPU twin: `evict_select`, [`super::kernels`]). A unit is
+//! `U` consecutive held tokens (1 for per-token codecs, a whole key block for KIVI), scored by
+//! the mean of its tokens' scores. Units all hold `U` tokens, so the means rank as their f32
+//! sums do (in token order, from the first token's score): the sum is what is compared, exactly
+//! as the GPU compares it; a rounded quotient would add a division GPUs need not round alike.
+//! Among the candidate units, each head evicts the `n` lowest scores (IEEE total order); on
 //! equal scores the unit at the higher position goes first (ties keep the lower position).
 //! StreamingLLM evicts the `n` oldest candidates instead.
 
@@ -26,12 +29,11 @@ pub struct Held<'a> {
     pub positions: &'a [u32],
 }
 
-/// The mean score of unit `u` (`unit` tokens) of head `h`, summed in token order.
+/// The score sum of unit `u` (`unit` ≥ 1 tokens) of head `h`: its first token's score, then
+/// each later token's added in token order (f32; the mean times `unit`, ranked alike).
 pub fn unit_score(held: &Held<'_>, unit: usize, u: usize, h: usize) -> f32 {
-    let sum: f32 = (u * unit..(u + 1) * unit)
-        .map(|t| held.scores[t * held.heads + h])
-        .sum();
-    sum / unit as f32
+    let s = |t: usize| held.scores[t * held.heads + h];
+    (u * unit + 1..(u + 1) * unit).fold(s(u * unit), |a, t| a + s(t))
 }
 
 /// Per head, the units of `[0, end)` it keeps (ascending) after evicting `n` of the candidate
@@ -116,7 +118,7 @@ mod tests {
 
     #[test]
     fn units_are_scored_by_their_mean_and_heads_choose_alone() {
-        // 2 heads, unit 2, 3 units; head 0 means 2, 0.5, 3; head 1 means 1, 4, 0.
+        // 2 heads, unit 2, 3 units; head 0 sums 4, 1, 6; head 1 sums 2, 8, 0.
         let s = [1.0, 2.0, 3.0, 0.0, 0.0, 8.0, 1.0, 0.0, 4.0, 0.0, 2.0, 0.0];
         let p: Vec<u32> = (0..6u32).flat_map(|t| [t, t]).collect();
         let held = Held {

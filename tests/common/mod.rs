@@ -16,6 +16,7 @@ pub mod positions;
 pub mod quality;
 pub mod recon;
 pub mod scores;
+pub mod select;
 pub mod st;
 pub mod vecinfer_calib;
 
