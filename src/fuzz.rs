@@ -48,7 +48,7 @@ pub fn cache_file(data: &[u8]) {
                 .expect("a decoded cache builds layers");
             for (l, saved) in layers.iter().zip(&cache.layers) {
                 assert_eq!(l.snapshot().expect("snapshot"), saved.snapshot);
-                assert_eq!(l.eviction_state(), saved.eviction);
+                assert_eq!(l.eviction_state().expect("state"), saved.eviction);
             }
         }
     }

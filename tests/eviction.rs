@@ -173,7 +173,7 @@ fn eviction_keeps_exact_words(t: &Target, spec: &str) {
         max_held <= budget + stride - 1 + 9 + u,
         "{spec}: held {max_held} tokens, budget {budget}"
     );
-    let pos = ev.positions();
+    let pos = ev.positions().unwrap();
     for h in 0..H {
         let p: Vec<usize> = (0..held).map(|j| pos[j * H + h] as usize).collect();
         assert!(
@@ -400,7 +400,7 @@ fn kept_sets_follow_the_spec_and_attention_reads_true_positions(t: &Target) {
             assert!(ev.len() <= budget, "{policy}: {} held", ev.len());
         }
         let want = simulate(&k16, tokens, h, d, score, oldest, budget, sinks, w);
-        let pos = ev.positions();
+        let pos = ev.positions().unwrap();
         for (hh, want) in want.iter().enumerate() {
             let got: Vec<usize> = (0..ev.len()).map(|j| pos[j * h + hh] as usize).collect();
             assert_eq!(
@@ -463,7 +463,7 @@ fn kept_sets_follow_the_spec_and_attention_reads_true_positions(t: &Target) {
     let neg = |x: &[f32], hh: usize| -dot(x, hh);
     let want = simulate(&k16, tokens, h, d, &neg, false, budget, sinks, window);
     // One chunk, stride 1: evicted at once down to the budget (the same rule, applied once).
-    let pos = ev.positions();
+    let pos = ev.positions().unwrap();
     for (hh, want) in want.iter().enumerate() {
         let got: Vec<usize> = (0..ev.len()).map(|j| pos[j * h + hh] as usize).collect();
         assert_eq!(&got, want, "flipped: head {hh}");
@@ -653,7 +653,11 @@ fn caches_under_eviction_save_and_load() {
             "{spec}: version"
         );
         let back = SavedCache::from_bytes(&bytes).unwrap();
-        assert_eq!(back.layers[0].eviction, a.eviction_state(), "{spec}");
+        assert_eq!(
+            back.layers[0].eviction,
+            a.eviction_state().unwrap(),
+            "{spec}"
+        );
         let mut b = back.to_layers(&ctx, PathChoice::Cpu).unwrap().remove(0);
         assert_eq!((b.len(), b.appended()), (a.len(), a.appended()), "{spec}");
         assert_eq!(b.snapshot().unwrap(), a.snapshot().unwrap(), "{spec}");
@@ -677,8 +681,8 @@ fn caches_under_eviction_save_and_load() {
             "{spec}: after more appends"
         );
         assert_eq!(
-            b.eviction_state(),
-            a.eviction_state(),
+            b.eviction_state().unwrap(),
+            a.eviction_state().unwrap(),
             "{spec}: after more appends"
         );
         // Every truncation and every flipped bit is an error (checksums), never a panic.

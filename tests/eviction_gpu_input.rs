@@ -113,7 +113,10 @@ fn evicting_layers_take_device_input(t: &Target) {
         let what = format!("{spec} on {tn}");
         let ctx = &own;
         assert!(a.appended() - a.len() > 0, "{what}: nothing evicted");
-        let (sa, sb) = (a.eviction_state().unwrap(), b.eviction_state().unwrap());
+        let (sa, sb) = (
+            a.eviction_state().unwrap().unwrap(),
+            b.eviction_state().unwrap().unwrap(),
+        );
         assert_eq!((sb.appended, sb.since), (sa.appended, sa.since), "{what}");
         assert_eq!(sb.positions, sa.positions, "{what}: a different kept set");
         for (x, y) in sa.scores.iter().zip(&sb.scores) {
@@ -264,8 +267,8 @@ fn evicting_layers_record_appends(t: &Target) {
                 ));
                 b.sync().unwrap();
                 assert_eq!(
-                    b.eviction_state().unwrap().positions,
-                    a.eviction_state().unwrap().positions,
+                    b.eviction_state().unwrap().unwrap().positions,
+                    a.eviction_state().unwrap().unwrap().positions,
                     "{what}: after chunk {i}"
                 );
             }
@@ -273,7 +276,10 @@ fn evicting_layers_record_appends(t: &Target) {
             b.sync().unwrap();
             assert!(seen_attend || matches!(mode, Rec::OneEncoder));
             assert!(b.appended() > b.len(), "{what}: nothing evicted");
-            let (sa, sb) = (a.eviction_state().unwrap(), b.eviction_state().unwrap());
+            let (sa, sb) = (
+                a.eviction_state().unwrap().unwrap(),
+                b.eviction_state().unwrap().unwrap(),
+            );
             assert_eq!(
                 (&sb.positions, sb.appended, sb.since),
                 (&sa.positions, sa.appended, sa.since),
@@ -292,7 +298,7 @@ fn evicting_layers_record_appends(t: &Target) {
             );
 
             // A recorded append of a NaN: rolled back at the sync, tables included.
-            let before = (b.eviction_state(), b.snapshot().unwrap());
+            let before = (b.eviction_state().unwrap(), b.snapshot().unwrap());
             let mut bad = k[..3 * ROW].to_vec();
             bad[7] = f32::NAN;
             let badb = kvpack::gpu::upload(t.ctx(), "bad", bytemuck::cast_slice(&bad)).unwrap();
@@ -306,7 +312,7 @@ fn evicting_layers_record_appends(t: &Target) {
                 r => panic!("{what}: a recorded NaN: {r:?}"),
             }
             assert_eq!(
-                (b.eviction_state(), b.snapshot().unwrap()),
+                (b.eviction_state().unwrap(), b.snapshot().unwrap()),
                 before,
                 "{what}: the rejected append left a trace"
             );

@@ -30,7 +30,11 @@ fn append(l: &mut dyn KvLayer, k: &[f32], v: &[f32]) {
 fn same_state(a: &dyn KvLayer, b: &dyn KvLayer, what: &str) {
     assert_eq!((b.len(), b.appended()), (a.len(), a.appended()), "{what}");
     assert_eq!(b.snapshot().unwrap(), a.snapshot().unwrap(), "{what}");
-    assert_eq!(b.eviction_state(), a.eviction_state(), "{what}");
+    assert_eq!(
+        b.eviction_state().unwrap(),
+        a.eviction_state().unwrap(),
+        "{what}"
+    );
 }
 
 fn evicting_caches_restore_on_every_path(t: &Target) {

@@ -52,7 +52,7 @@ impl Layer {
     pub(super) fn attend_inputs<'a>(
         &'a self,
         s: &'a GpuStore,
-        at: Option<&Positions<'_>>,
+        at: Option<HeldRows>,
     ) -> (
         [attention::gpu::SideBuffers<'a>; 2],
         attention::plan::CacheShape,
@@ -78,7 +78,7 @@ impl Layer {
             ring: self.has_ring(),
             positions: s.positions.then(|| attention::plan::KeyPositions {
                 offset: s.sides[0].positions_offset().unwrap_or(0),
-                rows: at.map_or(0, |p| p.table.len() / self.g.heads),
+                rows: at.map_or(0, |p| p.rows),
                 evicted: at.map_or(0, |p| p.appended - self.tokens),
             }),
         };
@@ -175,10 +175,11 @@ impl Layer {
         opts: &AttendOptions,
         positions: &Positions<'_>,
     ) -> Result<Vec<f32>> {
-        self.check_positions_query(q, hq, opts, positions)?;
+        self.check_positions_query(q, hq, opts, positions.appended)?;
         match &self.store {
             Store::Gpu(s) if s.positions => {
-                let (sides, shape) = self.attend_inputs(s, Some(positions));
+                let at = HeldRows::of(positions, self.g.heads);
+                let (sides, shape) = self.attend_inputs(s, Some(at));
                 let call = attention::plan::Call {
                     tokens: self.tokens,
                     ..self.call(q.len() / (hq * self.g.dim), hq, opts)
@@ -189,9 +190,9 @@ impl Layer {
         }
     }
 
-    /// [`KvLayer::encode_attend`] over held tokens at `positions` (eviction: the table's rows
-    /// are already in the positions stream, written at each eviction); `q` holds `tq` rows
-    /// checked against the tokens appended.
+    /// [`KvLayer::encode_attend`] over held tokens at `at` (eviction: the first `at.rows`
+    /// slots' positions are already in the positions stream); `q` holds `tq` rows checked
+    /// against the tokens appended.
     #[allow(clippy::too_many_arguments)] // encode_attend's arguments and the positions
     pub(crate) fn encode_attend_positions(
         &self,
@@ -201,17 +202,46 @@ impl Layer {
         hq: usize,
         opts: &AttendOptions,
         out: &wgpu::Buffer,
-        positions: &Positions<'_>,
+        at: HeldRows,
     ) -> Result<()> {
         attention::check_query(
             tq * hq * self.g.dim,
             hq,
             self.g.heads,
             self.g.dim,
-            positions.appended,
+            at.appended,
             opts,
         )?;
-        self.encode_attend_at(enc, q, tq, hq, opts, out, Some(positions))
+        self.encode_attend_at(enc, q, tq, hq, opts, out, Some(at))
+    }
+
+    /// Attention over held tokens at `at` on a GPU layer with a positions stream (host queries,
+    /// blocking): [`Self::attend_positions`] without a host table. The CPU path is
+    /// [`Error::PathUnavailable`].
+    pub(crate) fn attend_held(
+        &self,
+        q: &[f32],
+        hq: usize,
+        opts: &AttendOptions,
+        at: HeldRows,
+    ) -> Result<Vec<f32>> {
+        self.check_positions_query(q, hq, opts, at.appended)?;
+        match &self.store {
+            Store::Gpu(s) if s.positions => {
+                let (sides, shape) = self.attend_inputs(s, Some(at));
+                let call = attention::plan::Call {
+                    tokens: self.tokens,
+                    ..self.call(q.len() / (hq * self.g.dim), hq, opts)
+                };
+                Self::run_gpu(&self.ctx, s, &call, &shape, &sides, q)
+            }
+            _ => Err(Error::PathUnavailable {
+                kernel: "attend",
+                requested: PathChoice::Cpu.to_string(),
+                reason: "held tokens without a host positions table on a CPU layer (a kvpack bug)"
+                    .into(),
+            }),
+        }
     }
 
     /// Records attention on the GPU store (checked by the caller).
@@ -224,7 +254,7 @@ impl Layer {
         hq: usize,
         opts: &AttendOptions,
         out: &wgpu::Buffer,
-        positions: Option<&Positions<'_>>,
+        positions: Option<HeldRows>,
     ) -> Result<()> {
         let Store::Gpu(s) = &self.store else {
             return Err(Error::PathUnavailable {
@@ -256,28 +286,42 @@ impl Layer {
         opts: &AttendOptions,
         positions: &Positions<'_>,
     ) -> Result<Vec<f32>> {
-        self.check_positions_query(q, hq, opts, positions)?;
+        self.check_positions_query(q, hq, opts, positions.appended)?;
         self.cpu_attend_at(None, Some(positions), q, hq, opts)
     }
 
-    /// The checks of an attention call over held tokens at `positions`: nothing unsynced, q's
-    /// shape against the tokens appended, finite values.
+    /// The checks of an attention call over held tokens (`appended` tokens appended): nothing
+    /// unsynced, q's shape against the tokens appended, finite values.
     pub(super) fn check_positions_query(
         &self,
         q: &[f32],
         hq: usize,
         opts: &AttendOptions,
-        positions: &Positions<'_>,
+        appended: usize,
     ) -> Result<()> {
         self.check_unsynced()?;
-        attention::check_query(
-            q.len(),
-            hq,
-            self.g.heads,
-            self.g.dim,
-            positions.appended,
-            opts,
-        )?;
+        attention::check_query(q.len(), hq, self.g.heads, self.g.dim, appended, opts)?;
         attention::check_finite(q)
+    }
+}
+
+/// Where a GPU layer's held tokens sit for attention (eviction): the first `rows` held slots'
+/// positions are in segment 0's positions stream (`[rows][H]` u32), every later slot j at
+/// `j + appended − held`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HeldRows {
+    /// Slots whose position is in the positions stream.
+    pub rows: usize,
+    /// Tokens appended (the next token's position).
+    pub appended: usize,
+}
+
+impl HeldRows {
+    /// The rows of a host positions table of `heads` heads.
+    pub(crate) fn of(p: &Positions<'_>, heads: usize) -> Self {
+        Self {
+            rows: p.table.len() / heads,
+            appended: p.appended,
+        }
     }
 }

@@ -92,9 +92,10 @@ pub trait KvLayer: Send + Sync + std::fmt::Debug {
         self.len()
     }
     /// The eviction policy's state (scores, positions, counters) of a layer that evicts
-    /// ([`crate::policy::EvictingLayer`]; saved with the cache), else `None`.
-    fn eviction_state(&self) -> Option<crate::policy::layer::EvictionState> {
-        None
+    /// ([`crate::policy::EvictingLayer`]; saved with the cache; read back from the device on a
+    /// GPU path), else `None`.
+    fn eviction_state(&self) -> Result<Option<crate::policy::layer::EvictionState>> {
+        Ok(None)
     }
     /// True before the first append.
     fn is_empty(&self) -> bool {

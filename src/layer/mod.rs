@@ -8,6 +8,7 @@
 //! error anywhere before the commit leaves the layer as it was.
 
 mod attend;
+pub(crate) use attend::HeldRows;
 mod device_input;
 mod evict;
 mod kv_impl;
@@ -268,14 +269,14 @@ impl Layer {
     /// The work of [`KvLayer::prepare`], owning what it needs (for a thread of its own);
     /// `None` on the CPU path.
     fn prepare_job(&self) -> Option<impl FnOnce() -> Result<()> + Send + 'static> {
-        self.prepare_job_with(None)
+        self.prepare_job_with(Vec::new())
     }
 
-    /// [`Self::prepare_job`] that also builds `extra`'s pipeline (eviction's scoring kernel,
+    /// [`Self::prepare_job`] that also builds `extra`'s pipelines (eviction's scoring and selection kernels,
     /// specialized as its plan says).
     pub(crate) fn prepare_job_with(
         &self,
-        extra: Option<(
+        extra: Vec<(
             &'static crate::gpu::registry::KernelDef,
             crate::gpu::registry::Specialization,
         )>,
@@ -299,7 +300,7 @@ impl Layer {
                 let path = ctx.resolve(def, choice)?;
                 gpu::pipeline::pipeline(&ctx, def, path, &Default::default())?;
             }
-            if let Some((def, spec)) = &extra {
+            for (def, spec) in &extra {
                 let path = ctx.resolve(def, choice)?;
                 gpu::pipeline::pipeline(&ctx, def, path, spec)?;
             }

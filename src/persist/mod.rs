@@ -171,7 +171,7 @@ impl SavedCache {
                     method: l.method().clone(),
                     geometry: l.geometry(),
                     snapshot: l.snapshot()?,
-                    eviction: l.eviction_state(),
+                    eviction: l.eviction_state()?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

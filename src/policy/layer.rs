@@ -31,11 +31,12 @@ use crate::attention::AttendOptions;
 use crate::codec::Codec;
 use crate::cpu::attend::Positions;
 use crate::error::{Error, Result};
-use crate::layer::{KvLayer, Layer};
+use crate::layer::{HeldRows, KvLayer, Layer};
 use crate::method::Method;
 use crate::store::{Geometry, GpuInput, Input, MemoryReport, Side, Snapshot};
 
 use super::config::{Eviction, Policy};
+use super::device::{DeviceScores, Grown, Selection};
 use super::score::Scorer;
 use super::select::{self, Held, Order};
 
@@ -100,17 +101,20 @@ pub struct EvictingLayer {
     scorer: Scorer,
     /// Tokens per unit (the lcm of both sides' block sizes).
     unit: usize,
-    /// `[held][H]` scores and absolute positions.
+    /// CPU path: `[held][H]` scores and absolute positions (on a GPU path both stay empty:
+    /// the scores live in `dev`, the positions in the key side's positions stream).
     scores: Vec<f32>,
     positions: Vec<u32>,
     appended: usize,
     /// Tokens appended since the last eviction check that evicted.
     since: usize,
-    /// Held slots with a position other than `slot + evicted` (the positions stream's rows).
+    /// Tokens evicted (`appended − held`, but for recorded appends a sync may reject).
+    evicted: usize,
+    /// Held slots whose position is in the positions stream (GPU) or is not `slot + evicted`
+    /// (CPU); later slots sit at `slot + evicted`.
     rows: usize,
-    /// Recorded device-input appends whose scores are still on the device: (their first
-    /// table row, the scoring). Their table rows hold NaN until [`KvLayer::sync`].
-    pending: Vec<(usize, super::score::DeviceScoring)>,
+    /// GPU path: the score table on the device.
+    dev: Option<DeviceScores>,
     /// A recorded append since the last sync: eviction waits for the sync (its compaction
     /// must run after the caller's encoder).
     deferred: bool,
@@ -210,6 +214,10 @@ impl EvictingLayer {
         }
         let scorer = scorer_for(&ev, index, g)?;
         inner.enable_positions()?;
+        let dev = match inner.on_gpu() {
+            true => Some(DeviceScores::new(inner.context(), g.heads)?),
+            false => None,
+        };
         Ok(Self {
             inner,
             method,
@@ -220,8 +228,9 @@ impl EvictingLayer {
             positions: Vec::new(),
             appended: 0,
             since: 0,
+            evicted: 0,
             rows: 0,
-            pending: Vec::new(),
+            dev,
             deferred: false,
         })
     }
@@ -263,23 +272,37 @@ impl EvictingLayer {
             .map_err(|m| Error::Config(format!("eviction state of layer {index}: {m}")))?;
         l.appended = state.appended;
         l.since = state.since;
+        l.evicted = state.appended - held;
         l.positions = state.positions;
         l.scores = state.scores;
         l.rows = l.table_rows();
-        l.inner
-            .write_positions(&l.positions[..l.rows * l.inner.geometry().heads])?;
+        l.inner.write_positions(&l.positions[..l.rows * h])?;
+        if let Some(dev) = &mut l.dev {
+            // The tables move to the device.
+            let ctx = l.inner.context();
+            let grown = dev.reserve(ctx, held)?;
+            crate::gpu::submit_blocking(ctx, "eviction restore", |enc| {
+                dev.commit(enc, grown, 0);
+                Ok(())
+            })?;
+            dev.write(ctx, 0, &l.scores)?;
+            l.scores = Vec::new();
+            l.positions = Vec::new();
+        }
         Ok(l)
     }
 
-    /// What a saved cache records of this layer besides its words.
-    pub fn state(&self) -> EvictionState {
-        EvictionState {
+    /// What a saved cache records of this layer besides its words. On a GPU path the tables
+    /// are read back (blocking); recorded appends not yet synced are [`Error::Config`] (their
+    /// scores are not computed yet: submit the encoder, then call `sync()`).
+    pub fn state(&self) -> Result<EvictionState> {
+        Ok(EvictionState {
             appended: self.appended,
             since: self.since,
-            positions: self.positions.clone(),
-            scores: self.scores.clone(),
+            positions: self.positions()?,
+            scores: self.scores()?,
             scorer: self.scorer.checksum(),
-        }
+        })
     }
 
     /// The policy.
@@ -287,44 +310,119 @@ impl EvictingLayer {
         &self.ev
     }
 
-    /// Per held (token, head) scores `[held][H]`.
-    pub fn scores(&self) -> &[f32] {
-        &self.scores
+    /// Per held (token, head) scores `[held][H]` (read back on a GPU path, blocking; see
+    /// [`Self::state`] for its error).
+    pub fn scores(&self) -> Result<Vec<f32>> {
+        match &self.dev {
+            None => Ok(self.scores.clone()),
+            Some(dev) => {
+                self.check_synced()?;
+                dev.read(self.inner.context(), self.inner.len())
+            }
+        }
     }
 
-    /// Per held (token, head) absolute positions `[held][H]`.
-    pub fn positions(&self) -> &[u32] {
-        &self.positions
+    /// Per held (token, head) absolute positions `[held][H]` (the positions stream read back
+    /// on a GPU path, blocking; see [`Self::state`] for its error).
+    pub fn positions(&self) -> Result<Vec<u32>> {
+        let Some(_) = &self.dev else {
+            return Ok(self.positions.clone());
+        };
+        self.check_synced()?;
+        let (h, held) = (self.inner.geometry().heads, self.inner.len());
+        let mut p = self.inner.read_positions(self.rows)?;
+        let evicted = self.appended - held;
+        for j in self.rows..held {
+            p.extend(std::iter::repeat_n((j + evicted) as u32, h));
+        }
+        Ok(p)
     }
 
-    /// The scoring kernel's pipeline that `append_gpu` uses (none for StreamingLLM), for
-    /// `prepare()`.
+    /// [`Error::Config`] while recorded appends wait for `sync()` (GPU tables not final).
+    fn check_synced(&self) -> Result<()> {
+        if self.deferred {
+            return Err(Error::Config(format!(
+                "{}: recorded append(s) not synced: the eviction tables are not final (submit \
+                 the encoder, then call sync())",
+                self.method
+            )));
+        }
+        Ok(())
+    }
+
+    /// The order units are evicted in: StreamingLLM's oldest first, else the lowest score.
+    fn order(&self) -> Order {
+        match self.ev.policy {
+            Policy::Streaming => Order::Oldest,
+            _ => Order::Score,
+        }
+    }
+
+    /// The eviction's own pipelines on a GPU path, for `prepare()`: the scoring kernel that
+    /// device appends use (none for StreamingLLM) and the selection kernel.
     #[allow(clippy::type_complexity)]
-    fn score_pipeline(
+    fn eviction_pipelines(
         &self,
     ) -> Result<
-        Option<(
+        Vec<(
             &'static crate::gpu::registry::KernelDef,
             crate::gpu::registry::Specialization,
         )>,
     > {
         let g = self.inner.geometry();
-        Ok(self
+        let mut out: Vec<_> = self
             .scorer
             .plan(1, g.heads, g.dim, 0)?
-            .map(|p| (p.kernel, p.spec)))
+            .map(|p| (p.kernel, p.spec))
+            .into_iter()
+            .collect();
+        let p = super::kernels::plan_select(g.heads, self.unit, 0, 1, 1, self.order())?;
+        out.push((p.kernel, p.spec));
+        Ok(out)
     }
 
-    /// The tables' rows of `n` appended tokens with their `scores` `[n][H]`.
+    /// The counters after `n` appended tokens, and on the CPU path the host tables' rows with
+    /// their `scores` `[n][H]` (a GPU path writes its device table itself).
     fn push_appended(&mut self, scores: &[f32], n: usize) {
-        let h = self.inner.geometry().heads;
-        self.scores.extend_from_slice(scores);
-        for t in 0..n {
-            let p = (self.appended + t) as u32;
-            self.positions.extend(std::iter::repeat_n(p, h));
+        if self.dev.is_none() {
+            let h = self.inner.geometry().heads;
+            self.scores.extend_from_slice(scores);
+            for t in 0..n {
+                let p = (self.appended + t) as u32;
+                self.positions.extend(std::iter::repeat_n(p, h));
+            }
         }
         self.appended += n;
         self.since += n;
+    }
+
+    /// GPU path: room in the device table for `n` more rows after `row0`, allocated before an
+    /// append records anything (`None` on the CPU path or when the table has it).
+    fn reserve_dev(&self, row0: usize, n: usize) -> Result<Option<Grown>> {
+        match &self.dev {
+            Some(dev) => dev.reserve(self.inner.context(), row0 + n),
+            None => Ok(None),
+        }
+    }
+
+    /// GPU path: after an append from slot `row0`, the room taken (recorded in `enc`) and the
+    /// host `scores` `[n][H]` queued into the device table (`None`: a device append records
+    /// its own rows).
+    fn commit_dev(
+        &mut self,
+        enc: &mut wgpu::CommandEncoder,
+        grown: Option<Grown>,
+        row0: usize,
+        scores: Option<&[f32]>,
+    ) -> Result<()> {
+        let Some(dev) = &mut self.dev else {
+            return Ok(());
+        };
+        dev.commit(enc, grown, row0);
+        match scores {
+            Some(s) => dev.write(self.inner.context(), row0, s),
+            None => Ok(()),
+        }
     }
 
     /// Evicts down to the budget when due (see the module docs).
@@ -345,10 +443,10 @@ impl EvictingLayer {
             return Ok(());
         }
         let n = (held - self.ev.budget).div_ceil(u).min(end - first);
-        let order = match self.ev.policy {
-            Policy::Streaming => Order::Oldest,
-            _ => Order::Score,
-        };
+        let order = self.order();
+        if self.dev.is_some() {
+            return self.evict_on_device((first, end, n), order);
+        }
         let h = self.inner.geometry().heads;
         let keep = select::keep_lists(
             &Held {
@@ -366,8 +464,55 @@ impl EvictingLayer {
         select::compact_table(&mut self.scores, h, u, end, &keep);
         select::compact_table(&mut self.positions, h, u, end, &keep);
         self.since = 0;
+        self.evicted += n * u;
         self.rows = self.table_rows();
         self.inner.write_positions(&self.positions[..self.rows * h])
+    }
+
+    /// The eviction on a GPU path, nothing read back: the held slots `[rows, end·U)` get their
+    /// positions (`slot + evicted`) in the positions stream, then one submission selects
+    /// (`evict_select` on the device score table), compacts every stream, the positions
+    /// stream's first `end` units and the score table by the device keep lists, and rotates
+    /// the rings. Afterwards the first `(end − n)·U` slots have their positions in the stream
+    /// and every later slot sits at `slot + evicted` (the tail moved down as a whole).
+    fn evict_on_device(
+        &mut self,
+        (first, end, n): (usize, usize, usize),
+        order: Order,
+    ) -> Result<()> {
+        let (u, h, held) = (self.unit, self.inner.geometry().heads, self.inner.len());
+        let choice = self
+            .inner
+            .gpu_choice()
+            .ok_or_else(|| Error::Config("device eviction on a CPU layer (a kvpack bug)".into()))?;
+        let sel = Selection::new(
+            self.inner.context(),
+            choice,
+            h,
+            u,
+            (first, end, n),
+            order,
+            held,
+        )?;
+        let evicted = (self.appended - held) as u32;
+        let fill: Vec<u32> = (self.rows..end * u)
+            .flat_map(|j| std::iter::repeat_n(j as u32 + evicted, h))
+            .collect();
+        self.inner.write_positions_at(self.rows, &fill)?;
+        let dev = self.dev.as_ref().expect("GPU path");
+        let ctx = self.inner.context().clone();
+        self.inner.evict_units_on_device(
+            u,
+            end,
+            end - n,
+            &sel.keep,
+            |enc| sel.record_select(&ctx, enc, dev),
+            |enc| sel.record_compact(&ctx, enc, dev),
+        )?;
+        self.since = 0;
+        self.evicted += n * u;
+        self.rows = (end - n) * u;
+        Ok(())
     }
 
     /// Held slots up to the last whose position (on any head) is not `slot + evicted`.
@@ -388,17 +533,35 @@ impl EvictingLayer {
             appended: self.appended,
         }
     }
+
+    /// The held tokens' positions as GPU attention takes them.
+    fn held_rows(&self) -> HeldRows {
+        HeldRows {
+            rows: self.rows,
+            appended: self.appended,
+        }
+    }
 }
 
 impl KvLayer for EvictingLayer {
     fn append(&mut self, k: Input<'_>, v: Input<'_>) -> Result<()> {
         self.sync()?;
-        self.inner.append(k, v)?;
+        let row0 = self.inner.len();
         let g = self.inner.geometry();
+        // Allocated before anything is stored: an out-of-memory changes nothing.
+        let grown = self.reserve_dev(row0, k.len() / g.token_elems().max(1))?;
+        self.inner.append(k, v)?;
         // Validated by the append: the same f16 rounding it stored.
         let k16 = k.to_f16("k")?;
         let n = k16.len() / g.token_elems();
         let scores = self.scorer.score(&k16, g.heads, g.dim);
+        if self.dev.is_some() {
+            // After the append, only a lost device fails here (every later call then fails too).
+            let ctx = self.inner.context().clone();
+            crate::gpu::submit_blocking(&ctx, "eviction scores", |enc| {
+                self.commit_dev(enc, grown, row0, Some(&scores))
+            })?;
+        }
         self.push_appended(&scores, n);
         self.maybe_evict()
     }
@@ -409,43 +572,37 @@ impl KvLayer for EvictingLayer {
         k: Input<'_>,
         v: Input<'_>,
     ) -> Result<()> {
-        self.inner.encode_append(enc, k, v)?;
+        let row0 = self.inner.len();
         let g = self.inner.geometry();
+        let grown = self.reserve_dev(row0, k.len() / g.token_elems().max(1))?;
+        self.inner.encode_append(enc, k, v)?;
         // Validated by the append: the same f16 rounding it stored.
         let k16 = k.to_f16("k")?;
         let n = k16.len() / g.token_elems();
         let scores = self.scorer.score(&k16, g.heads, g.dim);
+        self.commit_dev(enc, grown, row0, Some(&scores))?;
         self.push_appended(&scores, n);
         self.deferred |= n > 0;
         Ok(())
     }
 
     fn append_gpu(&mut self, k: GpuInput<'_>, v: GpuInput<'_>) -> Result<()> {
-        let (n, g) = (k.tokens, self.inner.geometry());
-        let Some(choice) = self.inner.gpu_choice() else {
+        if self.inner.gpu_choice().is_none() {
             // The CPU path refuses device input (PathUnavailable).
             return self.inner.append_gpu(k, v);
-        };
+        }
         self.sync()?;
-        // Allocated before anything is stored: an out-of-memory changes nothing.
-        let scoring = super::score::DeviceScoring::new(
-            &self.scorer,
-            self.inner.context(),
-            choice,
-            n,
-            g.heads,
-            g.dim,
-        )?;
-        let Some(rows) = self.inner.append_gpu_rows(k, v)? else {
-            return Ok(());
-        };
-        // After the append, only a lost device fails here (every later call then fails too).
-        let scores = match &scoring {
-            Some(s) => s.run(self.inner.context(), &rows)?,
-            None => vec![0.0; n * g.heads],
-        };
-        self.push_appended(&scores, n);
-        self.maybe_evict()
+        let ctx = self.inner.context().clone();
+        let mut enc = crate::gpu::gpu_of(&ctx, "append")?
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("kvpack evicting append"),
+            });
+        self.encode_append_gpu(&mut enc, k, v)?;
+        crate::gpu::gpu_of(&ctx, "append")?
+            .queue
+            .submit(Some(enc.finish()));
+        self.sync()
     }
 
     fn encode_append_gpu(
@@ -458,6 +615,7 @@ impl KvLayer for EvictingLayer {
         let Some(choice) = self.inner.gpu_choice() else {
             return self.inner.encode_append_gpu(enc, k, v);
         };
+        // Allocated before anything is recorded: an out-of-memory changes nothing.
         let scoring = super::score::DeviceScoring::new(
             &self.scorer,
             self.inner.context(),
@@ -466,26 +624,29 @@ impl KvLayer for EvictingLayer {
             g.heads,
             g.dim,
         )?;
+        let row0 = self.inner.len();
+        let grown = self.reserve_dev(row0, n)?;
+        let ctx = self.inner.context().clone();
         let Some(rows) = self.inner.encode_append_gpu_rows(enc, k, v)? else {
             return Ok(());
         };
-        let first = self.scores.len() / g.heads;
-        match scoring {
+        self.commit_dev(enc, grown, row0, None)?;
+        // Recorded after the append into the same encoder: it reads the converted rows.
+        let dev = self.dev.as_ref().expect("GPU path");
+        match &scoring {
             Some(s) => {
-                // Recorded after the append into the same encoder: it reads the converted rows.
-                s.encode(self.inner.context(), enc, &rows)?;
-                self.push_appended(&vec![f32::NAN; n * g.heads], n);
-                self.pending.push((first, s));
+                s.encode(&ctx, enc, &rows)?;
+                dev.record_rows(enc, Some(s.scores()), row0, n);
             }
-            None => self.push_appended(&vec![0.0; n * g.heads], n),
+            None => dev.record_rows(enc, None, row0, n),
         }
+        self.push_appended(&[], n);
         self.deferred = true;
         Ok(())
     }
 
     /// The inner layer's sync (a rejected recorded append rolls it back: the tables follow),
-    /// then the recorded appends' device scores are read into the tables, and the eviction
-    /// they deferred runs.
+    /// then the eviction the recorded appends deferred.
     fn sync(&mut self) -> Result<()> {
         if !self.deferred {
             return self.inner.sync();
@@ -493,18 +654,16 @@ impl KvLayer for EvictingLayer {
         let synced = self.inner.sync();
         let h = self.inner.geometry().heads;
         let held = self.inner.len();
-        if held * h < self.scores.len() {
+        let listed = self.appended - self.evicted;
+        if held < listed {
             // Rolled back: no eviction ran since these rows were recorded.
-            let dropped = self.scores.len() / h - held;
-            self.scores.truncate(held * h);
-            self.positions.truncate(held * h);
+            let dropped = listed - held;
+            if self.dev.is_none() {
+                self.scores.truncate(held * h);
+                self.positions.truncate(held * h);
+            }
             self.appended -= dropped;
             self.since = self.since.saturating_sub(dropped);
-            self.pending.retain(|(first, _)| *first < held);
-        }
-        for (first, s) in std::mem::take(&mut self.pending) {
-            let got = s.read(self.inner.context())?;
-            self.scores[first * h..][..got.len()].copy_from_slice(&got);
         }
         self.deferred = false;
         synced?;
@@ -512,7 +671,10 @@ impl KvLayer for EvictingLayer {
     }
 
     fn attend(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
-        self.inner.attend_positions(q, hq, opts, &self.at())
+        match &self.dev {
+            Some(_) => self.inner.attend_held(q, hq, opts, self.held_rows()),
+            None => self.inner.attend_positions(q, hq, opts, &self.at()),
+        }
     }
 
     fn encode_attend(
@@ -525,13 +687,20 @@ impl KvLayer for EvictingLayer {
         out: &wgpu::Buffer,
     ) -> Result<()> {
         self.inner
-            .encode_attend_positions(enc, q, tq, hq, opts, out, &self.at())
+            .encode_attend_positions(enc, q, tq, hq, opts, out, self.held_rows())
     }
 
     fn memory(&self) -> MemoryReport {
         let mut r = self.inner.memory();
-        let cap = (self.scores.capacity() * 4 + self.positions.capacity() * 4) as u64;
-        let used = ((self.scores.len() + self.positions.len()) * 4) as u64;
+        let h = self.inner.geometry().heads;
+        let (cap, used) = match &self.dev {
+            // The positions live in the key side's positions stream (counted there).
+            Some(dev) => (dev.bytes(), (self.inner.len() * h * 4) as u64),
+            None => (
+                (self.scores.capacity() * 4 + self.positions.capacity() * 4) as u64,
+                ((self.scores.len() + self.positions.len()) * 4) as u64,
+            ),
+        };
         r.held.eviction += cap;
         r.payload.eviction += used;
         r
@@ -545,20 +714,12 @@ impl KvLayer for EvictingLayer {
         self.appended
     }
 
-    fn eviction_state(&self) -> Option<EvictionState> {
-        Some(self.state())
+    fn eviction_state(&self) -> Result<Option<EvictionState>> {
+        self.state().map(Some)
     }
 
     fn snapshot(&self) -> Result<Snapshot> {
-        if !self.pending.is_empty() {
-            // (A save takes the snapshot first: it never writes the placeholder scores.)
-            return Err(Error::Config(format!(
-                "{}: {} recorded append(s) not synced: their scores are still on the device \
-                 (submit the encoder, then call sync())",
-                self.method,
-                self.pending.len()
-            )));
-        }
+        self.check_synced()?;
         self.inner.snapshot()
     }
 
@@ -571,8 +732,20 @@ impl KvLayer for EvictingLayer {
     }
 
     fn attend_reference(&self, q: &[f32], hq: usize, opts: &AttendOptions) -> Result<Vec<f32>> {
-        self.inner
-            .attend_positions_reference(q, hq, opts, &self.at())
+        match &self.dev {
+            Some(_) => {
+                self.check_synced()?;
+                let table = self.inner.read_positions(self.rows)?;
+                let at = Positions {
+                    table: &table,
+                    appended: self.appended,
+                };
+                self.inner.attend_positions_reference(q, hq, opts, &at)
+            }
+            None => self
+                .inner
+                .attend_positions_reference(q, hq, opts, &self.at()),
+        }
     }
 
     fn method(&self) -> &Method {
@@ -601,12 +774,12 @@ impl KvLayer for EvictingLayer {
 
     fn prepare(&self) -> Result<()> {
         self.inner
-            .prepare_job_with(self.score_pipeline()?)
+            .prepare_job_with(self.eviction_pipelines()?)
             .map_or(Ok(()), |job| job())
     }
 
     fn prepare_async(&self) -> crate::Preparing {
-        match self.score_pipeline() {
+        match self.eviction_pipelines() {
             Err(e) => crate::Preparing::ready(Err(e)),
             Ok(extra) => match self.inner.prepare_job_with(extra) {
                 Some(job) => crate::Preparing::spawn(job),

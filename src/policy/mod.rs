@@ -21,6 +21,7 @@
 //! `evict_score` (see [`layer`] for what is not on the GPU yet).
 
 pub mod config;
+pub(crate) mod device;
 pub mod kernels;
 pub mod layer;
 pub mod score;

@@ -62,8 +62,6 @@ pub(crate) struct DeviceScoring {
     plan: crate::gpu::DispatchPlan,
     filters: wgpu::Buffer,
     scores: wgpu::Buffer,
-    n: usize,
-    heads: usize,
 }
 
 impl DeviceScoring {
@@ -98,19 +96,10 @@ impl DeviceScoring {
                 "kvpack eviction scores",
                 (n * heads * 4) as u64,
             )?,
-            n,
-            heads,
         }))
     }
 
-    /// Scores `[n][H]` of the converted f16 key rows `rows` (`[n][row_words]` u32), read back.
-    /// Blocking.
-    pub(crate) fn run(&self, ctx: &crate::Context, rows: &wgpu::Buffer) -> crate::Result<Vec<f32>> {
-        crate::gpu::submit_blocking(ctx, "eviction scoring", |enc| self.encode(ctx, enc, rows))?;
-        self.read(ctx)
-    }
-
-    /// Records the scoring of `rows` into `enc` (read with [`Self::read`] once it ran).
+    /// Records the scoring of `rows` into `enc` (its output: [`Self::scores`]).
     pub(crate) fn encode(
         &self,
         ctx: &crate::Context,
@@ -126,9 +115,8 @@ impl DeviceScoring {
         )
     }
 
-    /// The scores `[n][H]` (blocking readback).
-    pub(crate) fn read(&self, ctx: &crate::Context) -> crate::Result<Vec<f32>> {
-        let bytes = crate::gpu::readback(ctx, &self.scores, (self.n * self.heads * 4) as u64)?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    /// The output buffer: `[n][H]` f32 scores once the recorded scoring ran.
+    pub(crate) fn scores(&self) -> &wgpu::Buffer {
+        &self.scores
     }
 }

@@ -162,6 +162,18 @@ pub(crate) enum NewRows<'a> {
     },
 }
 
+/// A compaction's allocations ([`GpuSide::compact_work`]): the kernel path, per stream of
+/// segment 0 (plan, scratch, byte offset, bytes kept), the ring's rotation scratch, and the
+/// quantized and total tokens with the tokens evicted.
+pub(crate) struct CompactWork {
+    path: crate::context::KernelPath,
+    streams: Vec<(crate::gpu::DispatchPlan, wgpu::Buffer, u64, u64)>,
+    ring: Option<wgpu::Buffer>,
+    q: usize,
+    t: usize,
+    evicted: usize,
+}
+
 /// Everything one append of one side allocated (see [`GpuSide::prepare`]).
 pub(crate) struct GpuPending {
     t_old: usize,
@@ -248,8 +260,9 @@ impl GpuSide {
         }
     }
 
-    /// Writes `table` (`[rows][H]` u32) at the start of segment 0's positions stream.
-    pub(crate) fn write_positions(&self, table: &[u32]) -> Result<()> {
+    /// Writes `table` (`[rows][H]` u32) from row `row0` of segment 0's positions stream (queued:
+    /// it lands before the next submission's commands).
+    pub(crate) fn write_positions_at(&self, row0: usize, table: &[u32]) -> Result<()> {
         if table.is_empty() {
             return Ok(());
         }
@@ -260,6 +273,7 @@ impl GpuSide {
             });
         };
         let gpu = gpu::gpu_of(&self.ctx, "eviction")?;
+        let at = at + row0 * self.g.heads;
         gpu.queue
             .write_buffer(&seg.buffer, (at * 4) as u64, bytemuck::cast_slice(table));
         Ok(())
@@ -283,10 +297,39 @@ impl GpuSide {
         q: usize,
         t: usize,
     ) -> Result<()> {
+        let kept = keep.first().map_or(keep_of, Vec::len);
+        let work = self.compact_work(codec, choice, unit, keep_of, kept, q, t)?;
+        let mut flat: Vec<u32> = keep.iter().flatten().map(|&u| u as u32).collect();
+        if flat.is_empty() {
+            flat.push(0); // (every head keeps nothing: the later units still move)
+        }
+        let keep_buf = gpu::upload(
+            &self.ctx,
+            "kvpack eviction keep lists",
+            bytemuck::cast_slice(&flat),
+        )?;
+        gpu::submit_blocking(&self.ctx, "eviction", |enc| {
+            self.record_compact(enc, work, &keep_buf)
+        })
+    }
+
+    /// What [`Self::compact`] allocates before anything is recorded, for `kept` of `keep_of`
+    /// units per head: a plan and a scratch buffer per stream of segment 0, the ring's
+    /// rotation scratch. [`Error::PathUnavailable`] past segment 0.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn compact_work(
+        &self,
+        codec: &dyn Codec,
+        choice: crate::context::PathChoice,
+        unit: usize,
+        keep_of: usize,
+        kept: usize,
+        q: usize,
+        t: usize,
+    ) -> Result<CompactWork> {
         use crate::cpu::policy::evict_compact::CompactShape;
         let gb = codec.block_tokens();
         let bpu = unit / gb;
-        let kept = keep.first().map_or(keep_of, Vec::len);
         let evicted = (keep_of - kept) * unit;
         if self.segments.len() > 1 {
             return Err(Error::PathUnavailable {
@@ -303,21 +346,8 @@ impl GpuSide {
         let path = self
             .ctx
             .resolve(&crate::policy::kernels::EVICT_COMPACT, choice)?;
-        let mut flat: Vec<u32> = keep.iter().flatten().map(|&u| u as u32).collect();
-        if flat.is_empty() {
-            flat.push(0); // (every head keeps nothing: the later units still move)
-        }
-        let mut work = Vec::new();
-        let seg = self.segments.first();
-        let keep_buf = match seg {
-            Some(_) => Some(gpu::upload(
-                &self.ctx,
-                "kvpack eviction keep lists",
-                bytemuck::cast_slice(&flat),
-            )?),
-            _ => None,
-        };
-        if let (Some(seg), Some(_)) = (seg, &keep_buf) {
+        let mut streams = Vec::new();
+        if let Some(seg) = self.segments.first() {
             for (st, (offset, _)) in codec.streams().iter().zip(&seg.ranges) {
                 let shape = CompactShape {
                     row_words: st.words_per_block / st.rows,
@@ -333,30 +363,49 @@ impl GpuSide {
                     ((shape.words - (keep_of - kept) * bpu * st.words_per_block) * 4) as u64;
                 let scratch =
                     gpu::storage_buffer(&self.ctx, "kvpack eviction scratch", bytes.max(4))?;
-                work.push((plan, scratch, *offset, bytes));
+                streams.push((plan, scratch, *offset, bytes));
             }
         }
-        let ring = self.ring_rotation(q, t, evicted)?;
-        gpu::submit_blocking(&self.ctx, "eviction", |enc| {
-            if let (Some(seg), Some(keep_buf)) = (seg, &keep_buf) {
-                for (plan, scratch, _, _) in &work {
-                    gpu::encode_plan(
-                        &self.ctx,
-                        enc,
-                        path,
-                        plan,
-                        &[&seg.buffer, keep_buf, scratch],
-                    )?;
-                }
-                for (_, scratch, offset, bytes) in &work {
-                    if *bytes > 0 {
-                        enc.copy_buffer_to_buffer(scratch, 0, &seg.buffer, *offset, *bytes);
-                    }
+        Ok(CompactWork {
+            path,
+            streams,
+            ring: self.ring_rotation(q, t, evicted)?,
+            q,
+            t,
+            evicted,
+        })
+    }
+
+    /// Records `work` with the keep lists `[H][kept]` u32 in `keep` (on the device).
+    pub(crate) fn record_compact(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        work: CompactWork,
+        keep: &wgpu::Buffer,
+    ) -> Result<()> {
+        if let Some(seg) = self.segments.first() {
+            for (plan, scratch, _, _) in &work.streams {
+                gpu::encode_plan(
+                    &self.ctx,
+                    enc,
+                    work.path,
+                    plan,
+                    &[&seg.buffer, keep, scratch],
+                )?;
+            }
+            for (_, scratch, offset, bytes) in &work.streams {
+                if *bytes > 0 {
+                    enc.copy_buffer_to_buffer(scratch, 0, &seg.buffer, *offset, *bytes);
                 }
             }
-            self.record_ring_rotation(enc, ring, q, t, evicted);
-            Ok(())
-        })
+        }
+        self.record_ring_rotation(enc, work.ring, work.q, work.t, work.evicted);
+        Ok(())
+    }
+
+    /// Segment 0's buffer and its positions stream's first word, if it has one.
+    pub(crate) fn positions_stream(&self) -> Option<(&wgpu::Buffer, usize)> {
+        Some((&self.segments.first()?.buffer, self.positions_offset()?))
     }
 
     /// The scratch buffer of a ring rotation (its live rows `[q, t)` in order), if it moves.
