@@ -5,8 +5,9 @@
 //! kernel's CPU twin): the same positions and stored words, scores within the f32 summation
 //! bound, and recorded attention bit for bit the blocking attention. After `prepare()` (and
 //! after `prepare_async()`, on a handle of its own) none of this builds a pipeline: the
-//! scoring and compaction kernels are prepared with the rest. The CPU path refuses device
-//! input.
+//! scoring, selection and compaction kernels are prepared with the rest. Recorded appends
+//! leave the tables unfinished until `sync()`: a snapshot and the eviction state are refused
+//! before it. The CPU path refuses device input.
 
 mod common;
 
@@ -240,13 +241,16 @@ fn evicting_layers_record_appends(t: &Target) {
                     let out =
                         kvpack::gpu::storage_buffer(t.ctx(), "o", (q.len() * 4) as u64).unwrap();
                     b.encode_attend(&mut enc, &qb, 2, 4, &opts, &out).unwrap();
-                    // (streaming scores nothing, so nothing waits on the device)
-                    if i % 3 != 2 && !spec.contains("+streaming") {
-                        assert!(
-                            matches!(b.snapshot(), Err(Error::Config(_))),
-                            "{what}: a snapshot with scores still on the device"
-                        );
-                    }
+                    // Before the sync the tables are not final: a snapshot and a read of
+                    // the eviction state are refused.
+                    assert!(
+                        matches!(b.snapshot(), Err(Error::Config(_))),
+                        "{what}: a snapshot before the sync"
+                    );
+                    assert!(
+                        matches!(b.eviction_state(), Err(Error::Config(_))),
+                        "{what}: the eviction state before the sync"
+                    );
                     submit(std::mem::replace(
                         &mut enc,
                         device.create_command_encoder(&Default::default()),

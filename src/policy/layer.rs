@@ -10,20 +10,26 @@
 //! token's true position for causality, windows and sinks.
 //!
 //! On a GPU path (WGSL; the MSL kernels exist but no Metal device has run this layer) the
-//! layer's words stay on the device: appends from host values are scored on the host (the
-//! CPU twin of the `evict_score` kernel), appends from device buffers (`append_gpu`, blocking)
-//! by the kernel on the converted f16 rows, with only the `[n][H]` scores read back (within
-//! the f32 summation bound of the twin's); the selection runs on the host tables, the
-//! compaction on the device (`evict_compact`, every stream, then the ring's live rows rotate),
-//! and attention, blocking or recorded (`encode_attend`), reads the held tokens' positions
-//! from a positions stream in the key side's segment 0 (`ATT_POS`). Recorded appends
-//! (`encode_append`, `encode_append_gpu`) record the append and, for device input, the
-//! scoring kernel after it into the caller's encoder; the scores are read and the eviction
-//! runs at `sync()` (until then the layer holds everything appended, attention recorded in
-//! the same encoder sees it, and a snapshot is refused while scores are on the device; a
-//! rejected recorded append rolls the tables back with the words). Not yet on a GPU path:
-//! caches larger than one segment (refused at the first eviction that would need it). A
-//! saved evicting cache restores on any path ([`EvictingLayer::restore`]).
+//! tables and the words stay on the device and nothing is read back: the scores live in a
+//! device table ([`super::device::DeviceScores`], `[cap][H]` f32): appends from host values
+//! queue the CPU twin's scores (the `evict_score` kernel's twin), appends from device buffers
+//! record the kernel on the converted f16 rows and copy its output in (within the f32
+//! summation bound of the twin's). An eviction is one submission: `evict_select` (one
+//! workgroup per head) writes the keep lists on the device, `evict_compact` moves every
+//! stream's kept units, the positions stream's first `end` units and the score table by them,
+//! and the ring's live rows rotate. Positions need no host table: before the eviction the
+//! slots `[rows, end·U)` get `slot + evicted` written (the host knows them), and after it the
+//! first `(end − n)·U` slots hold their positions in the stream while every later slot sits at
+//! `slot + evicted` (the tail moved down whole). Attention, blocking or recorded
+//! (`encode_attend`), reads them from that stream (`ATT_POS`). Recorded appends
+//! (`encode_append`, `encode_append_gpu`) record the append, the table's growth and, for
+//! device input, the scoring into the caller's encoder; the eviction runs at `sync()` (until
+//! then the layer holds everything appended, attention recorded in the same encoder sees it,
+//! and a snapshot or [`EvictingLayer::state`] is refused; a rejected recorded append rolls
+//! the counters back with the words). [`EvictingLayer::state`], `scores()` and `positions()`
+//! read the tables back (blocking); a save does. Not yet on a GPU path: caches larger than
+//! one segment (refused at the first eviction that would need it). A saved evicting cache
+//! restores on any path ([`EvictingLayer::restore`]).
 
 use std::sync::Arc;
 
@@ -405,22 +411,19 @@ impl EvictingLayer {
         }
     }
 
-    /// GPU path: after an append from slot `row0`, the room taken (recorded in `enc`) and the
-    /// host `scores` `[n][H]` queued into the device table (`None`: a device append records
-    /// its own rows).
-    fn commit_dev(
-        &mut self,
-        enc: &mut wgpu::CommandEncoder,
-        grown: Option<Grown>,
-        row0: usize,
-        scores: Option<&[f32]>,
-    ) -> Result<()> {
-        let Some(dev) = &mut self.dev else {
-            return Ok(());
-        };
-        dev.commit(enc, grown, row0);
-        match scores {
-            Some(s) => dev.write(self.inner.context(), row0, s),
+    /// GPU path: after an append from slot `row0`, the room [`Self::reserve_dev`] allocated
+    /// taken (its held rows copied in `enc`).
+    fn commit_dev(&mut self, enc: &mut wgpu::CommandEncoder, grown: Option<Grown>, row0: usize) {
+        if let Some(dev) = &mut self.dev {
+            dev.commit(enc, grown, row0);
+        }
+    }
+
+    /// GPU path: host `scores` `[n][H]` of the tokens appended from slot `row0`, queued into
+    /// the device table (the room taken).
+    fn queue_dev_scores(&self, row0: usize, scores: &[f32]) -> Result<()> {
+        match &self.dev {
+            Some(dev) => dev.write(self.inner.context(), row0, scores),
             None => Ok(()),
         }
     }
@@ -555,13 +558,15 @@ impl KvLayer for EvictingLayer {
         let k16 = k.to_f16("k")?;
         let n = k16.len() / g.token_elems();
         let scores = self.scorer.score(&k16, g.heads, g.dim);
-        if self.dev.is_some() {
-            // After the append, only a lost device fails here (every later call then fails too).
+        // After the append, only a lost device fails here (every later call then fails too).
+        if grown.is_some() {
             let ctx = self.inner.context().clone();
             crate::gpu::submit_blocking(&ctx, "eviction scores", |enc| {
-                self.commit_dev(enc, grown, row0, Some(&scores))
+                self.commit_dev(enc, grown, row0);
+                Ok(())
             })?;
         }
+        self.queue_dev_scores(row0, &scores)?;
         self.push_appended(&scores, n);
         self.maybe_evict()
     }
@@ -580,7 +585,8 @@ impl KvLayer for EvictingLayer {
         let k16 = k.to_f16("k")?;
         let n = k16.len() / g.token_elems();
         let scores = self.scorer.score(&k16, g.heads, g.dim);
-        self.commit_dev(enc, grown, row0, Some(&scores))?;
+        self.commit_dev(enc, grown, row0);
+        self.queue_dev_scores(row0, &scores)?;
         self.push_appended(&scores, n);
         self.deferred |= n > 0;
         Ok(())
@@ -630,7 +636,7 @@ impl KvLayer for EvictingLayer {
         let Some(rows) = self.inner.encode_append_gpu_rows(enc, k, v)? else {
             return Ok(());
         };
-        self.commit_dev(enc, grown, row0, None)?;
+        self.commit_dev(enc, grown, row0);
         // Recorded after the append into the same encoder: it reads the converted rows.
         let dev = self.dev.as_ref().expect("GPU path");
         match &scoring {

@@ -14,11 +14,10 @@
 //! - [`layer`]: [`EvictingLayer`], the layer that applies it;
 //! - [`spearman`]: the quality check (score vs. the attention mass each key receives).
 //!
-//! On WGSL paths the layer's words stay on the device: compaction by `evict_compact`, attention
-//! at the held tokens' positions (`ATT_POS`); the selection still runs on the host tables
-//! (`evict_select` is built and tested against [`select`], not yet called: the score table
-//! would have to live on the device) and host appends are scored by the CPU twin of
-//! `evict_score` (see [`layer`] for what is not on the GPU yet).
+//! On WGSL paths the layer's words and tables stay on the device and an eviction reads
+//! nothing back: scoring (`evict_score`, or the CPU twin's scores queued for host appends),
+//! selection (`evict_select`) and compaction (`evict_compact`) run there, and attention reads
+//! the held tokens' positions from a positions stream (`ATT_POS`); see [`layer`].
 
 pub mod config;
 pub(crate) mod device;
