@@ -604,11 +604,15 @@ impl KvLayer for EvictingLayer {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("kvpack evicting append"),
             });
-        self.encode_append_gpu(&mut enc, k, v)?;
+        // Submitted and synced even when recording failed part-way: whatever the inner layer
+        // recorded runs, and the sync settles its count.
+        let recorded = self.encode_append_gpu(&mut enc, k, v);
         crate::gpu::gpu_of(&ctx, "append")?
             .queue
             .submit(Some(enc.finish()));
-        self.sync()
+        let synced = self.sync();
+        recorded?;
+        synced
     }
 
     fn encode_append_gpu(
