@@ -11,7 +11,7 @@
 //!
 //! On a GPU path (WGSL; the MSL kernels exist but no Metal device has run this layer) the
 //! tables and the words stay on the device and nothing is read back: the scores live in a
-//! device table ([`super::device::DeviceScores`], `[cap][H]` f32): appends from host values
+//! device table (`src/policy/device.rs`, `[cap][H]` f32): appends from host values
 //! queue the CPU twin's scores (the `evict_score` kernel's twin), appends from device buffers
 //! record the kernel on the converted f16 rows and copy its output in (within the f32
 //! summation bound of the twin's). An eviction is one submission: `evict_select` (one
