@@ -1,7 +1,8 @@
 //! [`EvictingLayer`]: any layer ([`crate::layer::Layer`], any key and value codec) under an
 //! eviction policy. It keeps, per held (token, KV head), the token's score and its absolute
 //! position (`[held][H]` f32 and u32 tables, 8 bytes per token-head, counted in
-//! [`crate::Memory::eviction`]); after an append that brings a head past its budget (checked
+//! [`crate::Memory::eviction`]; on a GPU path the positions live in the key side's positions
+//! stream and are counted there); after an append that brings a head past its budget (checked
 //! every `stride` appended tokens) every head evicts the same number of whole units (a unit is
 //! one block of both sides' codecs: 1 token for per-token codecs, G for KIVI) from its
 //! candidates: quantized on both sides, not a sink (the first `sinks` tokens), not among the
