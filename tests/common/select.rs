@@ -2,6 +2,7 @@
 //! checked), shared with tests/mutants.rs.
 
 use super::{POISON, Target, run_plan};
+use kvpack::cpu::policy::evict_select::evict_select;
 use kvpack::policy::kernels::plan_select;
 use kvpack::policy::select::{Held, Order, keep_lists};
 use rand::Rng;
@@ -136,6 +137,13 @@ pub fn check_all(t: &Target, rng: &mut impl Rng) {
             .flatten()
             .map(|u| u as u32)
             .collect();
+        // The kernel's CPU twin (its output layout, positions from the slot order).
+        assert_eq!(
+            evict_select(&c.scores, c.heads, c.unit, (c.first, c.end, c.n), c.order),
+            want,
+            "{}: the CPU twin",
+            c.what
+        );
         assert_eq!(
             want.len(),
             c.heads * (c.end - c.n),
