@@ -16,13 +16,17 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+#[path = "report_targets.rs"]
+mod report_targets;
+
 /// Generated blocks, in skeleton order.
-const BLOCKS: [&str; 10] = [
+const BLOCKS: [&str; 11] = [
     "header",
     "noise",
     "roofline",
     "kivi",
     "bitpack",
+    "targets",
     "decode",
     "prefill",
     "append",
@@ -82,6 +86,7 @@ pub fn run(results: &Path, out: &Path) -> Result<(), String> {
     blocks.insert("roofline", r.roofline());
     blocks.insert("kivi", r.kivi());
     blocks.insert("bitpack", r.bitpack());
+    blocks.insert("targets", r.targets());
     blocks.insert("decode", r.attention(1));
     blocks.insert("prefill", r.attention(64));
     blocks.insert("append", r.append());
@@ -429,6 +434,20 @@ impl<'a> Results<'a> {
             ))
         );
         s
+    }
+
+    /// The attention issue's goals against the runs (benches/report_targets.rs).
+    fn targets(&self) -> String {
+        let floors = format!(
+            "Noise floors of these runs: gpu_attend {:.1} %, gpu_kivi {:.1} %{}.",
+            Self::floor(self.attend),
+            Self::floor(self.kivi),
+            self.torch.map_or(String::new(), |t| format!(
+                ", PyTorch {:.1} %",
+                Self::floor(t)
+            ))
+        );
+        report_targets::block(self.kivi, self.attend, self.torch, us, &floors)
     }
 
     fn roofline(&self) -> String {

@@ -161,7 +161,8 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // ---- KIVI ----
         (m("msl kivi values: min butterfly turned into max", Msl, "kivi_quant_values", "lo = min(lo, simd_shuffle_xor(lo, off));", None, "lo = max(lo, simd_shuffle_xor(lo, off));"), Kivi, MSL),
         (m("msl kivi values: barrier before assembling words removed", Msl, "kivi_quant_values", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Kivi, MSL),
-        (m("msl kivi: rint -> round (half away from zero)", Msl, "kivi_quant", "rint((x - lo) / scale)", None, "round((x - lo) / scale)"), Kivi, MSL),
+        (m("msl kivi: rounding half up instead of half to even", Msl, "kivi_quant", "as_type<uint>(r + 8388608.0f) - 0x4b000000u", None, "uint(r + 0.5f)"), Kivi, MSL),
+        (m("wgsl kivi: the 2^23 rounding constant's exponent off by one", Wgsl, "kivi_quant", "- 0x4b000000u", None, "- 0x4a800000u"), Kivi, SW),
         (m("msl bits_code: carry shift off by one", Msl, "kivi_dequant", "v |= hi << (32u - off);", None, "v |= hi << (31u - off);"), Kivi, MSL),
         (m("wgsl kivi values: min butterfly shuffle offset halved", Wgsl, "kivi_quant_values", "lo = min(lo, subgroupShuffleXor(lo, off));", None, "lo = min(lo, subgroupShuffleXor(lo, off >> 1u));"), Kivi, S),
         (m("wgsl bits_code: carry shift off by one", Wgsl, "kivi_dequant", "v |= hi << (32u - off);", None, "v |= hi << (31u - off);"), Kivi, SW),

@@ -63,8 +63,10 @@ static inline uint kivi_code(float x, float scale, float lo, uint levels) {
     if (!(scale > 0.0f && scale < 3.0e38f)) {
         return 0u;
     }
-    const float r = rint((x - lo) / scale); // rint: half-to-even (round() is half-away)
-    return uint(clamp(r, 0.0f, float(levels)));
+    // As the WGSL twin: clamped, then rounded half to even by adding 2^23 (f32 steps by 1
+    // in [2^23, 2^24)); the integer is the low mantissa bits. No float-to-integer conversion.
+    const float r = clamp((x - lo) / scale, 0.0f, float(levels));
+    return as_type<uint>(r + 8388608.0f) - 0x4b000000u;
 }
 
 // f32(q * scale_st) + lo_st with two roundings: the product goes through an integer
