@@ -52,6 +52,17 @@ fn cases() -> Vec<Case> {
             ..base
         },
         Case {
+            // Splits of 3 tiles: a slice's trip past its split's tiles lands in the next
+            // segment's tokens; it must read nothing (the emulated MSL flags any read past a
+            // segment's buffer; found with 12 slices per workgroup).
+            what: "splits of 3 tiles over two segments, kivi-4 keys / f16 values",
+            method: "kivi:bits=4,group=32/f16:residual=32",
+            t: 600,
+            seg_tokens: 256,
+            opts: AttendOptions::default().chunk_tokens(96),
+            ..base
+        },
+        Case {
             what: "decode D=64 GQA 3 kivi-2 wrapped ring",
             t: 333,
             ring_extra: 17,

@@ -118,8 +118,11 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         uint w0[8]; // ring rows of the lane's tokens, filled where the ring is read
         // Ring rows are read only for tokens in [qk, T) (clamped below T: a slot past the
         // window may hold anything; a side without a window binds a placeholder).
-        const int nk = clamp(int(A.qk) - int(lt0), 0, 8);
-        const bool ring_k = lt0 + uint(nk) < A.t_total;
+        // A token group wholly past the split (a trip past its tiles) reads nothing: its rows
+        // may lie past the segment's buffer (the next segment's tokens are below qk too).
+        const bool past = lt0 >= s1;
+        const int nk = past ? 0 : clamp(int(A.qk) - int(lt0), 0, 8);
+        const bool ring_k = !past && lt0 + uint(nk) < A.t_total;
         for (uint j = 0u; j < 8u; ++j) {
             acc[j] = float4(0.0f);
         }
@@ -179,7 +182,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                 pr[j] = j < nv ? float4(0.0f) : pj[j];
             }
             if (nv > 0) {
-                v_accum(A, VP, vseg, vtab, vs, lt0 - A.tok0, A.qv - 1u - A.tok0, cg, h, pc);
+                v_accum(A, VP, vseg, vtab, vs, lt0 - A.tok0, min(s1, A.qv) - 1u - A.tok0, cg, h, pc);
             }
             // Only rows of ring tokens [qv, s1) are read (another slot may hold anything).
             if (lt0 + uint(nv) < s1) {

@@ -252,6 +252,12 @@ pub fn plan_for(
     }
     // The prefill kernel holds fewer registers: more of its workgroups fit a device.
     let target = plan::split_target(ctx.adapter_info()) * if prefill { 2 } else { 1 };
+    let target = if prefill {
+        target
+    } else {
+        let wg = super::kernel::partials_workgroup_size() as usize;
+        (target * super::kernel::WORKGROUP_SIZE as usize).div_ceil(wg)
+    };
     plan::plan_kernel(
         call,
         shape,

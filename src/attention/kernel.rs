@@ -88,6 +88,24 @@ const MSL_MERGE: &str = include_str!("../../msl/attend/attend_merge.metal");
 /// Invocations per workgroup of the decode, prefill and merge kernels (4 slices of 32).
 pub const WORKGROUP_SIZE: u32 = 128;
 
+/// Invocations per workgroup of the partials (decode) kernel: [`WORKGROUP_SIZE`], or for
+/// measuring builds `KVPACK_ATT_WG` (a multiple of 32 from 32 to 1024, read once; anything
+/// else is ignored with a message on stderr). The plan's split target scales by
+/// `WORKGROUP_SIZE / this` so that about as many slices run.
+pub fn partials_workgroup_size() -> u32 {
+    static SIZE: OnceLock<u32> = OnceLock::new();
+    *SIZE.get_or_init(|| match std::env::var("KVPACK_ATT_WG") {
+        Err(_) => WORKGROUP_SIZE,
+        Ok(v) => match v.parse::<u32>() {
+            Ok(n) if n % 32 == 0 && (32..=1024).contains(&n) => n,
+            _ => {
+                eprintln!("kvpack: KVPACK_ATT_WG={v} ignored (a multiple of 32 from 32 to 1024)");
+                WORKGROUP_SIZE
+            }
+        },
+    })
+}
+
 /// Invocations per workgroup of the tensor-core decode kernel (one subgroup of 32).
 pub const TENSOR_DECODE_WORKGROUP: u32 = 32;
 
@@ -182,10 +200,10 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         Kind::TensorDecode => (Some(TENSOR_DECODE), TENSOR_DECODE),
         Kind::Merge => (None, MERGE),
     };
-    let workgroup_size = if kind == Kind::TensorDecode {
-        TENSOR_DECODE_WORKGROUP
-    } else {
-        WORKGROUP_SIZE
+    let workgroup_size = match kind {
+        Kind::TensorDecode => TENSOR_DECODE_WORKGROUP,
+        Kind::Partials => partials_workgroup_size(),
+        _ => WORKGROUP_SIZE,
     };
     KernelDef {
         name,

@@ -583,6 +583,6 @@ pub fn workgroup_bytes(dim: usize, k_prep: usize, value_dim: usize) -> usize {
     let r_cpl = dim.div_ceil(8);
     let wsm = value_dim
         .max(dim)
-        .max(4 * super::kernel::WORKGROUP_SIZE as usize);
+        .max(4 * super::kernel::partials_workgroup_size() as usize);
     16 * (8 * r_cpl + k_prep.max(1) + wsm + 8) + 4 * value_dim.max(dim)
 }

@@ -324,12 +324,15 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         // (a lane straddling qk computes both and picks per token).
         // Ring rows are read only for tokens in [qk, T) (clamped below T: a slot past the
         // window may hold anything; a side without a window binds a placeholder).
+        // A token group wholly past the split (a trip past its tiles) reads nothing: its rows
+        // may lie past the segment's buffer (the next segment's tokens are below qk too).
         var acc: array<vec4<f32>, 8>;
-        let nk = u32(clamp(i32(AP.qk) - i32(lt0), 0, 8));
+        let past = lt0 >= s1;
+        let nk = select(u32(clamp(i32(AP.qk) - i32(lt0), 0, 8)), 0u, past);
         if (nk > 0u) {
             acc = k_score(lt0 - AP.tok0, AP.qk - 1u - AP.tok0, cg, h);
         }
-        if (RING && nk < 8u && lt0 + nk < AP.t_total) {
+        if (RING && !past && nk < 8u && lt0 + nk < AP.t_total) {
             // Row by row into acc (a second array of 8 scores would cost 32 registers).
             let last = AP.t_total - 1u;
             // @unroll 8
