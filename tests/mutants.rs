@@ -98,6 +98,8 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----
         (m("msl attend: first barrier (queries staged) removed", Msl, "attend_", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Attend, MSL),
         (m("msl attend: barrier of the slices' turn-by-turn combine removed", Msl, "attend_", "        threadgroup_barrier(mem_flags::mem_threadgroup);\n    }\n\n    const uint pw", None, "    }\n\n    const uint pw"), Attend, MSL),
+        (m("msl attend: the slices' merge sums two of a slice's four token groups", Msl, "attend_", "    return y + simd_shuffle_xor(y, ushort(16));", None, "    return y;"), Attend, MSL),
+        (m("msl attend: the slices' merge adds channels of the wrong token group's turn", Msl, "attend_", "if (i % 4u == tg && c < V_W) {", None, "if (i % 4u == 0u && c < V_W) {"), Attend, MSL),
         (m("msl attend: butterfly shuffle offset 4 -> 2", Msl, "attend_", "simd_shuffle_xor(send, ushort(4))", None, "simd_shuffle_xor(send, ushort(2))"), Attend, MSL),
         (m("msl attend: butterfly sign flipped (keep - send)", Msl, "attend_", "b[k] = keep + simd_shuffle_xor(send, ushort(4));", None, "b[k] = keep - simd_shuffle_xor(send, ushort(4));"), Attend, MSL),
         (m("msl attend: online-softmax rescale of l dropped", Msl, "attend_", "l = l * corr + p;", None, "l = l + p;"), Attend, MSL),

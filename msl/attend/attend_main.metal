@@ -37,6 +37,12 @@ static inline float4 slice_sum(float4 x) {
     return x;
 }
 
+// The sum over the slice's 4 token groups (lanes cg, cg + 8, cg + 16, cg + 24), in every lane.
+static inline float4 tg_sum(float4 x) {
+    const float4 y = x + simd_shuffle_xor(x, ushort(8));
+    return y + simd_shuffle_xor(y, ushort(16));
+}
+
 [[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]
 kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                         constant KParams& KP [[buffer(1)]],
@@ -192,7 +198,9 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         }
     }
 
-    // The slices' (m, l, o) merged through threadgroup memory, in turns.
+    // The slices' (m, l, o) merged through threadgroup memory: a slice's token groups summed
+    // by shuffles (m is the same in all its lanes), then one turn per slice, lane (cg, tg)
+    // adding channels i ≡ tg (mod 4) of its eighth.
     l = slice_sum(l);
     if (lane == 0u) {
         S.msm[slice] = m;
@@ -212,20 +220,22 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         ll += S.lsm[s] * precise::exp2(S.msm[s] - mm);
     }
     const float4 f = precise::exp2(m - mm);
-    for (uint turn = 0u; turn < 4u * ATTEND_SLICES; ++turn) {
-        if (turn == slice * 4u + tg) {
+    for (uint turn = 0u; turn < ATTEND_SLICES; ++turn) {
+        if (turn == slice) { // uniform in the SIMD group
             if (vring && !V_SPACE_OUT) {
                 for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
+                    const float4 x = tg_sum(rs.o[i]) * f;
                     const uint c = cg * ATTEND_R_CPL + i;
-                    if (c < ATTEND_DIM) {
-                        S.wsm[c] += rs.o[i] * f;
+                    if (i % 4u == tg && c < ATTEND_DIM) {
+                        S.wsm[c] += x;
                     }
                 }
             } else {
                 for (uint i = 0u; i < V_CPL; ++i) {
+                    const float4 x = tg_sum(v_out(vs, i)) * f;
                     const uint c = cg * V_CPL + i;
-                    if (c < V_W) {
-                        S.wsm[c] += v_out(vs, i) * f;
+                    if (i % 4u == tg && c < V_W) {
+                        S.wsm[c] += x;
                     }
                 }
             }

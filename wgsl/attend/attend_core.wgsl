@@ -24,7 +24,9 @@
 //              fn v_finish(lid: u32, h: u32)   fin[0..V_W] (normalized) → fin[0..D], in place
 //              its uniform at binding 2; vseg, vtab (declared here)
 // and the entry file (attend_subgroup.wgsl / attend_workgroup.wgsl): const ENTRY_SCRATCH;
-//              fn rs_cg, slice_max, slice_sum, gather8 (cross-lane steps, below).
+//              fn rs_cg, slice_max, slice_sum, gather8 (cross-lane steps, below);
+//              const TG_SHUFFLE (a slice is one subgroup) and fn tg_sum (the sum over a
+//              slice's 4 token groups, lanes of equal cg; called only where TG_SHUFFLE).
 //
 // **Lanes.** A workgroup of WORKGROUP_SIZE = 32·SLICES invocations serves one KV head h, up to
 // four query vectors (query row × grouped head: vec4 lanes of every accumulator) and one split
@@ -395,7 +397,8 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         }
     }
 
-    // 5. The slices' (m, l, o) merged through workgroup memory, in turns.
+    // 5. The slices' (m, l, o) merged through workgroup memory, in turns: one per slice where
+    // a slice is one subgroup (TG_SHUFFLE), else one per token group of each slice.
     l = slice_sum(l, lid, sgl);
     if (lane == 0u) {
         msm[slice] = m;
@@ -415,7 +418,36 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         ll += lsm[s] * exp2(msm[s] - mm);
     }
     let f = exp2(m - mm);
-    for (var turn = 0u; turn < 4u * SLICES; turn++) {
+    if (TG_SHUFFLE) {
+        // A slice is one subgroup and m is the same in all its lanes: its 4 token groups'
+        // accumulators are summed by shuffles (tg_sum), then one turn per slice, lane (cg, tg)
+        // adding channels i ≡ tg (mod 4) of its eighth.
+        for (var turn = 0u; turn < SLICES; turn++) {
+            if (turn == slice) { // uniform in the subgroup
+                if (vring && !V_SPACE_OUT) {
+                    // @unroll 32
+                    for (var i = 0u; i < R_CPL; i++) {
+                        let x = tg_sum(ro[i]) * f;
+                        let c = cg * R_CPL + i;
+                        if (i % 4u == tg && c < DIM) {
+                            wsm[c] += x;
+                        }
+                    }
+                } else {
+                    // @unroll 32
+                    for (var i = 0u; i < V_CPL; i++) {
+                        let x = tg_sum(v_out(&vs, i)) * f;
+                        let c = cg * V_CPL + i;
+                        if (i % 4u == tg && c < V_W) {
+                            wsm[c] += x;
+                        }
+                    }
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+    for (var turn = 0u; turn < select(4u * SLICES, 0u, TG_SHUFFLE); turn++) {
         if (turn == slice * 4u + tg) {
             if (vring && !V_SPACE_OUT) {
                 // @unroll 32

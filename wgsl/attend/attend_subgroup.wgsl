@@ -11,6 +11,17 @@ const ENTRY_SCRATCH: u32 = WORKGROUP_SIZE;
 
 var<private> SGW: u32; // min(subgroup size, 32)
 
+// Whether a slice is one subgroup: the slices' merge then sums a slice's token groups by
+// shuffles (tg_sum) and takes one turn per slice.
+const TG_SHUFFLE: bool = ATT_SG_WIDE == 1u;
+
+// The sum over the slice's 4 token groups (lanes cg, cg + 8, cg + 16, cg + 24), in every
+// lane; only where TG_SHUFFLE (the 4 lanes in one subgroup).
+fn tg_sum(x: vec4<f32>) -> vec4<f32> {
+    let y = x + subgroupShuffleXor(x, 8u);
+    return y + subgroupShuffleXor(y, 16u);
+}
+
 // Sums the 8 cg lanes' partial scores of 8 tokens by recursive halving: 4, 2, then 1 token
 // per lane, exchanging half each step; lane cg ends with token cg's total.
 fn rs_cg(acc: array<vec4<f32>, 8>, lid: u32, sgl: u32) -> vec4<f32> {

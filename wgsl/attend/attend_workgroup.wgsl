@@ -7,6 +7,12 @@
 // 4 vec4 per invocation: the halving exchange's largest step.
 const ENTRY_SCRATCH: u32 = 4u * WORKGROUP_SIZE;
 
+// No subgroups: the slices' merge takes one turn per token group (tg_sum is never called).
+const TG_SHUFFLE: bool = false;
+fn tg_sum(x: vec4<f32>) -> vec4<f32> {
+    return x;
+}
+
 fn rs_cg(acc: array<vec4<f32>, 8>, lid: u32, sgl: u32) -> vec4<f32> {
     let cg = lid & 7u;
     var b: array<vec4<f32>, 4>;
