@@ -256,12 +256,7 @@ pub(crate) fn plan(cache: &SavedCache) -> Result<Plan> {
     }
     let mut h = Writer::default();
     h.0.extend_from_slice(&MAGIC);
-    // Version 1 unless a layer evicts: files without eviction stay readable by older readers.
-    let v2 = cache
-        .layers
-        .iter()
-        .any(|l| l.eviction.is_some() || l.method.center().is_some());
-    h.u32(if v2 { VERSION } else { 1 });
+    h.u32(written_version(cache));
     h.u32(0);
     h.u32(meta_bytes as u32);
     h.u32(0); // the checksum, below
@@ -295,4 +290,15 @@ pub(crate) fn write(cache: &SavedCache, plan: &Plan, w: &mut dyn Write) -> std::
     }
     w.write_all(&zeros[..(plan.file_bytes - at) as usize])?;
     w.flush()
+}
+
+/// The format version this kvpack writes for `cache`: 1 unless a layer evicts or centers its
+/// keys (what version 2 added), so that such files stay readable by older readers. A reader
+/// accepts either version for a file without those features; re-encoding writes this one.
+pub(crate) fn written_version(cache: &SavedCache) -> u32 {
+    let v2 = cache
+        .layers
+        .iter()
+        .any(|l| l.eviction.is_some() || l.method.center().is_some());
+    if v2 { VERSION } else { 1 }
 }

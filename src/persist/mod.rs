@@ -83,6 +83,7 @@
 mod atomic;
 mod decode;
 mod encode;
+pub(crate) use encode::written_version;
 pub mod error;
 pub mod format;
 mod inspect;
