@@ -97,9 +97,10 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor decode: window and sinks ignored", Wgsl, "attend_decode_tc", "vis[k] = live[k] && pos < s1 && visible(kp, pv[k]);", None, "vis[k] = live[k] && pos < s1 && kp <= pv[k];"), Attend, TC),
         // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----
         (m("msl attend: first barrier (queries staged) removed", Msl, "attend_", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Attend, MSL),
-        (m("msl attend: barrier of the slices' turn-by-turn combine removed", Msl, "attend_", "        threadgroup_barrier(mem_flags::mem_threadgroup);\n    }\n\n    const uint pw", None, "    }\n\n    const uint pw"), Attend, MSL),
+        (m("msl attend: barrier between the slices' region writes and their sum removed", Msl, "attend_", "    threadgroup_barrier(mem_flags::mem_threadgroup);\n    float4 mm = S.msm[0];", None, "    float4 mm = S.msm[0];"), Attend, MSL),
+        (m("msl attend: the slices' regions summed without their 2^(m_s - M)", Msl, "attend_", "o += S.wsm[s * ATTEND_WIDE + c] * precise::exp2(S.msm[s] - mm);", None, "o += S.wsm[s * ATTEND_WIDE + c];"), Attend, MSL),
         (m("msl attend: the slices' merge sums two of a slice's four token groups", Msl, "attend_", "    return y + simd_shuffle_xor(y, ushort(16));", None, "    return y;"), Attend, MSL),
-        (m("msl attend: the slices' merge adds channels of the wrong token group's turn", Msl, "attend_", "if (i % 4u == tg && c < V_W) {", None, "if (i % 4u == 0u && c < V_W) {"), Attend, MSL),
+        (m("msl attend: the slices' merge writes channels of the wrong token group", Msl, "attend_", "if (i % 4u == tg && c < V_W) {", None, "if (i % 4u == 0u && c < V_W) {"), Attend, MSL),
         (m("msl attend: butterfly shuffle offset 4 -> 2", Msl, "attend_", "simd_shuffle_xor(send, ushort(4))", None, "simd_shuffle_xor(send, ushort(2))"), Attend, MSL),
         (m("msl attend: butterfly sign flipped (keep - send)", Msl, "attend_", "b[k] = keep + simd_shuffle_xor(send, ushort(4));", None, "b[k] = keep - simd_shuffle_xor(send, ushort(4));"), Attend, MSL),
         (m("msl attend: online-softmax rescale of l dropped", Msl, "attend_", "l = l * corr + p;", None, "l = l + p;"), Attend, MSL),

@@ -198,17 +198,33 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         }
     }
 
-    // The slices' (m, l, o) merged through threadgroup memory: a slice's token groups summed
-    // by shuffles (m is the same in all its lanes), then one turn per slice, lane (cg, tg)
-    // adding channels i ≡ tg (mod 4) of its eighth.
+    // The slices' (m, l, o) merged through threadgroup memory, all at once: m is the same in
+    // all lanes of a slice, its token groups are summed by shuffles and every slice writes its
+    // sums, unscaled, to a region of its own, lane (cg, tg) the channels i ≡ tg (mod 4) of its
+    // eighth; after one barrier thread c adds channel c of every region, scaled by 2^(m_s − M),
+    // in slice order, into region 0 (only it reads that word: no barrier after).
     l = slice_sum(l);
     if (lane == 0u) {
         S.msm[slice] = m;
         S.lsm[slice] = l;
     }
     const uint width = vring ? ATTEND_DIM : V_W;
-    for (uint c = lid; c < ATTEND_WIDE; c += WORKGROUP_SIZE) {
-        S.wsm[c] = float4(0.0f);
+    if (vring && !V_SPACE_OUT) {
+        for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
+            const float4 x = tg_sum(rs.o[i]);
+            const uint c = cg * ATTEND_R_CPL + i;
+            if (i % 4u == tg && c < ATTEND_DIM) {
+                S.wsm[slice * ATTEND_WIDE + c] = x;
+            }
+        }
+    } else {
+        for (uint i = 0u; i < V_CPL; ++i) {
+            const float4 x = tg_sum(v_out(vs, i));
+            const uint c = cg * V_CPL + i;
+            if (i % 4u == tg && c < V_W) {
+                S.wsm[slice * ATTEND_WIDE + c] = x;
+            }
+        }
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     float4 mm = S.msm[0];
@@ -219,28 +235,12 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     for (uint s = 0u; s < ATTEND_SLICES; ++s) {
         ll += S.lsm[s] * precise::exp2(S.msm[s] - mm);
     }
-    const float4 f = precise::exp2(m - mm);
-    for (uint turn = 0u; turn < ATTEND_SLICES; ++turn) {
-        if (turn == slice) { // uniform in the SIMD group
-            if (vring && !V_SPACE_OUT) {
-                for (uint i = 0u; i < ATTEND_R_CPL; ++i) {
-                    const float4 x = tg_sum(rs.o[i]) * f;
-                    const uint c = cg * ATTEND_R_CPL + i;
-                    if (i % 4u == tg && c < ATTEND_DIM) {
-                        S.wsm[c] += x;
-                    }
-                }
-            } else {
-                for (uint i = 0u; i < V_CPL; ++i) {
-                    const float4 x = tg_sum(v_out(vs, i)) * f;
-                    const uint c = cg * V_CPL + i;
-                    if (i % 4u == tg && c < V_W) {
-                        S.wsm[c] += x;
-                    }
-                }
-            }
+    for (uint c = lid; c < width; c += WORKGROUP_SIZE) {
+        float4 o = float4(0.0f);
+        for (uint s = 0u; s < ATTEND_SLICES; ++s) {
+            o += S.wsm[s * ATTEND_WIDE + c] * precise::exp2(S.msm[s] - mm);
         }
-        threadgroup_barrier(mem_flags::mem_threadgroup);
+        S.wsm[c] = o;
     }
 
     const uint pw = ATTEND_WIDE + 2u;

@@ -4,7 +4,7 @@
 struct AttendShared {
     float4 qs[8u * ATTEND_R_CPL];            // scaled queries (vec4 = the 4 vectors), 0 past D
     float4 qp[K_PREP ? K_PREP_W : 1u];       // the key codec's form of them
-    float4 wsm[ATTEND_WIDE];                 // the slices' outputs merged
+    float4 wsm[ATTEND_SLICES * ATTEND_WIDE]; // the slices' outputs, then their sum (region 0)
     float fin[ATTEND_WIDE];                  // one vector through v_finish
     float4 msm[ATTEND_SLICES];
     float4 lsm[ATTEND_SLICES];

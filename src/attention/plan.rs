@@ -581,12 +581,13 @@ pub fn key_prep_fits(dim: usize, k_prep: usize, k_bytes: usize, limit: usize) ->
 }
 
 /// Workgroup storage (bytes) the partials kernel needs for head width `dim`, a key codec's
-/// prepared query of `k_prep` vec4 (0: none) and a value space `value_dim` wide, on the
-/// workgroup-memory variant (the larger).
+/// prepared query of `k_prep` vec4 (0: none) and a value space `value_dim` wide, on the larger
+/// of its variants: `wsm` holds one region of max(value_dim, dim) per slice of 32 invocations
+/// (the subgroup variant's merge of the slices) or 4 vec4 per invocation (the workgroup
+/// variant's exchanges).
 pub fn workgroup_bytes(dim: usize, k_prep: usize, value_dim: usize) -> usize {
     let r_cpl = dim.div_ceil(8);
-    let wsm = value_dim
-        .max(dim)
-        .max(4 * super::kernel::partials_workgroup_size() as usize);
+    let wg = super::kernel::partials_workgroup_size() as usize;
+    let wsm = (value_dim.max(dim) * (wg / 32)).max(4 * wg);
     16 * (8 * r_cpl + k_prep.max(1) + wsm + 8) + 4 * value_dim.max(dim)
 }

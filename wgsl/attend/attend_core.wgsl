@@ -99,8 +99,9 @@ const PW: u32 = max(V_W, DIM) + 2u;
 // never needs a bounds test.
 var<workgroup> qs: array<vec4<f32>, 8u * R_CPL>;
 var<workgroup> qp: array<vec4<f32>, select(1u, K_PREP_W, K_PREP)>; // the key codec's form of them
-// The slices' outputs merged (after the tile loop); the entry file's scratch during it.
-var<workgroup> wsm: array<vec4<f32>, max(max(V_W, DIM), ENTRY_SCRATCH)>;
+// After the tile loop: the slices' outputs (TG_SHUFFLE: one region of max(V_W, D) per slice,
+// then their sum in region 0; else their sum); during it, the entry file's scratch.
+var<workgroup> wsm: array<vec4<f32>, max(select(1u, SLICES, TG_SHUFFLE) * max(V_W, DIM), ENTRY_SCRATCH)>;
 var<workgroup> fin: array<f32, max(V_W, DIM)>;            // one vector through v_finish
 var<workgroup> msm: array<vec4<f32>, SLICES>;
 var<workgroup> lsm: array<vec4<f32>, SLICES>;
@@ -397,16 +398,44 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         }
     }
 
-    // 5. The slices' (m, l, o) merged through workgroup memory, in turns: one per slice where
-    // a slice is one subgroup (TG_SHUFFLE), else one per token group of each slice.
+    // 5. The slices' (m, l, o) merged through workgroup memory. Where a slice is one subgroup
+    // (TG_SHUFFLE), all at once: m is the same in all lanes of a slice, its 4 token groups'
+    // accumulators are summed by shuffles (tg_sum) and every slice writes its sums, unscaled, to
+    // a region of its own, lane (cg, tg) the channels i ≡ tg (mod 4) of its eighth; after one
+    // barrier invocation c adds channel c of every region, scaled by 2^(m_s − M), in slice
+    // order, into region 0 (only it reads that word: no barrier after). Otherwise in turns, one
+    // per token group of each slice.
     l = slice_sum(l, lid, sgl);
     if (lane == 0u) {
         msm[slice] = m;
         lsm[slice] = l;
     }
     let width = select(V_W, DIM, vring);
-    for (var c = lid; c < max(V_W, DIM); c += WORKGROUP_SIZE) {
-        wsm[c] = vec4<f32>(0.0);
+    let wide = max(V_W, DIM);
+    if (TG_SHUFFLE) {
+        if (vring && !V_SPACE_OUT) {
+            // @unroll 32
+            for (var i = 0u; i < R_CPL; i++) {
+                let x = tg_sum(ro[i]);
+                let c = cg * R_CPL + i;
+                if (i % 4u == tg && c < DIM) {
+                    wsm[slice * wide + c] = x;
+                }
+            }
+        } else {
+            // @unroll 32
+            for (var i = 0u; i < V_CPL; i++) {
+                let x = tg_sum(v_out(&vs, i));
+                let c = cg * V_CPL + i;
+                if (i % 4u == tg && c < V_W) {
+                    wsm[slice * wide + c] = x;
+                }
+            }
+        }
+    } else {
+        for (var c = lid; c < wide; c += WORKGROUP_SIZE) {
+            wsm[c] = vec4<f32>(0.0);
+        }
     }
     workgroupBarrier();
     var mm = msm[0];
@@ -417,36 +446,16 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
     for (var s = 0u; s < SLICES; s++) {
         ll += lsm[s] * exp2(msm[s] - mm);
     }
-    let f = exp2(m - mm);
     if (TG_SHUFFLE) {
-        // A slice is one subgroup and m is the same in all its lanes: its 4 token groups'
-        // accumulators are summed by shuffles (tg_sum), then one turn per slice, lane (cg, tg)
-        // adding channels i ≡ tg (mod 4) of its eighth.
-        for (var turn = 0u; turn < SLICES; turn++) {
-            if (turn == slice) { // uniform in the subgroup
-                if (vring && !V_SPACE_OUT) {
-                    // @unroll 32
-                    for (var i = 0u; i < R_CPL; i++) {
-                        let x = tg_sum(ro[i]) * f;
-                        let c = cg * R_CPL + i;
-                        if (i % 4u == tg && c < DIM) {
-                            wsm[c] += x;
-                        }
-                    }
-                } else {
-                    // @unroll 32
-                    for (var i = 0u; i < V_CPL; i++) {
-                        let x = tg_sum(v_out(&vs, i)) * f;
-                        let c = cg * V_CPL + i;
-                        if (i % 4u == tg && c < V_W) {
-                            wsm[c] += x;
-                        }
-                    }
-                }
+        for (var c = lid; c < width; c += WORKGROUP_SIZE) {
+            var o = vec4<f32>(0.0);
+            for (var s = 0u; s < SLICES; s++) {
+                o += wsm[s * wide + c] * exp2(msm[s] - mm);
             }
-            workgroupBarrier();
+            wsm[c] = o;
         }
     }
+    let f = exp2(m - mm);
     for (var turn = 0u; turn < select(4u * SLICES, 0u, TG_SHUFFLE); turn++) {
         if (turn == slice * 4u + tg) {
             if (vring && !V_SPACE_OUT) {
