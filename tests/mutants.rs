@@ -108,7 +108,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("msl attend: window test inverted", Msl, "attend_", "pos + A.window > p", None, "pos + A.window <= p"), Attend, MSL),
         (m("msl attend: sinks off by one", Msl, "attend_", "pos < A.sinks", None, "pos <= A.sinks"), Attend, MSL),
         (m("msl merge: partial weight exponent sign flipped", Msl, "attend_merge", "w = precise::exp2(parts[b] - mm);", None, "w = precise::exp2(mm - parts[b]);"), Attend, MSL),
-        (m("msl merge: L takes the first split of each group of four four times", Msl, "attend_merge", "ll += mgl[j + i];", None, "ll += mgl[j];"), Attend, MSL),
+        (m("msl merge: L takes the first split of each group of 16 sixteen times", Msl, "attend_merge", "ll += mgl[j + i];", None, "ll += mgl[j];"), Attend, MSL),
         (m("msl prefill: accumulator rescale dropped", Msl, "attend_prefill", "o[i] *= corr;", None, ""), Attend, MSL),
         (m("msl prefill: first barrier removed", Msl, "attend_prefill", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Attend, MSL),
         (m("msl bits_unit: mantissa top off by one", Msl, "attend_", "const uint top = 23u - b;", None, "const uint top = 22u - b;"), Attend, MSL),
@@ -119,7 +119,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl attend: online-softmax rescale of the accumulator dropped", Wgsl, "attend_", "v_scale(&vs, corr);", None, ""), Attend, S),
         (m("wgsl attend: window test inverted", Wgsl, "attend_", "pos + AP.window > p", None, "pos + AP.window <= p"), Attend, S),
         (m("wgsl merge: partial weight exponent sign flipped", Wgsl, "attend_merge", "w = exp2(q[b] - mm);", None, "w = exp2(mm - q[b]);"), Attend, S),
-        (m("wgsl merge: the third split of a group of four takes the second's words", Wgsl, "attend_merge", "mgw[j + 2u], x20, x21)", None, "mgw[j + 2u], x10, x11)"), Attend, S),
+        (m("wgsl merge: each split's words weighted by its neighbour's weight", Wgsl, "attend_merge", "mgw[j + k], x0[k]", None, "mgw[j + (k ^ 1u)], x0[k]"), Attend, S),
         (m("wgsl prefill: accumulator rescale dropped", Wgsl, "attend_prefill", "o[i] *= corr;", None, "o[i] *= 1.0;"), Attend, S),
         (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
         // ---- attention over a cache that evicted tokens (key_pos / attend_key_pos) ----

@@ -2,6 +2,11 @@
 // combined and normalized, the value codec's part through its finish hook. Twin of
 // wgsl/attend/attend_merge.wgsl (read it: formula, roles of bindings 3 and 4, dispatch).
 
+// Splits whose words a lane loads before adding any (a divisor of WORKGROUP_SIZE), and whether a
+// lane serves a second channel (lid + WORKGROUP_SIZE): the WGSL twin's MG_U, MG_TWO.
+constant constexpr uint ATTEND_MG_U = 16u;
+constant constexpr bool ATTEND_MG_TWO = ATTEND_WIDE > WORKGROUP_SIZE;
+
 [[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]
 kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                         constant KParams& KP [[buffer(1)]],
@@ -28,7 +33,8 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     const uint base = wid * A.n_parts * pw;
     const uint last = A.n_parts - 1u;
     // The WGSL twin's mapping: M across the lanes and a tree; then per chunk of WORKGROUP_SIZE
-    // splits, one weight per lane (mgw, mgl) and every lane walking the chunk in split order.
+    // splits, one weight per lane (mgw, mgl) and every lane walking the chunk in split order,
+    // ATTEND_MG_U splits' words loaded together (a second channel only where ATTEND_MG_TWO).
     threadgroup float mgw[WORKGROUP_SIZE];
     threadgroup float mgl[WORKGROUP_SIZE];
     float mx = ATTEND_NEG;
@@ -61,22 +67,23 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         mgl[lid] = lw;
         threadgroup_barrier(mem_flags::mem_threadgroup);
         const uint n = min(A.n_parts - s0, uint(WORKGROUP_SIZE));
-        for (uint j = 0u; j < n; j += 4u) {
-            float x[8];
-            for (uint i = 0u; i < 4u; ++i) {
+        for (uint j = 0u; j < n; j += ATTEND_MG_U) {
+            float x0[ATTEND_MG_U];
+            float x1[ATTEND_MG_U];
+            for (uint i = 0u; i < ATTEND_MG_U; ++i) {
                 const uint b = base + min(s0 + j + i, last) * pw;
-                x[2u * i] = parts[b + c0];
-                x[2u * i + 1u] = parts[b + c1];
+                x0[i] = parts[b + c0];
+                x1[i] = ATTEND_MG_TWO ? parts[b + c1] : 0.0f;
             }
-            for (uint i = 0u; i < 4u; ++i) {
+            for (uint i = 0u; i < ATTEND_MG_U; ++i) {
                 const float wi = mgw[j + i];
                 ll += mgl[j + i];
                 if (s0 + j + i < A.n_parts_c) {
-                    acc.x += x[2u * i] * wi;
-                    acc.y += x[2u * i + 1u] * wi;
+                    acc.x += x0[i] * wi;
+                    acc.y += x1[i] * wi;
                 } else {
-                    acc.z += x[2u * i] * wi;
-                    acc.w += x[2u * i + 1u] * wi;
+                    acc.z += x0[i] * wi;
+                    acc.w += x1[i] * wi;
                 }
             }
         }

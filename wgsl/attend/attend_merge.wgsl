@@ -16,10 +16,16 @@
 // Mapping: M takes the splits across the lanes (lane i reads splits i, i + WORKGROUP_SIZE, ...)
 // and a tree over the lanes; then, one chunk of WORKGROUP_SIZE splits at a time, each lane
 // turns one split into its weight 2^(m_s − M) and l_s·2^(m_s − M) (mgw, mgl), and every lane
-// walks the chunk's splits in order for its two channels, four splits' words loaded together.
-// L and the O sums keep split order, so the result does not depend on WORKGROUP_SIZE. (A
-// lane walking every split's m, l and o one load at a time cost ~0.5 µs a split on the H200:
-// benches/results/h200-2026-12-03-diag.)
+// walks the chunk's splits in order for its channels, MG_U splits' words loaded together (one
+// channel per lane where max(V_W, D) ≤ WORKGROUP_SIZE, else two). L and the O sums keep split
+// order, so the result does not depend on WORKGROUP_SIZE or MG_U. (A lane walking every
+// split's m, l and o one load at a time cost ~0.5 µs a split on the H200:
+// benches/results/h200-2026-12-03-diag; four at a time left a chain of n_parts / 4 loads.)
+
+// Splits whose words a lane loads before adding any (a divisor of WORKGROUP_SIZE).
+const MG_U: u32 = 16u;
+// Whether a lane serves a second channel (lid + WORKGROUP_SIZE).
+const MG_TWO: bool = max(V_W, DIM) > WORKGROUP_SIZE;
 
 // One chunk's weights 2^(m_s − M) (0 past the last split), and the max tree's lanes.
 var<workgroup> mgw: array<f32, WORKGROUP_SIZE>;
@@ -84,29 +90,24 @@ fn main(
         mgl[lid] = lw;
         workgroupBarrier();
         let n = min(WORKGROUP_SIZE, AP.n_parts - s0);
-        for (var j = 0u; j < n; j += 4u) {
-            // Past the last split: its words again, with weight 0 (WORKGROUP_SIZE is a
-            // multiple of 4, so j + 3 stays in the chunk's tables).
-            let b0 = base + min(s0 + j, last) * PW;
-            let b1 = base + min(s0 + j + 1u, last) * PW;
-            let b2 = base + min(s0 + j + 2u, last) * PW;
-            let b3 = base + min(s0 + j + 3u, last) * PW;
-            let x00 = q[b0 + c0];
-            let x01 = q[b0 + c1];
-            let x10 = q[b1 + c0];
-            let x11 = q[b1 + c1];
-            let x20 = q[b2 + c0];
-            let x21 = q[b2 + c1];
-            let x30 = q[b3 + c0];
-            let x31 = q[b3 + c1];
-            ll += mgl[j];
-            merge_add(&acc, s0 + j, mgw[j], x00, x01);
-            ll += mgl[j + 1u];
-            merge_add(&acc, s0 + j + 1u, mgw[j + 1u], x10, x11);
-            ll += mgl[j + 2u];
-            merge_add(&acc, s0 + j + 2u, mgw[j + 2u], x20, x21);
-            ll += mgl[j + 3u];
-            merge_add(&acc, s0 + j + 3u, mgw[j + 3u], x30, x31);
+        for (var j = 0u; j < n; j += MG_U) {
+            // Past the last split: its words again, with weight 0 (j + MG_U stays in the
+            // chunk's tables).
+            var x0: array<f32, MG_U>;
+            var x1: array<f32, MG_U>;
+            // @unroll 16
+            for (var k = 0u; k < MG_U; k++) {
+                let b = base + min(s0 + j + k, last) * PW;
+                x0[k] = q[b + c0];
+                if (MG_TWO) {
+                    x1[k] = q[b + c1];
+                }
+            }
+            // @unroll 16
+            for (var k = 0u; k < MG_U; k++) {
+                ll += mgl[j + k];
+                merge_add(&acc, s0 + j + k, mgw[j + k], x0[k], select(0.0, x1[k], MG_TWO));
+            }
         }
         workgroupBarrier();
     }
