@@ -177,6 +177,7 @@ fn exact_at(
 /// Every case on `t` (the CPU: `attend_at` against exact f64 attention; a kernel target: its
 /// kernels against `attend_at`); panics on a mismatch.
 pub fn check_all(t: &Target, rng: &mut impl Rng) {
+    let mut any_last_moves = false;
     for pc in cases() {
         let c = pc.case;
         let (q, k, v) = qkv(rng, &c);
@@ -201,19 +202,52 @@ pub fn check_all(t: &Target, rng: &mut impl Rng) {
         // at slots 0..T (about one draw in twenty for the many-splits case), so a table that
         // changes nothing is drawn again.
         let slots = attend_at(&kv, &vv, c.t, None, &q, c.hq, &c.opts);
+        // The table's last row must matter too where a draw allows it (a kernel that reads
+        // that slot as past the table, at slot + evicted, must be caught: in a random sorted
+        // table its kept position is often that one already). Draws until both hold; else the
+        // first draw whose positions matter. At least one case must have such a last row
+        // (checked after the loop).
         let (mut tab, mut reference, mut moved) = (Vec::new(), Vec::new(), 0.0);
-        for _ in 0..16 {
-            tab = table(rng, pc.rows, pc.evicted, c.hkv);
+        let mut first: Option<(Vec<u32>, Vec<f32>, f64)> = None;
+        let mut last_moves = false;
+        for _ in 0..32 {
+            let tb = table(rng, pc.rows, pc.evicted, c.hkv);
             let at = Positions {
-                table: &tab,
+                table: &tb,
                 appended: c.t + pc.evicted,
             };
-            reference = attend_at(&kv, &vv, c.t, Some(&at), &q, c.hq, &c.opts);
-            moved = rel_l2_rows(&slots, &reference, c.d);
-            if moved > 1e-2 {
+            let r = attend_at(&kv, &vv, c.t, Some(&at), &q, c.hq, &c.opts);
+            let mv = rel_l2_rows(&slots, &r, c.d);
+            if mv <= 1e-2 {
+                continue;
+            }
+            let mut tl = tb.clone();
+            for h in 0..c.hkv {
+                tl[(pc.rows - 1) * c.hkv + h] = (pc.rows - 1 + pc.evicted) as u32;
+            }
+            let at_last = Positions {
+                table: &tl,
+                appended: c.t + pc.evicted,
+            };
+            let lm = rel_l2_rows(
+                &r,
+                &attend_at(&kv, &vv, c.t, Some(&at_last), &q, c.hq, &c.opts),
+                c.d,
+            );
+            if lm > 1e-3 {
+                (tab, reference, moved, last_moves) = (tb, r, mv, true);
                 break;
             }
+            if first.is_none() {
+                first = Some((tb, r, mv));
+            }
         }
+        if !last_moves {
+            if let Some((tb, r, mv)) = first {
+                (tab, reference, moved) = (tb, r, mv);
+            }
+        }
+        any_last_moves |= last_moves;
         let at = Positions {
             table: &tab,
             appended: c.t + pc.evicted,
@@ -243,4 +277,8 @@ pub fn check_all(t: &Target, rng: &mut impl Rng) {
         }
         super::attend_plans::check_case_at(t, &c, &layer, &q, &reference, 1e-4, Some(&at));
     }
+    assert!(
+        any_last_moves,
+        "no case drew a table whose last row's position changes the output (a check that cannot fail)"
+    );
 }
