@@ -362,8 +362,7 @@ fn partials_estimate(
         // 4 groups of 32 at D = 128, the most among the benched methods)
         .split_kernel(&shape, wg_limit, &ctx.tensor_cores(), &Ok(4))
         .unwrap_or(SplitKernel::Decode);
-    let prefill = kernel != SplitKernel::Decode;
-    let target = split_target(ctx.adapter_info()) * if prefill { 2 } else { 1 };
+    let target = kvpack::attention::gpu::kernel_target(ctx, kernel);
     match plan_kernel(&call, &shape, target, u64::MAX, kernel) {
         Ok(p) => (
             2 * p.partial_bytes,

@@ -63,7 +63,12 @@ fn parse() -> Result<Opts, String> {
 }
 
 /// Unrolling variants: (name, KVPACK_NO_UNROLL, KVPACK_UNROLL_SKIP) — src/gpu/unroll.rs.
-const VARIANTS: [(&str, bool, &str); 5] = [
+/// The variant name under which the tensor-core decode kernel (`attend_decode_tc`, unrolled)
+/// is reported, where the device offers cooperative matrices.
+const TENSOR_DECODE: &str = "tensor-decode";
+
+const VARIANTS: [(&str, bool, &str); 6] = [
+    (TENSOR_DECODE, false, ""),
     ("loops", true, ""),
     ("unroll", false, ""),
     ("unroll-but-kch", false, "kch"),
@@ -75,7 +80,7 @@ const VARIANTS: [(&str, bool, &str); 5] = [
 fn kernel_source(
     method: &str,
     dim: usize,
-    (_, loops, skip): (&str, bool, &str),
+    (name, loops, skip): (&str, bool, &str),
 ) -> Result<(String, String), String> {
     let m = Method::parse(method).map_err(|e| e.to_string())?;
     let ctx = Context::cpu();
@@ -90,7 +95,12 @@ fn kernel_source(
         opts: AttendOptions::default(),
     };
     let spec: Specialization = specialization(&call, k, v, true, layer.has_ring(), false);
-    let def = kernel::partials(k.attend_hooks(), v.attend_hooks());
+    let def = if name == TENSOR_DECODE {
+        kernel::tensor_decode(k.attend_hooks(), v.attend_hooks())
+            .ok_or("no tile hooks for the tensor-core decode kernel")?
+    } else {
+        kernel::partials(k.attend_hooks(), v.attend_hooks())
+    };
     // SAFETY: single-threaded here; compose_wgsl reads the variable (src/gpu/registry.rs).
     unsafe {
         if loops {
@@ -221,6 +231,10 @@ fn vulkan() -> Result<Vk, String> {
     if robust2 {
         ext_names.push(ash::ext::robustness2::NAME.as_ptr());
     }
+    let coop = has(ash::khr::cooperative_matrix::NAME);
+    if coop {
+        ext_names.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+    }
     let mut exec_f = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
         .pipeline_executable_info(true);
     let features = vk::PhysicalDeviceFeatures::default().robust_buffer_access(true);
@@ -234,6 +248,22 @@ fn vulkan() -> Result<Vk, String> {
         .push_next(&mut f13);
     if robust2 {
         ci = ci.push_next(&mut r2);
+    }
+    // The tensor-core kernels: cooperative matrices, f16 arithmetic and storage, the Vulkan
+    // memory model (what wgpu asks for with EXPERIMENTAL_COOPERATIVE_MATRIX and SHADER_F16).
+    let mut cm = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+    let mut f11 = vk::PhysicalDeviceVulkan11Features::default()
+        .storage_buffer16_bit_access(true)
+        .uniform_and_storage_buffer16_bit_access(true);
+    let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
+        .shader_float16(true)
+        .vulkan_memory_model(true)
+        .vulkan_memory_model_device_scope(true);
+    if coop {
+        ci = ci
+            .push_next(&mut cm)
+            .push_next(&mut f11)
+            .push_next(&mut f12);
     }
     let device = unsafe { instance.create_device(pd, &ci, None) }
         .map_err(|e| format!("vkCreateDevice: {e}"))?;

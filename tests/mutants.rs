@@ -48,6 +48,9 @@ enum Check {
     Compact,
     /// The eviction selection kernel (tests/common/select.rs: random, tied and real scores).
     Select,
+    /// The tensor-core decode kernel's direct path (tests/common/tc_decode.rs), on a target
+    /// whose device runs it (elsewhere nothing).
+    TensorDirect,
 }
 
 const fn m(
@@ -95,6 +98,12 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor decode: every column block weighted by group 0's scales", Wgsl, "attend_decode_tc", "let g = min(nb * 16u / TD_GW, TD_NG - 1u);", None, "let g = 0u;"), Attend, TC),
         (m("wgsl tensor decode: ring splits' keys read as codes", Wgsl, "attend_decode_tc", "let kcodes = KT_CODES && !kring;", None, "let kcodes = KT_CODES;"), Attend, TC),
         (m("wgsl tensor decode: window and sinks ignored", Wgsl, "attend_decode_tc", "vis[k] = live[k] && pos < s1 && visible(kp, pv[k]);", None, "vis[k] = live[k] && pos < s1 && kp <= pv[k];"), Attend, TC),
+        (m("wgsl tensor decode direct: a moved-back block's repeated rows weighted again", Wgsl, "attend_decode_tc", "vis[k] = live[k] && tok >= t0 + 16u * blk && tok < s1", None, "vis[k] = live[k] && tok < s1"), TensorDirect, TC),
+        (m("wgsl tensor decode direct: the output not flushed when the max moves", Wgsl, "attend_decode_tc", "tdd_flush(oc, &o, lane);", Some(0), ""), TensorDirect, TC),
+        (m("wgsl tensor decode direct: the flushed output not rescaled when the max moves", Wgsl, "attend_decode_tc", " o[i] *= corr;", None, " "), TensorDirect, TC),
+        (m("wgsl tensor decode direct: l not rescaled when the max moves", Wgsl, "attend_decode_tc", "l *= corr;", None, ""), TensorDirect, TC),
+        (m("wgsl tensor decode direct: the lanes' path takes lane 0's weights for every token", Wgsl, "attend_decode_tc", "let pt = subgroupShuffle(p, t);", None, "let pt = subgroupShuffle(p, 0u);"), TensorDirect, TC),
+        (m("wgsl tensor decode direct: the second block's weights read from the first's", Wgsl, "attend_decode_tc", "let pb = coopLoadT<TcA>(&tdh[TD_P + 16u], 32u);", None, "let pb = coopLoadT<TcA>(&tdh[TD_P], 32u);"), TensorDirect, TC),
         // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----
         (m("msl attend: first barrier (queries staged) removed", Msl, "attend_", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Attend, MSL),
         (m("msl attend: barrier between the slices' region writes and their sum removed", Msl, "attend_", "    threadgroup_barrier(mem_flags::mem_threadgroup);\n    float4 mm = S.msm[0];", None, "    float4 mm = S.msm[0];"), Attend, MSL),
@@ -291,13 +300,30 @@ fn run_attend_cases(t: &Target, seed: u64, cases: Vec<Case>) {
 
 /// Each case with its codecs planned for `limit` bytes of workgroup storage.
 fn run_attend_cases_at(t: &Target, seed: u64, cases: Vec<(Case, u32)>) {
+    let cases = cases.into_iter().map(|(c, l)| (c, l, false)).collect();
+    run_attend_inputs(t, seed, cases);
+}
+
+/// Each case (16 KiB of workgroup storage), its keys rising along the cache where marked
+/// (tests/common/tc_decode.rs).
+fn run_attend_rising(t: &Target, seed: u64, cases: Vec<(Case, bool)>) {
+    let cases = cases.into_iter().map(|(c, r)| (c, 16 * 1024, r)).collect();
+    run_attend_inputs(t, seed, cases);
+}
+
+/// Each case with its codecs planned for `limit` bytes of workgroup storage and, where
+/// marked, rising keys.
+fn run_attend_inputs(t: &Target, seed: u64, cases: Vec<(Case, u32, bool)>) {
     use rand::SeedableRng;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    for (c, limit) in cases {
+    for (c, limit, rising) in cases {
         let cpu = Context::cpu()
             .with_max_workgroup_storage_size(limit)
             .expect("limit");
-        let (q, k, v) = common::attend_plans::qkv(&mut rng, &c);
+        let (q, mut k, v) = common::attend_plans::qkv(&mut rng, &c);
+        if rising {
+            common::tc_decode::rising(&mut k, c.hkv, c.d);
+        }
         let method = Method::parse(c.method).expect("method");
         let mut layer = Layer::new(&cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");
         layer
@@ -382,6 +408,12 @@ fn run(check: Check, t: &Target, seed: u64) {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             common::select::check_all(t, &mut rng);
         }
+        Check::TensorDirect => {
+            // Only where the tensor-core kernels run (elsewhere the cases prove nothing new).
+            if common::attend_plans::tensor_cores(t).is_ok() {
+                run_attend_rising(t, seed, common::tc_decode::cases());
+            }
+        }
     }
 }
 
@@ -424,6 +456,7 @@ fn every_mutant_is_caught() {
             Check::Scores,
             Check::Compact,
             Check::Select,
+            Check::TensorDirect,
         ] {
             run(check, &t, seed);
         }

@@ -238,3 +238,25 @@ fn tensor_decode_shapes() {
         assert!(err <= 1e-3, "{method} D {d}: worst row rel L2 {err:e}");
     }
 }
+
+/// The direct path's branches and rising scores (tests/common/tc_decode.rs), through layers.
+#[test]
+fn tensor_decode_direct_path() {
+    let Some(ctx) = common::tensor_ctx("tensor_decode_direct_path") else {
+        return;
+    };
+    let mut rng = common::rng("tensor_decode_direct_path");
+    for (c, rising) in common::tc_decode::cases() {
+        let (q, mut k, v) = common::attend_plans::qkv(&mut rng, &c);
+        if rising {
+            common::tc_decode::rising(&mut k, c.hkv, c.d);
+        }
+        let o = c.opts.kernel(AttendKernel::TensorDecode);
+        let err = decode_vs_cpu(&ctx, c.method, c.hkv, c.d, c.hq, &k, &v, &q, &o);
+        eprintln!(
+            "tensor_decode_direct_path {}: worst row rel L2 {err:e}",
+            c.what
+        );
+        assert!(err <= 1e-3, "{}: worst row rel L2 {err:e}", c.what);
+    }
+}

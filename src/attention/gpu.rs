@@ -121,6 +121,13 @@ pub fn specialization(
                 .filter(|v| *v <= 3)
                 .unwrap_or(0),
         ),
+        // Measuring only: the tensor-core decode kernel's direct path loads a tile's values
+        // after its weights (0, the default: H200 f16 at 32k 251 against 284 µs) or before its
+        // scores (`KVPACK_TC_VPRE=1`).
+        (
+            "ATT_TC_VPRE",
+            u32::from(std::env::var("KVPACK_TC_VPRE").is_ok_and(|v| v == "1")),
+        ),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {
@@ -250,21 +257,28 @@ pub fn plan_for(
             limit: limit as u64,
         });
     }
-    // The prefill kernel holds fewer registers: more of its workgroups fit a device.
-    let target = plan::split_target(ctx.adapter_info()) * if prefill { 2 } else { 1 };
-    let target = if prefill {
-        target
-    } else {
-        let wg = super::kernel::partials_workgroup_size() as usize;
-        (target * super::kernel::WORKGROUP_SIZE as usize).div_ceil(wg)
-    };
     plan::plan_kernel(
         call,
         shape,
-        target,
+        kernel_target(ctx, split_kernel),
         ctx.max_storage_binding_size(),
         split_kernel,
     )
+}
+
+/// Workgroups a call on `kernel` aims at on this device ([`plan::split_target`]): the decode
+/// kernel scaled to its workgroup size (`KVPACK_ATT_WG`, measuring only), the others twice the
+/// target. For the tensor-core decode kernel (one subgroup per workgroup) twice the target
+/// measured faster than four times (as many subgroups as the decode kernel's): H200, 32k
+/// tokens, 512 against 256 tokens per split, f16 211 against 244 µs, KIVI-4 657 against 699
+/// (benches/results/h200-2026-12-04-tcdirect).
+pub fn kernel_target(ctx: &Context, kernel: plan::SplitKernel) -> usize {
+    let target = plan::split_target(ctx.adapter_info());
+    match kernel {
+        plan::SplitKernel::Decode => (target * super::kernel::WORKGROUP_SIZE as usize)
+            .div_ceil(super::kernel::partials_workgroup_size() as usize),
+        _ => target * 2,
+    }
 }
 
 /// What a layer keeps across its attention calls: the partials buffer (`[splits][Tq·Hq]`
@@ -370,22 +384,23 @@ pub fn encode<'a>(
             None => Bind::from(placeholder),
         };
         let tables = |s: &SideBuffers<'a>| Bind::from(s.tables);
-        items.push((
-            split_path,
-            dp,
-            vec![
-                Bind::from(ku),
-                Bind::from(vu),
-                Bind::from(q),
-                Bind::from(partials.as_ref().unwrap_or(out)),
-                seg(ks),
-                tables(ks),
-                seg(vs),
-                tables(vs),
-                Bind::from(ring(ks)),
-                Bind::from(ring(vs)),
-            ],
-        ));
+        let mut binds = vec![
+            Bind::from(ku),
+            Bind::from(vu),
+            Bind::from(q),
+            Bind::from(partials.as_ref().unwrap_or(out)),
+            seg(ks),
+            tables(ks),
+            seg(vs),
+            tables(vs),
+            Bind::from(ring(ks)),
+            Bind::from(ring(vs)),
+        ];
+        if plan.kernel == plan::SplitKernel::TensorDecode {
+            // The segments again, as f16 arrays (kernel::TENSOR_DECODE_BINDINGS).
+            binds.extend([seg(ks), seg(vs)]);
+        }
+        items.push((split_path, dp, binds));
     }
     if let (Some(mp), Some(p)) = (merge, partials.as_ref()) {
         let (ku, vu) = &uniforms[uniforms.len() - 1];

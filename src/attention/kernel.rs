@@ -123,6 +123,19 @@ const BINDINGS: &[Binding] = &[
     Binding::StorageRead,
 ];
 
+/// The tensor-core decode kernel's: [`BINDINGS`], then the key and value segments again at
+/// bindings 11 and 12, read there as `array<f16>` (its f16 rows go straight into cooperative
+/// matrices: wgsl/attend/attend_decode_tc.wgsl).
+const TENSOR_DECODE_BINDINGS: &[Binding] = &{
+    let mut b = [Binding::StorageRead; BINDINGS.len() + 2];
+    let mut i = 0;
+    while i < BINDINGS.len() {
+        b[i] = BINDINGS[i];
+        i += 1;
+    }
+    b
+};
+
 fn leak<T>(v: Vec<T>) -> &'static [T] {
     Box::leak(v.into_boxed_slice())
 }
@@ -213,7 +226,11 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         wgsl: wgsl_body,
         msl_common: leak(msl),
         msl: msl_body,
-        bindings: BINDINGS,
+        bindings: if kind == Kind::TensorDecode {
+            TENSOR_DECODE_BINDINGS
+        } else {
+            BINDINGS
+        },
         workgroup_size,
     }
 }

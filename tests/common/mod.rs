@@ -18,6 +18,7 @@ pub mod recon;
 pub mod scores;
 pub mod select;
 pub mod st;
+pub mod tc_decode;
 pub mod vecinfer_calib;
 
 use std::sync::OnceLock;
