@@ -112,7 +112,9 @@ pub fn specialization(
         ("ATT_POS", u32::from(positions)),
         // Measuring only: the tensor-core kernels without the codecs' reads (1; the decode
         // kernel: 2, without staging the tiles either; 3, without its MMAs), for the kernels'
-        // floor.
+        // floor. The decode kernel's direct path (f16 rows): 1, its operands from workgroup
+        // memory; 2, its loads with the constant row stride 1024
+        // (wgsl/attend/attend_decode_tc.wgsl).
         (
             "ATT_TC_NOLOAD",
             std::env::var("KVPACK_TC_NOLOAD")

@@ -87,7 +87,8 @@ const TD_NOMMA: bool = ATT_TC_NOLOAD == 3u;
 // cooperative matrices relative to a running max that moves only when a tile's max exceeds
 // it by more than TDD_SLACK (weights up to 2^TDD_SLACK, far inside f16); then, and at the end,
 // the matrices are flushed through tdf into the lanes' columns. A split whose segment holds
-// fewer than 16 rows up to its end (no block fits) is computed on the lanes (td_small).
+// fewer than 16 rows up to its end (no block fits) is computed on the lanes (td_direct's
+// first branch).
 // Workgroup memory: tdh = Q″_hi, Q″_lo [16][TD_DP], P [16][32] (f16; rows 4..15 zero), tdf
 // = S [16][32], or O [16][TD_DP] while flushing (f32).
 @group(0) @binding(11) var<storage, read> kseg16: array<f16>;
