@@ -360,7 +360,15 @@ fn partials_estimate(
     let kernel = call
         // (the value groups only bound the tensor-core decode kernel's workgroup storage: KIVI's
         // 4 groups of 32 at D = 128, the most among the benched methods)
-        .split_kernel(&shape, wg_limit, &ctx.tensor_cores(), &Ok(4))
+        .split_kernel(
+            &shape,
+            wg_limit,
+            &ctx.tensor_cores(),
+            &Ok(kvpack::attention::plan::Tiles {
+                groups: 4,
+                rows: false,
+            }),
+        )
         .unwrap_or(SplitKernel::Decode);
     let target = kvpack::attention::gpu::kernel_target(ctx, kernel);
     match plan_kernel(&call, &shape, target, u64::MAX, kernel) {

@@ -48,9 +48,9 @@ enum Check {
     Compact,
     /// The eviction selection kernel (tests/common/select.rs: random, tied and real scores).
     Select,
-    /// The tensor-core decode kernel's direct path (tests/common/tc_decode.rs), on a target
-    /// whose device runs it (elsewhere nothing).
-    TensorDirect,
+    /// The tensor-core decode kernels' cases of tests/common/tc_decode.rs (the f16-rows kernel
+    /// above all), on a target whose device runs them (elsewhere nothing).
+    TensorRows,
 }
 
 const fn m(
@@ -98,12 +98,16 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor decode: every column block weighted by group 0's scales", Wgsl, "attend_decode_tc", "let g = min(nb * 16u / TD_GW, TD_NG - 1u);", None, "let g = 0u;"), Attend, TC),
         (m("wgsl tensor decode: ring splits' keys read as codes", Wgsl, "attend_decode_tc", "let kcodes = KT_CODES && !kring;", None, "let kcodes = KT_CODES;"), Attend, TC),
         (m("wgsl tensor decode: window and sinks ignored", Wgsl, "attend_decode_tc", "vis[k] = live[k] && pos < s1 && visible(kp, pv[k]);", None, "vis[k] = live[k] && pos < s1 && kp <= pv[k];"), Attend, TC),
-        (m("wgsl tensor decode direct: a moved-back block's repeated rows weighted again", Wgsl, "attend_decode_tc", "vis[k] = live[k] && tok >= t0 + 16u * blk && tok < s1", None, "vis[k] = live[k] && tok < s1"), TensorDirect, TC),
-        (m("wgsl tensor decode direct: the output not flushed when the max moves", Wgsl, "attend_decode_tc", "tdd_flush(oc, &o, lane);", Some(0), ""), TensorDirect, TC),
-        (m("wgsl tensor decode direct: the flushed output not rescaled when the max moves", Wgsl, "attend_decode_tc", " o[i] *= corr;", None, " "), TensorDirect, TC),
-        (m("wgsl tensor decode direct: l not rescaled when the max moves", Wgsl, "attend_decode_tc", "l *= corr;", None, ""), TensorDirect, TC),
-        (m("wgsl tensor decode direct: the lanes' path takes lane 0's weights for every token", Wgsl, "attend_decode_tc", "let pt = subgroupShuffle(p, t);", None, "let pt = subgroupShuffle(p, 0u);"), TensorDirect, TC),
-        (m("wgsl tensor decode direct: the second block's weights read from the first's", Wgsl, "attend_decode_tc", "let pb = coopLoadT<TcA>(&tdh[TD_P + 16u], 32u);", None, "let pb = coopLoadT<TcA>(&tdh[TD_P], 32u);"), TensorDirect, TC),
+        (m("wgsl tensor decode rows: rows past the split's end weighted", Wgsl, "attend_decode_tc_rows", "vis = live[sg] && tok < s1 && visible(", None, "vis = live[sg] && visible("), TensorRows, TC),
+        (m("wgsl tensor decode rows: the output not flushed when the max moves", Wgsl, "attend_decode_tc_rows", "tr_flush(oc, &o, sg, lid);", Some(0), ""), TensorRows, TC),
+        (m("wgsl tensor decode rows: the flushed output not rescaled when the max moves", Wgsl, "attend_decode_tc_rows", "o[ph] *= corr;", None, ""), TensorRows, TC),
+        (m("wgsl tensor decode rows: l not rescaled when the max moves", Wgsl, "attend_decode_tc_rows", "l *= corr[sg];", None, ""), TensorRows, TC),
+        (m("wgsl tensor decode rows: the scores' low part taken unscaled", Wgsl, "attend_decode_tc_rows", "x += select(y, y * TR_ILO, u % 2u == 1u);", None, "x += y;"), TensorRows, TC),
+        (m("wgsl tensor decode rows: the second token block's values read from the first's", Wgsl, "attend_decode_tc_rows", "&trh[TR_V + kb * 16u * TR_RS + nb * 16u]", None, "&trh[TR_V + nb * 16u]"), TensorRows, TC),
+        (m("wgsl tensor decode rows: the next tile never loaded (a split's first tile again)", Wgsl, "attend_decode_tc_rows", "words = tr_load(t0 + TR_TT, s1, w.ring, h, lid);", None, ""), TensorRows, TC),
+        (m("wgsl tensor decode rows: ring splits' values read from the segment", Wgsl, "attend_decode_tc_rows", "w.v[i] = ringv[(a.x % AP.ring_cap_v) * AP.row_words + a.y];", None, "w.v[i] = vseg[vt_row(a.x - AP.tok0) + a.y];"), TensorRows, TC),
+        (m("wgsl tensor decode rows: ring splits' keys read from the segment", Wgsl, "attend_decode_tc_rows", "w.k[i] = ringk[(a.x % AP.ring_cap_k) * AP.row_words + a.y];", None, "w.k[i] = kseg[kt_row(a.x - AP.tok0) + a.y];"), TensorRows, TC),
+        (m("wgsl tensor decode rows: the second flush pass's columns dropped", Wgsl, "attend_decode_tc_rows", "if (nb < TR_KD && nb / TR_NOP == ph) {", None, "if (nb < TR_KD && nb / TR_NOP == ph && ph == 0u) {"), TensorRows, TC),
         // ---- attention, MSL (attend_main / attend_core / attend_prefill / attend_merge) ----
         (m("msl attend: first barrier (queries staged) removed", Msl, "attend_", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Attend, MSL),
         (m("msl attend: barrier between the slices' region writes and their sum removed", Msl, "attend_", "    threadgroup_barrier(mem_flags::mem_threadgroup);\n    float4 mm = S.msm[0];", None, "    float4 mm = S.msm[0];"), Attend, MSL),
@@ -408,7 +412,7 @@ fn run(check: Check, t: &Target, seed: u64) {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             common::select::check_all(t, &mut rng);
         }
-        Check::TensorDirect => {
+        Check::TensorRows => {
             // Only where the tensor-core kernels run (elsewhere the cases prove nothing new).
             if common::attend_plans::tensor_cores(t).is_ok() {
                 run_attend_rising(t, seed, common::tc_decode::cases());
@@ -456,7 +460,7 @@ fn every_mutant_is_caught() {
             Check::Scores,
             Check::Compact,
             Check::Select,
-            Check::TensorDirect,
+            Check::TensorRows,
         ] {
             run(check, &t, seed);
         }

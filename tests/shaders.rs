@@ -101,7 +101,7 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_RING", ring),
                     ("ATT_POS", u32::from(dim == 64 || dim == 128)),
                     ("ATT_TC_NOLOAD", 0),
-                    ("ATT_TC_VPRE", 1),
+                    ("ATT_TC_PAD", u32::from(dim == 128)),
                 ];
                 s.extend(extra);
                 // 3-bit MSE / 2+2 RVQ (windows funnel-shifted), then 4-bit / 8+8 (whole words).

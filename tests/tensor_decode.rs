@@ -211,6 +211,20 @@ fn tensor_decode_shapes() {
             None,
         ),
         ("f16", 1, 128, 8, 257, 1, Some(64), 0, None, None),
+        ("f16", 2, 64, 8, 1000, 1, None, 1, None, Some(96)),
+        ("f16", 3, 16, 6, 77, 3, None, 0, Some(0.1), None),
+        (
+            "f16/kivi:bits=4,group=32,residual=32",
+            2,
+            128,
+            8,
+            300,
+            1,
+            None,
+            0,
+            None,
+            Some(64),
+        ),
         (
             "f16:residual=16",
             4,
@@ -239,13 +253,14 @@ fn tensor_decode_shapes() {
     }
 }
 
-/// The direct path's branches and rising scores (tests/common/tc_decode.rs), through layers.
+/// The f16-rows kernel's branches, rising scores and a ring (tests/common/tc_decode.rs),
+/// through layers.
 #[test]
-fn tensor_decode_direct_path() {
-    let Some(ctx) = common::tensor_ctx("tensor_decode_direct_path") else {
+fn tensor_decode_rows_kernel() {
+    let Some(ctx) = common::tensor_ctx("tensor_decode_rows_kernel") else {
         return;
     };
-    let mut rng = common::rng("tensor_decode_direct_path");
+    let mut rng = common::rng("tensor_decode_rows_kernel");
     for (c, rising) in common::tc_decode::cases() {
         let (q, mut k, v) = common::attend_plans::qkv(&mut rng, &c);
         if rising {
@@ -254,7 +269,7 @@ fn tensor_decode_direct_path() {
         let o = c.opts.kernel(AttendKernel::TensorDecode);
         let err = decode_vs_cpu(&ctx, c.method, c.hkv, c.d, c.hq, &k, &v, &q, &o);
         eprintln!(
-            "tensor_decode_direct_path {}: worst row rel L2 {err:e}",
+            "tensor_decode_rows_kernel {}: worst row rel L2 {err:e}",
             c.what
         );
         assert!(err <= 1e-3, "{}: worst row rel L2 {err:e}", c.what);

@@ -33,8 +33,9 @@ pub struct AttendPaths {
     /// The tensor-core prefill kernel `attend_prefill_tc_<k>_<v>`, where the device runs it
     /// (else why not) and the key codec does not transform the query (`None`).
     pub tensor: Option<std::result::Result<KernelPath, String>>,
-    /// The tensor-core decode kernel `attend_decode_tc_<k>_<v>` where the device runs it (else
-    /// why not) and both codecs have tile hooks (`None`).
+    /// The tensor-core decode kernel `attend_decode_tc_<k>_<v>` (`attend_decode_tc_rows_<k>_<v>`
+    /// for f16 rows on both sides) where the device runs it (else why not) and both codecs have
+    /// tile hooks (`None`).
     pub tensor_decode: Option<std::result::Result<KernelPath, String>>,
     /// The merge kernel `attend_merge_<k>_<v>`.
     pub merge: KernelPath,
@@ -112,9 +113,8 @@ pub fn specialization(
         ("ATT_POS", u32::from(positions)),
         // Measuring only: the tensor-core kernels without the codecs' reads (1; the decode
         // kernel: 2, without staging the tiles either; 3, without its MMAs), for the kernels'
-        // floor. The decode kernel's direct path (f16 rows): 1, its operands from workgroup
-        // memory; 2, its loads with the constant row stride 1024
-        // (wgsl/attend/attend_decode_tc.wgsl).
+        // floor. The decode kernel for f16 rows (wgsl/attend/attend_decode_tc_rows.wgsl): 1,
+        // zero rows staged instead of loaded.
         (
             "ATT_TC_NOLOAD",
             std::env::var("KVPACK_TC_NOLOAD")
@@ -123,13 +123,8 @@ pub fn specialization(
                 .filter(|v| *v <= 3)
                 .unwrap_or(0),
         ),
-        // Measuring only: the tensor-core decode kernel's direct path loads a tile's values
-        // after its weights (0, the default: H200 f16 at 32k 251 against 284 µs) or before its
-        // scores (`KVPACK_TC_VPRE=1`).
-        (
-            "ATT_TC_VPRE",
-            u32::from(std::env::var("KVPACK_TC_VPRE").is_ok_and(|v| v == "1")),
-        ),
+        // Measuring only: the f16-rows tensor-core decode kernel's padded rows.
+        ("ATT_TC_PAD", plan::tensor_decode_rows_pad()),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {
@@ -209,10 +204,13 @@ pub fn prepare(
 }
 
 /// Whether both codecs' tile hooks serve the tensor-core decode kernel, with the value side's
-/// groups, or why not ([`Codec::attend_tiles`]).
-pub fn tiles(k: &dyn Codec, v: &dyn Codec) -> std::result::Result<usize, String> {
+/// groups and whether both sides are f16 rows, or why not ([`Codec::attend_tiles`]).
+pub fn tiles(k: &dyn Codec, v: &dyn Codec) -> std::result::Result<plan::Tiles, String> {
     k.attend_tiles()?;
-    v.attend_tiles()
+    Ok(plan::Tiles {
+        groups: v.attend_tiles()?,
+        rows: kernel::tensor_decode_rows(k.attend_hooks(), v.attend_hooks()),
+    })
 }
 
 /// Plans a call on `ctx`'s device for `paths` (the decode, prefill or tensor-core kernel:
@@ -242,7 +240,7 @@ pub fn plan_for(
         match &paths.tensor_decode {
             Some(Ok(_)) => tiles(k, v),
             Some(Err(reason)) => Err(reason.clone()),
-            None => tiles(k, v).map(|_| 0),
+            None => tiles(k, v).map(|t| plan::Tiles { groups: 0, ..t }),
         }
     };
     let split_kernel = call.split_kernel(shape, limit, &tensor, &tiles)?;
@@ -386,7 +384,7 @@ pub fn encode<'a>(
             None => Bind::from(placeholder),
         };
         let tables = |s: &SideBuffers<'a>| Bind::from(s.tables);
-        let mut binds = vec![
+        let binds = vec![
             Bind::from(ku),
             Bind::from(vu),
             Bind::from(q),
@@ -398,10 +396,6 @@ pub fn encode<'a>(
             Bind::from(ring(ks)),
             Bind::from(ring(vs)),
         ];
-        if plan.kernel == plan::SplitKernel::TensorDecode {
-            // The segments again, as f16 arrays (kernel::TENSOR_DECODE_BINDINGS).
-            binds.extend([seg(ks), seg(vs)]);
-        }
         items.push((split_path, dp, binds));
     }
     if let (Some(mp), Some(p)) = (merge, partials.as_ref()) {

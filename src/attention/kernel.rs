@@ -6,8 +6,9 @@
 //! workgroup, tiles read once into workgroup memory: wgsl/attend/attend_prefill.wgsl; always
 //! partials), `attend_prefill_tc_<k>_<v>` (the prefill kernel on cooperative matrices: WGSL
 //! only, where the device offers them), `attend_decode_tc_<k>_<v>` (the decode kernel on
-//! cooperative matrices, for pairs whose codecs have tile hooks) and `attend_merge_<k>_<v>` (combines the partials and applies the value codec's
-//! finish hook).
+//! cooperative matrices, for pairs whose codecs have tile hooks; `attend_decode_tc_rows_<k>_<v>`
+//! where both sides are f16 rows) and `attend_merge_<k>_<v>` (combines the partials and applies
+//! the value codec's finish hook).
 //!
 //! Bindings (both kernels; WGSL `@binding(i)` is MSL `[[buffer(i)]]`):
 //! 0 the core's uniform (`AttendParams`), 1 the key codec's uniform, 2 the value codec's,
@@ -54,6 +55,11 @@ pub struct AttendHooks {
     pub wgsl_kt: Option<&'static str>,
     /// The value side's tile hooks (`wgsl/<codec>/attend_vt.wgsl`).
     pub wgsl_vt: Option<&'static str>,
+    /// Whether the tile hooks give f16 rows that the kernel reads itself (their `KT_CODES` /
+    /// `VT_CODES` false): a pair with rows on both sides runs the tensor-core decode kernel
+    /// wgsl/attend/attend_decode_tc_rows.wgsl (four subgroups per workgroup), every other pair
+    /// with tile hooks wgsl/attend/attend_decode_tc.wgsl (one).
+    pub tile_rows: bool,
 }
 
 const PARAMS: &str = include_str!("../../wgsl/attend/attend_params.wgsl");
@@ -79,6 +85,7 @@ const PREFILL_WORKGROUP: &str = concat!(
 const TENSOR: &str = include_str!("../../wgsl/attend/attend_prefill_tc.wgsl");
 const TENSOR_COMMON: &str = include_str!("../../wgsl/attend/attend_tc_common.wgsl");
 const TENSOR_DECODE: &str = include_str!("../../wgsl/attend/attend_decode_tc.wgsl");
+const TENSOR_DECODE_ROWS: &str = include_str!("../../wgsl/attend/attend_decode_tc_rows.wgsl");
 const MSL_PREFILL: &str = include_str!("../../msl/attend/attend_prefill.metal");
 const MSL_CORE: &str = include_str!("../../msl/attend/attend_core.metal");
 const MSL_SHARED: &str = include_str!("../../msl/attend/attend_shared.metal");
@@ -108,6 +115,15 @@ pub fn partials_workgroup_size() -> u32 {
 
 /// Invocations per workgroup of the tensor-core decode kernel (one subgroup of 32).
 pub const TENSOR_DECODE_WORKGROUP: u32 = 32;
+/// Invocations per workgroup of the tensor-core decode kernel for f16 rows on both sides (four
+/// subgroups of 32: [`AttendHooks::tile_rows`]).
+pub const TENSOR_DECODE_ROWS_WORKGROUP: u32 = 128;
+
+/// Whether a pair runs the tensor-core decode kernel's form for f16 rows on both sides
+/// (wgsl/attend/attend_decode_tc_rows.wgsl).
+pub fn tensor_decode_rows(k: &AttendHooks, v: &AttendHooks) -> bool {
+    k.tile_rows && v.tile_rows
+}
 
 const BINDINGS: &[Binding] = &[
     Binding::Uniform,
@@ -122,19 +138,6 @@ const BINDINGS: &[Binding] = &[
     Binding::StorageRead,
     Binding::StorageRead,
 ];
-
-/// The tensor-core decode kernel's: [`BINDINGS`], then the key and value segments again at
-/// bindings 11 and 12, read there as `array<f16>` (its f16 rows go straight into cooperative
-/// matrices: wgsl/attend/attend_decode_tc.wgsl).
-const TENSOR_DECODE_BINDINGS: &[Binding] = &{
-    let mut b = [Binding::StorageRead; BINDINGS.len() + 2];
-    let mut i = 0;
-    while i < BINDINGS.len() {
-        b[i] = BINDINGS[i];
-        i += 1;
-    }
-    b
-};
 
 fn leak<T>(v: Vec<T>) -> &'static [T] {
     Box::leak(v.into_boxed_slice())
@@ -155,6 +158,7 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         Kind::Partials => "attend",
         Kind::Prefill => "attend_prefill",
         Kind::Tensor => "attend_prefill_tc",
+        Kind::TensorDecode if tensor_decode_rows(k, v) => "attend_decode_tc_rows",
         Kind::TensorDecode => "attend_decode_tc",
         Kind::Merge => "attend_merge",
     };
@@ -210,10 +214,14 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         // One source (it needs subgroups and cooperative matrices: resolved only to the
         // subgroup path, where Context::tensor_cores allows it).
         Kind::Tensor => (Some(TENSOR), TENSOR),
+        Kind::TensorDecode if tensor_decode_rows(k, v) => {
+            (Some(TENSOR_DECODE_ROWS), TENSOR_DECODE_ROWS)
+        }
         Kind::TensorDecode => (Some(TENSOR_DECODE), TENSOR_DECODE),
         Kind::Merge => (None, MERGE),
     };
     let workgroup_size = match kind {
+        Kind::TensorDecode if tensor_decode_rows(k, v) => TENSOR_DECODE_ROWS_WORKGROUP,
         Kind::TensorDecode => TENSOR_DECODE_WORKGROUP,
         Kind::Partials => partials_workgroup_size(),
         _ => WORKGROUP_SIZE,
@@ -226,11 +234,7 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         wgsl: wgsl_body,
         msl_common: leak(msl),
         msl: msl_body,
-        bindings: if kind == Kind::TensorDecode {
-            TENSOR_DECODE_BINDINGS
-        } else {
-            BINDINGS
-        },
+        bindings: BINDINGS,
         workgroup_size,
     }
 }

@@ -117,9 +117,7 @@ pub fn tensor_workgroup_bytes(dim: usize, value_dim: usize) -> usize {
 /// f16 a tile's keys and values (32 tokens, 16 where D > 128; widths rounded up to 16), the
 /// query's two parts (16 rows) and the weights (16 rows per group); in f32 the scores and a
 /// pass of the tile's output (two passes where the value width is above 128). 36,864 bytes
-/// at D = 128 with 4 groups. The kernel's direct path (f16 rows on both sides, no ring) stages
-/// no tile and needs less (the H200's driver reports 18,048 bytes at D = 128); the fit is
-/// checked against this larger need whatever the path.
+/// at D = 128 with 4 groups.
 pub fn tensor_decode_workgroup_bytes(dim: usize, value_dim: usize, groups: usize) -> usize {
     let dp = dim.div_ceil(16) * 16;
     let wp = value_dim.max(dim).div_ceil(16) * 16;
@@ -130,6 +128,40 @@ pub fn tensor_decode_workgroup_bytes(dim: usize, value_dim: usize, groups: usize
         1
     };
     2 * (dp * tt + tt * wp + 32 * dp + groups * 16 * tt) + 4 * (16 * tt).max(16 * wp / passes)
+}
+
+/// Workgroup storage (bytes) of the tensor-core decode kernel for f16 rows on both sides
+/// (wgsl/attend/attend_decode_tc_rows.wgsl) at head width `dim`: in f16 a tile's keys and
+/// values (32 tokens, 16 where D > 128; the width rounded up to 16), the query's two parts
+/// (16 rows) and the weights (16 rows); in f32 the four subgroups' score blocks or a flush
+/// pass of the output (up to 128 columns), and 8 words. Rows of K, V and Q″ are 8 f16 longer
+/// than D (rounded up to 16) unless [`tensor_decode_rows_pad`] is off. 35,360 bytes at
+/// D = 128.
+pub fn tensor_decode_rows_workgroup_bytes(dim: usize) -> usize {
+    let dp = dim.div_ceil(16) * 16;
+    let rs = dp + 8 * tensor_decode_rows_pad() as usize;
+    let tt = if dp > 128 { 16 } else { 32 };
+    2 * (2 * tt * rs + 32 * rs + 16 * tt) + 4 * 1024usize.max(16 * dp.min(128)) + 32
+}
+
+/// Whether the f16-rows tensor-core decode kernel pads its workgroup rows by 8 f16 (its
+/// `ATT_TC_PAD`): yes, unless `KVPACK_TC_PAD=0` (measuring only; read once). Unpadded, the
+/// rows of a matrix all start on the same banks: 211 against 132 µs for the f16 cache at 32k
+/// on the H200 (benches/results/h200-2026-12-04-tcrows).
+pub fn tensor_decode_rows_pad() -> u32 {
+    static PAD: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PAD.get_or_init(|| u32::from(std::env::var("KVPACK_TC_PAD").map_or(true, |v| v != "0")))
+}
+
+/// What the tensor-core decode kernel needs to know of a pair's tile hooks
+/// ([`crate::attention::gpu::tiles`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiles {
+    /// The value side's groups (their weights each take 16 rows of workgroup storage).
+    pub groups: usize,
+    /// Whether both sides are f16 rows ([`super::kernel::tensor_decode_rows`]: the kernel's
+    /// form with four subgroups per workgroup).
+    pub rows: bool,
 }
 
 /// The kernel that runs a call's splits.
@@ -292,7 +324,7 @@ impl Call {
         shape: &CacheShape,
         wg_limit: usize,
         tensor: &std::result::Result<(), String>,
-        tiles: &std::result::Result<usize, String>,
+        tiles: &std::result::Result<Tiles, String>,
     ) -> Result<SplitKernel> {
         let width = shape.value_dim.max(self.dim);
         let fits = prefill_workgroup_bytes(width) <= wg_limit;
@@ -340,7 +372,7 @@ impl Call {
                     (_, Err(r)) => Err(r),
                     (Ok(()), Ok(g)) => Ok(g),
                 };
-                let groups = match groups {
+                let tiles = match groups {
                     Ok(g) => g,
                     Err(reason) => {
                         return Err(Error::PathUnavailable {
@@ -350,7 +382,11 @@ impl Call {
                         });
                     }
                 };
-                let need = tensor_decode_workgroup_bytes(self.dim, shape.value_dim, groups);
+                let need = if tiles.rows {
+                    tensor_decode_rows_workgroup_bytes(self.dim)
+                } else {
+                    tensor_decode_workgroup_bytes(self.dim, shape.value_dim, tiles.groups)
+                };
                 if need > wg_limit {
                     return Err(Error::Limit {
                         what: "tensor-core decode workgroup storage",

@@ -4,7 +4,7 @@
 
 use super::{POISON, Target, run_plan};
 use kvpack::attention::gpu::dispatch_plans;
-use kvpack::attention::plan::{CacheShape, Call, KeyPositions, SplitKernel, plan, plan_kernel};
+use kvpack::attention::plan::{CacheShape, Call, KeyPositions, plan, plan_kernel};
 use kvpack::codec::Codec;
 use kvpack::cpu::attend::Positions;
 use kvpack::store::Side;
@@ -220,11 +220,6 @@ pub fn on_target_at(
             rings[0].clone(),
             rings[1].clone(),
         ];
-        if p.kernel == SplitKernel::TensorDecode {
-            // The segments again, read as f16 arrays (bindings 11 and 12).
-            bufs.push(bufs[4].clone());
-            bufs.push(bufs[6].clone());
-        }
         run_plan(t, dp, &mut bufs)
             .unwrap_or_else(|e| panic!("{} {}: partials: {e}", t.name(), c.what));
         partials = std::mem::take(&mut bufs[3]);

@@ -1,12 +1,13 @@
-//! Cases for the tensor-core decode kernel's direct path (wgsl/attend/attend_decode_tc.wgsl,
-//! TD_DIRECT: f16 rows on both sides, no ring, D a multiple of 16 up to 128) that reach each
-//! of its branches: 9 tokens (no 16-row block fits: the lanes' path), 96-token splits over 600
-//! tokens (the last split's second block moved back to end at the split's end, its repeated
-//! rows weightless), and scores that rise along the cache (the running max moves by more
-//! than the path's slack after tiles were accumulated: the flush and the rescale; KIVI-4
-//! beside it for the staged path's per-tile rescale). Used through layers by
+//! Cases for the tensor-core decode kernel's form for f16 rows on both sides
+//! (wgsl/attend/attend_decode_tc_rows.wgsl) that reach each of its branches: 9 tokens (one
+//! partial tile), 96-token splits over 600 tokens (a partial last split), scores that rise
+//! along the cache (a reference max moves by more than the kernel's slack after tiles were
+//! accumulated: the flush and the rescale), a ring (ring splits' keys and the values above
+//! the codec's end from the ring; D = 32, where two of the four subgroups own no output
+//! columns) and D = 256 (16-token tiles, four subgroups per token block, two flush passes);
+//! KIVI-4 beside them for the one-subgroup kernel's per-tile rescale. Used through layers by
 //! tests/tensor_decode.rs and through the kernel-level harness by the mutants
-//! (tests/mutants.rs, `Check::TensorDirect`).
+//! (tests/mutants.rs, `Check::TensorRows`).
 
 use super::attend_plans::Case;
 use kvpack::AttendOptions;
@@ -14,7 +15,7 @@ use kvpack::AttendOptions;
 /// The cases, each with whether its keys rise ([`rising`]).
 pub fn cases() -> Vec<(Case, bool)> {
     let base = Case {
-        what: "tensor decode direct: f16, 9 tokens (the lanes' path)",
+        what: "tensor decode rows: f16, 9 tokens (one partial tile)",
         method: "f16",
         t: 9,
         tq: 1,
@@ -30,7 +31,7 @@ pub fn cases() -> Vec<(Case, bool)> {
         (base, false),
         (
             Case {
-                what: "tensor decode direct: f16, 600 tokens in 96-token splits, Tq 2, a sink",
+                what: "tensor decode rows: f16, 600 tokens in 96-token splits, Tq 2, a sink",
                 t: 600,
                 tq: 2,
                 hq: 4,
@@ -41,9 +42,30 @@ pub fn cases() -> Vec<(Case, bool)> {
         ),
         (
             Case {
-                what: "tensor decode direct: f16, rising scores, 320-token splits",
+                what: "tensor decode rows: f16, rising scores, 320-token splits",
                 t: 700,
                 opts: AttendOptions::default().chunk_tokens(Some(320)),
+                ..base
+            },
+            true,
+        ),
+        (
+            Case {
+                what: "tensor decode rows: f16 with a 32-token ring, D 32, 64-token splits",
+                method: "f16:residual=32",
+                t: 150,
+                d: 32,
+                opts: AttendOptions::default().chunk_tokens(Some(64)),
+                ..base
+            },
+            false,
+        ),
+        (
+            Case {
+                what: "tensor decode rows: f16, D 256, rising scores, 128-token splits",
+                t: 300,
+                d: 256,
+                opts: AttendOptions::default().chunk_tokens(Some(128)),
                 ..base
             },
             true,

@@ -79,37 +79,16 @@ const TD_NOSTAGE: bool = ATT_TC_NOLOAD >= 2u;
 // =3: no cooperative-matrix work either (scores and outputs as the tiles hold them).
 const TD_NOMMA: bool = ATT_TC_NOLOAD == 3u;
 
-// **Direct path** (TD_DIRECT: f16 rows on both sides, no ring, D a multiple of 16 up to 128):
-// nothing is staged. The K and V operands are read by coopLoad straight from the segments,
-// bound a second time as f16 arrays (kseg16, vseg16: the same buffers as kseg, vseg); a 16-row
-// block that would pass the split's end is moved back to end at it (its repeated rows get no
-// weight), so every row read is a stored row of the split's segment. O accumulates in
-// cooperative matrices relative to a running max that moves only when a tile's max exceeds
-// it by more than TDD_SLACK (weights up to 2^TDD_SLACK, far inside f16); then, and at the end,
-// the matrices are flushed through tdf into the lanes' columns. A split whose segment holds
-// fewer than 16 rows up to its end (no block fits) is computed on the lanes (td_direct's
-// first branch).
-// Workgroup memory: tdh = Q″_hi, Q″_lo [16][TD_DP], P [16][32] (f16; rows 4..15 zero), tdf
-// = S [16][32], or O [16][TD_DP] while flushing (f32).
-@group(0) @binding(11) var<storage, read> kseg16: array<f16>;
-@group(0) @binding(12) var<storage, read> vseg16: array<f16>;
-
-const TD_DIRECT: bool = !KT_CODES && !VT_CODES && !RING && DIM % 16u == 0u && DIM <= 128u && V_W == DIM;
-const TDD_SLACK: f32 = 8.0;
-// Measuring only (KVPACK_TC_VPRE=1): the direct path loads a tile's values before its scores
-// instead of after its weights (slower on the H200: more registers live across the scores).
-const TDD_VPRE: bool = ATT_TC_VPRE == 1u;
-
-// tdh's regions (the direct path has no staged K and V).
+// tdh's regions.
 const TD_K: u32 = 0u;
-const TD_V: u32 = select(TD_DP * TD_TT, 0u, TD_DIRECT);
-const TD_QH: u32 = TD_V + select(TD_TT * TD_WP, 0u, TD_DIRECT);
+const TD_V: u32 = TD_DP * TD_TT;
+const TD_QH: u32 = TD_V + TD_TT * TD_WP;
 const TD_QL: u32 = TD_QH + 16u * TD_DP;
 const TD_P: u32 = TD_QL + 16u * TD_DP;
 const TD_HN: u32 = TD_P + TD_NG * 16u * TD_TT;
 
 var<workgroup> tdh: array<f16, TD_HN>;
-var<workgroup> tdf: array<f32, select(max(16u * TD_TT, 16u * TD_OW), max(16u * TD_TT, 16u * TD_DP), TD_DIRECT)>;
+var<workgroup> tdf: array<f32, max(16u * TD_TT, 16u * TD_OW)>;
 
 // The partial record of each of the workgroup's vectors (m, l, o + the groups' Σ p·lo) for
 // split slot `part`; o holds the lane's columns lane + 32·i.
@@ -133,201 +112,6 @@ fn td_record(lane: u32, h: u32, vb: u32, part: u32, m: vec4<f32>, lt: vec4<f32>,
             }
         }
     }
-}
-
-// The direct path's O matrices (rows 0..3: the 4 vectors) added into the lanes' columns
-// through tdf (every lane calls it: barriers).
-fn tdd_flush(oc: array<TcC, TD_NO>, o: ptr<function, array<vec4<f32>, TD_CPL>>, lane: u32) {
-    workgroupBarrier();
-    // @unroll 16
-    for (var n = 0u; n < TD_NO; n++) {
-        coopStoreT(oc[n], &tdf[n * 16u], TD_DP);
-    }
-    workgroupBarrier();
-    // @unroll 8
-    for (var i = 0u; i < TD_CPL; i++) {
-        let c = lane + 32u * i;
-        if (c < DIM) {
-            (*o)[i] += vec4<f32>(tdf[c], tdf[TD_DP + c], tdf[2u * TD_DP + c], tdf[3u * TD_DP + c]);
-        }
-    }
-}
-
-// The direct path's operands: keys (channels × 16 tokens from f16 index `at`, rows `rs`
-// apart) and values (16 tokens × channels). Measuring only (KVPACK_TC_NOLOAD): 1, from
-// workgroup memory instead (no global loads); 2, with the constant row stride 1024 (right
-// only where H_kv·D = 1024, as in benches/gpu_attend.rs).
-fn tdd_k(at: u32, rs: u32, kc: u32) -> TcB {
-    if (ATT_TC_NOLOAD == 1u) {
-        return coopLoad<TcB>(&tdh[TD_QH + kc * 16u], TD_DP);
-    }
-    if (ATT_TC_NOLOAD == 2u) {
-        return coopLoad<TcB>(&kseg16[at], 1024u);
-    }
-    return coopLoad<TcB>(&kseg16[at], rs);
-}
-
-fn tdd_v(at: u32, rs: u32, n: u32) -> TcB {
-    if (ATT_TC_NOLOAD == 1u) {
-        return coopLoadT<TcB>(&tdh[TD_QL + n * 16u], TD_DP);
-    }
-    if (ATT_TC_NOLOAD == 2u) {
-        return coopLoadT<TcB>(&vseg16[at], 1024u);
-    }
-    return coopLoadT<TcB>(&vseg16[at], rs);
-}
-
-// The direct path's split (Q″ already in tdh, rows 4..15 and P zero; a barrier passed).
-fn td_direct(lane: u32, w: SplitWork, live: vec4<bool>, pv: vec4<u32>) {
-    let h = w.h;
-    let s0 = w.s0;
-    let s1 = w.s1;
-    let rs = 2u * AP.row_words;         // f16 per segment row
-    let k0 = 2u * kt_row(0u) + h * DIM; // segment row 0, channel 0 of head h
-    let v0 = 2u * vt_row(0u) + h * DIM;
-    var m = vec4<f32>(NEG);
-    var l = vec4<f32>(0.0);
-    var o: array<vec4<f32>, TD_CPL>;
-    var obt: array<vec4<f32>, TD_NG>;
-    if (s1 < AP.tok0 + 16u) {
-        // No 16-row block of stored rows ends at s1: the (at most 15) tokens on the lanes.
-        let n = select(0u, s1 - s0, s1 > s0);
-        var s = vec4<f32>(NEG);
-        var vis = vec4<bool>(false);
-        if (lane < n) {
-            let r = s0 + lane - AP.tok0;
-            var a = vec4<f32>(0.0);
-            for (var c = 0u; c < DIM; c++) {
-                let x = f32(kseg16[k0 + r * rs + c]);
-                // @unroll 4
-                for (var k = 0u; k < 4u; k++) {
-                    a[k] += (f32(tdh[TD_QH + k * TD_DP + c]) + f32(tdh[TD_QL + k * TD_DP + c]) * TD_ILO) * x;
-                }
-            }
-            let kp = key_pos(s0 + lane, h);
-            // @unroll 4
-            for (var k = 0u; k < 4u; k++) {
-                vis[k] = live[k] && visible(kp, pv[k]);
-            }
-            s = select(vec4<f32>(NEG), a, vis);
-        }
-        m = subgroupMax(s);
-        let p = select(vec4<f32>(0.0), exp2(s - m), vis);
-        l = p;
-        for (var t = 0u; t < 16u; t++) {
-            let pt = subgroupShuffle(p, t);
-            if (t < n) {
-                let r = s0 + t - AP.tok0;
-                // @unroll 8
-                for (var i = 0u; i < TD_CPL; i++) {
-                    let c = lane + 32u * i;
-                    if (c < DIM) {
-                        o[i] += pt * f32(vseg16[v0 + r * rs + c]);
-                    }
-                }
-            }
-        }
-        td_record(lane, h, w.vb, w.part, m, subgroupAdd(l), o, obt);
-        return;
-    }
-    var oc: array<TcC, TD_NO>;
-    // @unroll 16
-    for (var n = 0u; n < TD_NO; n++) {
-        oc[n] = TcC();
-    }
-    var dirty = false;
-    for (var t0 = s0; t0 < s1; t0 += 32u) {
-        // The blocks' first segment rows: t0 and t0 + 16, moved back to s1 − 16 where the
-        // block would pass s1 (uniform).
-        let r0 = min(t0, s1 - 16u) - AP.tok0;
-        let r1 = min(t0 + 16u, s1 - 16u) - AP.tok0;
-        var vf: array<TcB, 2u * TD_NO>;
-        if (TDD_VPRE) {
-            // @unroll 16
-            for (var n = 0u; n < TD_NO; n++) {
-                vf[2u * n] = tdd_v(v0 + r0 * rs + n * 16u, rs, n);
-                vf[2u * n + 1u] = tdd_v(v0 + r1 * rs + n * 16u, rs, n);
-            }
-        }
-        // S (16 × 32) = Q″_hi·Kᵀ + 2^-11·Q″_lo·Kᵀ.
-        var sh0 = TcC();
-        var sl0 = TcC();
-        var sh1 = TcC();
-        var sl1 = TcC();
-        // @unroll 16
-        for (var kc = 0u; kc < TD_KD; kc++) {
-            let qa = coopLoadT<TcA>(&tdh[TD_QH + kc * 16u], TD_DP);
-            let ql = coopLoadT<TcA>(&tdh[TD_QL + kc * 16u], TD_DP);
-            let ka = tdd_k(k0 + r0 * rs + kc * 16u, rs, kc);
-            let kb = tdd_k(k0 + r1 * rs + kc * 16u, rs, kc);
-            sh0 = coopMultiplyAdd(qa, ka, sh0);
-            sl0 = coopMultiplyAdd(ql, ka, sl0);
-            sh1 = coopMultiplyAdd(qa, kb, sh1);
-            sl1 = coopMultiplyAdd(ql, kb, sl1);
-        }
-        coopStoreT(sh0 + sl0 * TD_ILO, &tdf[0], 32u);
-        coopStoreT(sh1 + sl1 * TD_ILO, &tdf[16u], 32u);
-        workgroupBarrier();
-        // Lane = column: token tok0 + (r0 or r1) + lane % 16; weightless where it repeats a
-        // token of the block before (below t0 + 16·block) or is past the split.
-        let blk = lane / 16u;
-        let tok = AP.tok0 + select(r0, r1, blk == 1u) + lane % 16u;
-        let kp = key_pos(tok, h);
-        var s = vec4<f32>(NEG);
-        var vis = vec4<bool>(false);
-        // @unroll 4
-        for (var k = 0u; k < 4u; k++) {
-            vis[k] = live[k] && tok >= t0 + 16u * blk && tok < s1 && visible(kp, pv[k]);
-            s[k] = select(NEG, tdf[k * 32u + lane], vis[k]);
-        }
-        let tmax = subgroupMax(s);
-        if (any(tmax > m + TDD_SLACK)) { // uniform
-            let m_new = max(m, tmax);
-            let corr = exp2(m - m_new);
-            if (dirty) {
-                tdd_flush(oc, &o, lane);
-                // @unroll 16
-                for (var n = 0u; n < TD_NO; n++) {
-                    oc[n] = TcC();
-                }
-                dirty = false;
-            }
-            // @unroll 8
-            for (var i = 0u; i < TD_CPL; i++) {
-                o[i] *= corr;
-            }
-            l *= corr;
-            m = m_new;
-        }
-        let p = select(vec4<f32>(0.0), exp2(s - m), vis);
-        l += p;
-        // @unroll 4
-        for (var k = 0u; k < 4u; k++) {
-            tdh[TD_P + k * 32u + lane] = f16(p[k]);
-        }
-        workgroupBarrier();
-        let pa = coopLoadT<TcA>(&tdh[TD_P], 32u);
-        let pb = coopLoadT<TcA>(&tdh[TD_P + 16u], 32u);
-        // @unroll 16
-        for (var n = 0u; n < TD_NO; n++) {
-            if (TDD_VPRE) {
-                oc[n] = coopMultiplyAdd(pa, vf[2u * n], oc[n]);
-                oc[n] = coopMultiplyAdd(pb, vf[2u * n + 1u], oc[n]);
-            } else {
-                let va = tdd_v(v0 + r0 * rs + n * 16u, rs, n);
-                let vb = tdd_v(v0 + r1 * rs + n * 16u, rs, n);
-                oc[n] = coopMultiplyAdd(pa, va, oc[n]);
-                oc[n] = coopMultiplyAdd(pb, vb, oc[n]);
-            }
-        }
-        dirty = true;
-        // P and S (tdf) are rewritten by the next tile.
-        workgroupBarrier();
-    }
-    if (dirty) {
-        tdd_flush(oc, &o, lane);
-    }
-    td_record(lane, h, w.vb, w.part, m, subgroupAdd(l), o, obt);
 }
 
 // The 32/b codes of word w (b bits each, code i at bits i·b) as exact f16 at tdh[at ..].
@@ -418,11 +202,6 @@ fn td_main(wid: u32, lane: u32) {
                 }
             }
         }
-    }
-
-    if (TD_DIRECT) {
-        td_direct(lane, w, live, pv);
-        return;
     }
 
     var m = vec4<f32>(NEG);

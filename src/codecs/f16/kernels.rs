@@ -17,4 +17,5 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     keys_only: false,
     wgsl_kt: Some(include_str!("../../../wgsl/f16/attend_kt.wgsl")),
     wgsl_vt: Some(include_str!("../../../wgsl/f16/attend_vt.wgsl")),
+    tile_rows: true,
 };

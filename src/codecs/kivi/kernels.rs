@@ -110,4 +110,5 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     keys_only: false,
     wgsl_kt: Some(include_str!("../../../wgsl/kivi/attend_kt.wgsl")),
     wgsl_vt: Some(include_str!("../../../wgsl/kivi/attend_vt.wgsl")),
+    tile_rows: false,
 };

@@ -50,4 +50,5 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     keys_only: true,
     wgsl_kt: None,
     wgsl_vt: None,
+    tile_rows: false,
 };

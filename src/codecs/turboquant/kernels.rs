@@ -129,6 +129,7 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     keys_only: false,
     wgsl_kt: None,
     wgsl_vt: None,
+    tile_rows: false,
 };
 
 /// TurboQuant-Prod's attention hooks, keys only (wgsl/turboquant_prod/attend_k.wgsl): TurboQuant's
@@ -154,4 +155,5 @@ pub static PROD_ATTEND_HOOKS: AttendHooks = AttendHooks {
     keys_only: true,
     wgsl_kt: None,
     wgsl_vt: None,
+    tile_rows: false,
 };

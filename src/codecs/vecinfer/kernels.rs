@@ -48,4 +48,5 @@ pub static ATTEND_HOOKS: AttendHooks = AttendHooks {
     keys_only: false,
     wgsl_kt: None,
     wgsl_vt: None,
+    tile_rows: false,
 };
