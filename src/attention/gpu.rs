@@ -124,7 +124,7 @@ pub fn specialization(
                 .unwrap_or(0),
         ),
         // Measuring only: the f16-rows tensor-core decode kernel's padded rows.
-        ("ATT_TC_PAD", plan::tensor_decode_rows_pad()),
+        ("ATT_TC_PAD", plan::tensor_decode_pad()),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {

@@ -40,9 +40,10 @@ diagnostic(off, derivative_uniformity);
 // **Precision.** Codes and f16 rows are exact; Q″ is exact to about 2^-22 (two parts); P′ is
 // rounded to f16 once per (token, group) weight (spec/attention.md's f16-product bound:
 // 1e-3 relative L2 per row).
-// Workgroup memory: tdh (f16) [K: TD_DP·TD_TT][V: TD_TT·TD_WP][Q″_hi: 16·TD_DP][Q″_lo][P′: TD_NG
-// × 16 × TD_TT]; tdf (f32): S [16][TD_TT], then O_tile [16][TD_WP]. Every region starts at a
-// multiple of 16 elements (plan::tensor_decode_workgroup_bytes).
+// Workgroup memory: tdh (f16) [K: TD_DP × TD_KS (codes) or TD_TT × TD_KR (rows)][V: TD_TT ×
+// TD_VS][Q″_hi: 16 × TD_QS][Q″_lo][P′: TD_NG × 16 × TD_PS] (row strides padded: below);
+// tdf (f32): S [16][TD_TT], then O_tile [16][TD_WP]. Every region starts at a multiple of 16
+// elements (plan::tensor_decode_workgroup_bytes).
 // Always writes partial records (m, l, o) (the merge kernel finishes).
 
 // (TcA, TcB, TcC and tc_split: wgsl/attend/attend_tc_common.wgsl)
@@ -79,13 +80,23 @@ const TD_NOSTAGE: bool = ATT_TC_NOLOAD >= 2u;
 // =3: no cooperative-matrix work either (scores and outputs as the tiles hold them).
 const TD_NOMMA: bool = ATT_TC_NOLOAD == 3u;
 
+// Row strides (f16) in tdh: the regions' widths plus 8 where ATT_TC_PAD and D ≤ 128 (rows 16
+// bytes apart in the banks instead of all on the same ones: codes' rows of 32 f16, keys',
+// values' and Q″'s of 128; at D = 256 the padded tiles would not fit 48 KiB), each a multiple
+// of 8 (matrix rows 16-byte aligned).
+const TD_PAD: u32 = select(0u, 8u * ATT_TC_PAD, TD_DP <= 128u);
+const TD_KS: u32 = TD_TT + TD_PAD;  // key codes [c][t]
+const TD_KR: u32 = TD_DP + TD_PAD;  // key f16 rows [t][c]
+const TD_VS: u32 = TD_WP + TD_PAD;  // values [t][c]
+const TD_QS: u32 = TD_DP + TD_PAD;  // Q″ [16][c]
+const TD_PS: u32 = TD_TT + TD_PAD;  // P′ [g][16][t]
 // tdh's regions.
 const TD_K: u32 = 0u;
-const TD_V: u32 = TD_DP * TD_TT;
-const TD_QH: u32 = TD_V + TD_TT * TD_WP;
-const TD_QL: u32 = TD_QH + 16u * TD_DP;
-const TD_P: u32 = TD_QL + 16u * TD_DP;
-const TD_HN: u32 = TD_P + TD_NG * 16u * TD_TT;
+const TD_V: u32 = max(TD_DP * TD_KS, TD_TT * TD_KR);
+const TD_QH: u32 = TD_V + TD_TT * TD_VS;
+const TD_QL: u32 = TD_QH + 16u * TD_QS;
+const TD_P: u32 = TD_QL + 16u * TD_QS;
+const TD_HN: u32 = TD_P + TD_NG * 16u * TD_PS;
 
 var<workgroup> tdh: array<f16, TD_HN>;
 var<workgroup> tdf: array<f32, max(16u * TD_TT, 16u * TD_OW)>;
@@ -197,8 +208,8 @@ fn td_main(wid: u32, lane: u32) {
                 // @unroll 4
                 for (var k = 0u; k < 4u; k++) {
                     let sp = tc_split(qr[i][k]);
-                    tdh[TD_QH + k * TD_DP + c] = sp.x;
-                    tdh[TD_QL + k * TD_DP + c] = sp.y;
+                    tdh[TD_QH + k * TD_QS + c] = sp.x;
+                    tdh[TD_QL + k * TD_QS + c] = sp.y;
                 }
             }
         }
@@ -227,55 +238,66 @@ fn td_main(wid: u32, lane: u32) {
         var vrw: array<u32, TD_VRW>;
         var vp: array<vec2<f32>, TD_NG>;
         if (kcodes && !TD_NOLOAD) {
+            // (Addresses clamped instead of loads behind branches, which the H200 issues one
+            // after another; the stores below skip what is past D.)
             // @unroll 32
             for (var i = 0u; i < TD_KCW; i++) {
                 let e = lane + 32u * i;
                 let c = e / TD_WPC;
-                if (c < DIM) {
-                    kcw[i] = kt_word(row0, c, e - c * TD_WPC, h);
-                }
+                kcw[i] = kt_word(row0, min(c, DIM - 1u), e - c * TD_WPC, h);
             }
             // @unroll 8
             for (var i = 0u; i < TD_QC; i++) {
-                let c = lane + 32u * i;
-                if (c < DIM) {
-                    kpr[i] = kt_pair(row0, c, h);
-                }
+                kpr[i] = kt_pair(row0, min(lane + 32u * i, DIM - 1u), h);
             }
         } else if (!TD_NOLOAD) {
-            // @unroll 64
-            for (var i = 0u; i < TD_KRW; i++) {
-                let e = lane + 32u * i;
-                let t = e / (TD_DP / 2u);
-                let j = e - t * (TD_DP / 2u);
-                let p = t0 + t;
-                if (t < TD_TT && p < s1 && 2u * j < DIM) {
-                    if (kring) {
-                        krw[i] = td_row_word(true, true, p, 0u, j, h);
-                    } else {
-                        krw[i] = td_row_word(true, false, p, kt_row(p - AP.tok0), j, h);
-                    }
+            // Rows past s1 (and past the tile) read row s1 − 1 again: weightless, finite.
+            if (kring) {
+                // @unroll 64
+                for (var i = 0u; i < TD_KRW; i++) {
+                    let e = lane + 32u * i;
+                    let t = e / (TD_DP / 2u);
+                    let p = min(t0 + t, s1 - 1u);
+                    krw[i] = td_row_word(true, true, p, 0u, min(e - t * (TD_DP / 2u), DIM / 2u - 1u), h);
+                }
+            } else {
+                // @unroll 64
+                for (var i = 0u; i < TD_KRW; i++) {
+                    let e = lane + 32u * i;
+                    let t = e / (TD_DP / 2u);
+                    let p = min(t0 + t, s1 - 1u);
+                    krw[i] = td_row_word(true, false, p, kt_row(p - AP.tok0), min(e - t * (TD_DP / 2u), DIM / 2u - 1u), h);
                 }
             }
         }
         if (vcodes && !TD_NOLOAD) {
+            // (Rows at or past vq read row vq − 1 again; the stores skip them.)
             // @unroll 32
             for (var i = 0u; i < TD_VCW; i++) {
                 let e = lane + 32u * i;
                 let t = e / VT_RW;
-                if (t < TD_TT && t0 + t < vq) {
-                    vcw[i] = vt_word(row0 + t, e - t * VT_RW, h);
-                }
+                vcw[i] = vt_word(row0 + min(t, vq - 1u - t0), e - t * VT_RW, h);
             }
         }
         // @unroll 16
         for (var g = 0u; g < TD_NG; g++) {
             vp[g] = vec2<f32>(1.0, 0.0);
-            if (vcodes && !TD_NOLOAD && lane < TD_TT && pos < vq) {
-                vp[g] = vt_pair(pos - AP.tok0, g, h);
+            if (vcodes && !TD_NOLOAD) { // uniform
+                let pr = vt_pair(min(pos, vq - 1u) - AP.tok0, g, h);
+                vp[g] = select(vp[g], pr, lane < TD_TT && pos < vq);
             }
         }
-        if (vrows && !TD_NOLOAD) {
+        if (vrows && !TD_NOLOAD && !VT_CODES && t0 + TD_TT <= vq) {
+            // f16 value rows, the whole tile below vq: the segment's rows, past s1 row s1 − 1
+            // again (weightless).
+            // @unroll 64
+            for (var i = 0u; i < TD_VRW; i++) {
+                let e = lane + 32u * i;
+                let t = e / (TD_WP / 2u);
+                let p = min(t0 + t, s1 - 1u);
+                vrw[i] = td_row_word(false, false, p, vt_row(p - AP.tok0), min(e - t * (TD_WP / 2u), DIM / 2u - 1u), h);
+            }
+        } else if (vrows && !TD_NOLOAD) {
             // @unroll 64
             for (var i = 0u; i < TD_VRW; i++) {
                 let e = lane + 32u * i;
@@ -299,7 +321,7 @@ fn td_main(wid: u32, lane: u32) {
                 let e = lane + 32u * i;
                 let c = e / TD_WPC;
                 if (c < TD_DP) {
-                    td_codes(kcw[i], KT_B, TD_K + c * TD_TT + (e - c * TD_WPC) * (32u / KT_B));
+                    td_codes(kcw[i], KT_B, TD_K + c * TD_KS + (e - c * TD_WPC) * (32u / KT_B));
                 }
             }
             var kb4 = vec4<f32>(0.0);
@@ -311,8 +333,8 @@ fn td_main(wid: u32, lane: u32) {
                     // @unroll 4
                     for (var k = 0u; k < 4u; k++) {
                         let sp = tc_split(qr[i][k] * kpr[i].x);
-                        tdh[TD_QH + k * TD_DP + c] = sp.x;
-                        tdh[TD_QL + k * TD_DP + c] = sp.y;
+                        tdh[TD_QH + k * TD_QS + c] = sp.x;
+                        tdh[TD_QL + k * TD_QS + c] = sp.y;
                     }
                 }
             }
@@ -325,8 +347,8 @@ fn td_main(wid: u32, lane: u32) {
                 let j = e - t * (TD_DP / 2u);
                 if (t < TD_TT) {
                     let x = unpack2x16float(krw[i]);
-                    tdh[TD_K + t * TD_DP + 2u * j] = f16(x.x);
-                    tdh[TD_K + t * TD_DP + 2u * j + 1u] = f16(x.y);
+                    tdh[TD_K + t * TD_KR + 2u * j] = f16(x.x);
+                    tdh[TD_K + t * TD_KR + 2u * j + 1u] = f16(x.y);
                 }
             }
         }
@@ -337,7 +359,7 @@ fn td_main(wid: u32, lane: u32) {
                 let t = e / VT_RW;
                 // Tokens at or above vq are the rows' (below): never written twice.
                 if (t < TD_TT && t0 + t < vq) {
-                    td_codes(vcw[i], VT_B, TD_V + t * TD_WP + (e - t * VT_RW) * (32u / VT_B));
+                    td_codes(vcw[i], VT_B, TD_V + t * TD_VS + (e - t * VT_RW) * (32u / VT_B));
                 }
             }
         }
@@ -349,8 +371,8 @@ fn td_main(wid: u32, lane: u32) {
                 let j = e - t * (TD_WP / 2u);
                 if (t < TD_TT && (!VT_CODES || t0 + t >= vq)) {
                     let x = unpack2x16float(vrw[i]);
-                    tdh[TD_V + t * TD_WP + 2u * j] = f16(x.x);
-                    tdh[TD_V + t * TD_WP + 2u * j + 1u] = f16(x.y);
+                    tdh[TD_V + t * TD_VS + 2u * j] = f16(x.x);
+                    tdh[TD_V + t * TD_VS + 2u * j + 1u] = f16(x.y);
                 }
             }
         }
@@ -366,15 +388,15 @@ fn td_main(wid: u32, lane: u32) {
             }
             // @unroll 16
             for (var kc = 0u; kc < TD_KD; kc++) {
-                let qa = coopLoadT<TcA>(&tdh[TD_QH + kc * 16u], TD_DP);
-                let ql = coopLoadT<TcA>(&tdh[TD_QL + kc * 16u], TD_DP);
+                let qa = coopLoadT<TcA>(&tdh[TD_QH + kc * 16u], TD_QS);
+                let ql = coopLoadT<TcA>(&tdh[TD_QL + kc * 16u], TD_QS);
                 // @unroll 2
                 for (var tb = 0u; tb < TD_TB; tb++) {
                     var kb: TcB;
                     if (kcodes) {
-                        kb = coopLoadT<TcB>(&tdh[TD_K + kc * 16u * TD_TT + tb * 16u], TD_TT);
+                        kb = coopLoadT<TcB>(&tdh[TD_K + kc * 16u * TD_KS + tb * 16u], TD_KS);
                     } else {
-                        kb = coopLoad<TcB>(&tdh[TD_K + tb * 16u * TD_DP + kc * 16u], TD_DP);
+                        kb = coopLoad<TcB>(&tdh[TD_K + tb * 16u * TD_KR + kc * 16u], TD_KR);
                     }
                     sh[tb] = coopMultiplyAdd(qa, kb, sh[tb]);
                     sl[tb] = coopMultiplyAdd(ql, kb, sl[tb]);
@@ -419,7 +441,7 @@ fn td_main(wid: u32, lane: u32) {
                 let pg = p * vp[g].x;
                 // @unroll 4
                 for (var k = 0u; k < 4u; k++) {
-                    tdh[TD_P + (g * 16u + k) * TD_TT + lane] = f16(pg[k]);
+                    tdh[TD_P + (g * 16u + k) * TD_PS + lane] = f16(pg[k]);
                 }
             }
         }
@@ -436,8 +458,8 @@ fn td_main(wid: u32, lane: u32) {
                     var acc = TcC();
                     // @unroll 2
                     for (var kb = 0u; kb < TD_TB; kb++) {
-                        let pa = coopLoadT<TcA>(&tdh[TD_P + g * 16u * TD_TT + kb * 16u], TD_TT);
-                        let vm = coopLoadT<TcB>(&tdh[TD_V + kb * 16u * TD_WP + nb * 16u], TD_WP);
+                        let pa = coopLoadT<TcA>(&tdh[TD_P + g * 16u * TD_PS + kb * 16u], TD_PS);
+                        let vm = coopLoadT<TcB>(&tdh[TD_V + kb * 16u * TD_VS + nb * 16u], TD_VS);
                         acc = coopMultiplyAdd(pa, vm, acc);
                     }
                     coopStoreT(acc, &tdf[n * 16u], TD_OW);
