@@ -102,6 +102,7 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_POS", u32::from(dim == 64 || dim == 128)),
                     ("ATT_TC_NOLOAD", 0),
                     ("ATT_TC_PAD", u32::from(dim == 128)),
+                    ("ATT_TC_PF", (dim / 64) % 3),
                 ];
                 s.extend(extra);
                 // 3-bit MSE / 2+2 RVQ (windows funnel-shifted), then 4-bit / 8+8 (whole words).

@@ -123,8 +123,19 @@ pub fn specialization(
                 .filter(|v| *v <= 3)
                 .unwrap_or(0),
         ),
-        // Measuring only: the f16-rows tensor-core decode kernel's padded rows.
+        // Measuring only: the tensor-core decode kernels' padded rows.
         ("ATT_TC_PAD", plan::tensor_decode_pad()),
+        // Measuring only: when the f16-rows tensor-core decode kernel loads the next tile
+        // (`KVPACK_TC_PF`: 0, the default, before the tile's first barrier; 1, after it; 2, no
+        // prefetch).
+        (
+            "ATT_TC_PF",
+            std::env::var("KVPACK_TC_PF")
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .filter(|v| *v <= 2)
+                .unwrap_or(0),
+        ),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {

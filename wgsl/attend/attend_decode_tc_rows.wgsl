@@ -213,12 +213,20 @@ fn tr_main(wid: u32, lid: u32) {
     var dirty = false;
     var words = tr_load(s0, s1, w.ring, h, lid);
     for (var t0 = s0; t0 < s1; t0 += TR_TT) {
-        // 1. This tile into workgroup memory; the next one's loads in flight.
+        // 1. This tile into workgroup memory; the next one's loads in flight. (Measuring
+        //    only, ATT_TC_PF: 1, the next tile's loads issued after the barrier; 2, no
+        //    prefetch: each tile loaded right before it is stored.)
+        if (ATT_TC_PF == 2u && t0 != s0) {
+            words = tr_load(t0, s1, w.ring, h, lid);
+        }
         tr_store(words, lid);
-        if (t0 + TR_TT < s1) {
+        if (ATT_TC_PF == 0u && t0 + TR_TT < s1) {
             words = tr_load(t0 + TR_TT, s1, w.ring, h, lid);
         }
         workgroupBarrier();
+        if (ATT_TC_PF == 1u && t0 + TR_TT < s1) {
+            words = tr_load(t0 + TR_TT, s1, w.ring, h, lid);
+        }
         // 2. S, this subgroup's part.
         // (Two accumulators: two independent MMA chains.)
         var acc0 = TcC();
