@@ -1,7 +1,7 @@
 //! How fast cooperative-matrix operands come out of a storage buffer, against plain loads of
-//! the same bytes: the question behind the tensor-core decode kernel's direct path
-//! (`wgsl/attend/attend_decode_tc.wgsl`), which reads K and V with `coopLoad` straight from
-//! the segments and runs at ~16 % of the copy rate. A measuring tool, not a test; it needs
+//! the same bytes: the question behind the tensor-core decode kernel's former direct path for
+//! f16 rows, which read K and V with `coopLoad` straight from the segments and ran at ~16 % of
+//! the copy rate (its answer: wgsl/attend/attend_decode_tc_rows.wgsl stages them instead). A measuring tool, not a test; it needs
 //! 16×16×16 f16 cooperative matrices (`Context::tensor_cores`) and says why it does not run
 //! elsewhere.
 //!
@@ -11,7 +11,7 @@
 //!
 //! **What is read.** One buffer of 256 MiB of f16, seen as rows of 1024 f16 (the decode
 //! bench's 8 KV heads × D = 128): tile i is 16 rows × 128 channels (4 KiB) at row
-//! 16·(i / 8), channels 128·(i % 8) — a 16-token block of one head's keys, as the direct path
+//! 16·(i / 8), channels 128·(i % 8) — a 16-token block of one head's keys, as that path
 //! reads it. Every arm reads every tile once per dispatch (65,536 tiles; one workgroup of one
 //! 32-wide subgroup takes tiles wid, wid + n, …) and writes one small result per workgroup.
 //! The buffer is 4× the H200's L2, read once in order: nothing of a dispatch's start is
@@ -21,7 +21,7 @@
 //! - `vec4`: 8 plain 16-byte loads per lane (`array<vec4<u32>>`), xor-folded: the read
 //!   roofline of this access pattern;
 //! - `coop`: 8 `coopLoad`s (16×16, column-major, row stride 1024) each fed at once to an MMA
-//!   (four accumulators), as the direct path does;
+//!   (four accumulators), as that path did;
 //! - `coop-first`: the same 8 `coopLoad`s into an array first, then the 8 MMAs;
 //! - `coop-first2`: two tiles' 16 `coopLoad`s first, then their MMAs;
 //! - `stage`: 16 plain 8-byte loads per lane (`array<vec4<f16>>`), stored element by element
