@@ -67,8 +67,6 @@ fn tile_base(i: u32) -> u32 {
     return (i / 8u) * 16u * ROW + (i % 8u) * 128u;
 }
 
-fn wid_of(wg: vec3<u32>) -> u32 { return wg.x; }
-
 @compute @workgroup_size(32)
 fn vec4_main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>, @builtin(local_invocation_index) l: u32) {
     var acc = vec4<u32>(0u);
@@ -83,70 +81,11 @@ fn fin(a0: TcC, a1: TcC, a2: TcC, a3: TcC, w: u32) {
     coopStoreT(a0 + a1 + a2 + a3, &out[w * 256u], 16u);
 }
 
-@compute @workgroup_size(32)
-fn coop_main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>) {
-    let a = coopLoadT<TcA>(&ones[0], 16u);
-    var acc0 = TcC();
-    var acc1 = TcC();
-    var acc2 = TcC();
-    var acc3 = TcC();
-    for (var i = wg.x; i < TILES; i += n.x) {
-        let b = tile_base(i);
-{coop_body}
-    }
-    fin(acc0, acc1, acc2, acc3, wg.x);
-}
-
-@compute @workgroup_size(32)
-fn coop_first_main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>) {
-    let a = coopLoadT<TcA>(&ones[0], 16u);
-    var acc0 = TcC();
-    var acc1 = TcC();
-    var acc2 = TcC();
-    var acc3 = TcC();
-    for (var i = wg.x; i < TILES; i += n.x) {
-        let b = tile_base(i);
-{first_body}
-    }
-    fin(acc0, acc1, acc2, acc3, wg.x);
-}
-
-@compute @workgroup_size(32)
-fn coop_first2_main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>) {
-    let a = coopLoadT<TcA>(&ones[0], 16u);
-    var acc0 = TcC();
-    var acc1 = TcC();
-    var acc2 = TcC();
-    var acc3 = TcC();
-    for (var i = wg.x; i < TILES; i += 2u * n.x) {
-        // The second tile: i + n.x, or tile i again past the end (the same bytes, cached).
-        let b0 = tile_base(i);
-        let b1 = tile_base(select(i, i + n.x, i + n.x < TILES));
-{first2_body}
-    }
-    fin(acc0, acc1, acc2, acc3, wg.x);
-}
-
-@compute @workgroup_size(32)
-fn stage_main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>, @builtin(local_invocation_index) l: u32) {
-    let a = coopLoadT<TcA>(&ones[0], 16u);
-    var acc0 = TcC();
-    var acc1 = TcC();
-    var acc2 = TcC();
-    var acc3 = TcC();
-    for (var i = wg.x; i < TILES; i += n.x) {
-        let b = tile_base(i) / 4u;
-{stage_body}
-        workgroupBarrier();
-{stage_mma}        workgroupBarrier();
-    }
-    fin(acc0, acc1, acc2, acc3, wg.x);
-}
 ";
 
 /// The arms' loop bodies, unrolled here (naga keeps loops; arrays of matrices indexed by a
 /// loop variable would not stay in registers).
-fn bodies() -> [(&'static str, String); 6] {
+fn bodies() -> [String; 6] {
     let mut vec4 = String::new();
     for j in 0..8 {
         vec4 += &format!(
@@ -216,22 +155,51 @@ fn bodies() -> [(&'static str, String); 6] {
         );
         stage_mma += &mma(kc, &format!("k{kc}"));
     }
-    [
-        ("{vec4_body}", vec4),
-        ("{coop_body}", coop),
-        ("{first_body}", first),
-        ("{first2_body}", first2),
-        ("{stage_body}", stage),
-        ("{stage_mma}", stage_mma),
-    ]
+    [vec4, coop, first, first2, stage, stage_mma]
+}
+
+/// A matrix arm's entry point `{name}_main`: four accumulators fed by `body` for the tiles
+/// `i` = wg.x, wg.x + `step`, …, with `tile` binding the tile's base index(es) first.
+fn coop_entry(name: &str, step: &str, tile: &str, body: &str) -> String {
+    format!(
+        "@compute @workgroup_size(32)
+fn {name}_main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>, @builtin(local_invocation_index) l: u32) {{
+    let a = coopLoadT<TcA>(&ones[0], 16u);
+    var acc0 = TcC();
+    var acc1 = TcC();
+    var acc2 = TcC();
+    var acc3 = TcC();
+    for (var i = wg.x; i < TILES; i += {step}) {{
+{tile}{body}    }}
+    fin(acc0, acc1, acc2, acc3, wg.x);
+}}
+"
+    )
 }
 
 fn shader() -> String {
     let mut s = SHADER_TEMPLATE
         .replace("{ROW}", &ROW.to_string())
         .replace("{TILES}", &TILES.to_string());
-    for (k, v) in bodies() {
-        s = s.replace(k, &v);
+    let [vec4, coop, first, first2, stage, stage_mma] = bodies();
+    s = s.replace("{vec4_body}", &vec4);
+    let one = "        let b = tile_base(i);\n";
+    // The second tile: i + n.x, or tile i again past the end (the same bytes, cached).
+    let two = "        let b0 = tile_base(i);\n        let b1 = tile_base(select(i, i + n.x, i + n.x < TILES));\n";
+    let staged =
+        format!("{stage}        workgroupBarrier();\n{stage_mma}        workgroupBarrier();\n");
+    for (name, step, tile, body) in [
+        ("coop", "n.x", one, coop.as_str()),
+        ("coop_first", "n.x", one, first.as_str()),
+        ("coop_first2", "2u * n.x", two, first2.as_str()),
+        (
+            "stage",
+            "n.x",
+            "        let b = tile_base(i) / 4u;\n",
+            staged.as_str(),
+        ),
+    ] {
+        s += &coop_entry(name, step, tile, body);
     }
     s
 }
