@@ -6,8 +6,11 @@
 //! ```text
 //! cargo bench --bench pipeline_stats [-- --dim 128 --methods f16,kivi-4,kivi-2 --dump DIR]
 //! ```
-//! `--dump DIR` also writes each kernel's WGSL and any internal representation the driver
-//! offers (`VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_KHR`) under DIR.
+//! `--dump DIR` also writes each kernel's WGSL, any internal representation the driver
+//! offers (`VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_KHR`) and the data of a
+//! pipeline cache that holds only that pipeline (`pipeline-cache.bin`: the driver's own format;
+//! on NVIDIA it may embed the machine code, which `scripts/sass-from-cache.py` looks for)
+//! under DIR.
 //!
 //! The SPIR-V is naga's, with the options wgpu's Vulkan backend uses for kvpack's kernels
 //! (`wgpu-hal` `vulkan/adapter.rs`; kvpack's `RUNTIME_CHECKS`): local-array indices clamped
@@ -314,9 +317,15 @@ fn stats(v: &Vk, words: &[u32], binds: &[vk::DescriptorSetLayoutBinding]) -> Res
             )
             .stage(stage)
             .layout(pl);
+        // A cache of its own, so that its data afterwards holds this pipeline only.
+        let cache = d
+            .create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None)
+            .map_err(e("pipeline cache"))?;
         let pipeline = d
-            .create_compute_pipelines(vk::PipelineCache::null(), &[ci], None)
+            .create_compute_pipelines(cache, &[ci], None)
             .map_err(|(_, r)| format!("vkCreateComputePipelines: {r}"))?[0];
+        let blob = d.get_pipeline_cache_data(cache).unwrap_or_default();
+        d.destroy_pipeline_cache(cache, None);
         let info = vk::PipelineInfoKHR::default().pipeline(pipeline);
         let n = v
             .exec
@@ -347,6 +356,7 @@ fn stats(v: &Vk, words: &[u32], binds: &[vk::DescriptorSetLayoutBinding]) -> Res
             }
             reprs.extend(internal_representations(v, &ei));
         }
+        reprs.push(("pipeline-cache.bin".into(), blob));
         d.destroy_pipeline(pipeline, None);
         d.destroy_pipeline_layout(pl, None);
         d.destroy_descriptor_set_layout(dsl, None);
@@ -449,7 +459,12 @@ fn main() {
                                 .chars()
                                 .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
                                 .collect();
-                            let _ = std::fs::write(base.join(format!("{i}-{f}.txt")), data);
+                            let file = if n.ends_with(".bin") {
+                                n.clone()
+                            } else {
+                                format!("{i}-{f}.txt")
+                            };
+                            let _ = std::fs::write(base.join(file), data);
                         }
                         println!("    internal representations: {}", reprs.len());
                     }

@@ -128,6 +128,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // ---- attention, WGSL ----
         (m("wgsl attend: butterfly shuffle offset 4 -> 2", Wgsl, "attend_", "subgroupShuffleXor(send, 4u)", None, "subgroupShuffleXor(send, 2u)"), Attend, S),
         (m("wgsl attend workgroup variant: butterfly exchange partner 4 -> 2", Wgsl, "attend_", "wsm[(lid ^ 4u) * 4u + k]", None, "wsm[(lid ^ 2u) * 4u + k]"), Attend, W),
+        (m("wgsl attend: the ring's keys lose every odd channel (the second multiply-add of a pair dropped)", Wgsl, "attend_", "a += qs[c0 + 2u * i + 1u] * x.y;", None, ""), Attend, S),
         (m("wgsl attend: online-softmax rescale of l dropped", Wgsl, "attend_", "l = l * corr + p;", None, "l = l + p;"), Attend, S),
         (m("wgsl attend: online-softmax rescale of the accumulator dropped", Wgsl, "attend_", "v_scale(&vs, corr);", None, ""), Attend, S),
         (m("wgsl attend: window test inverted", Wgsl, "attend_", "pos + AP.window > p", None, "pos + AP.window <= p"), Attend, S),

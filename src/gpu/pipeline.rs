@@ -80,6 +80,12 @@ pub fn pipeline(
     Ok(built)
 }
 
+/// Whether workgroup memory is zeroed when a workgroup starts (WGSL's rule, wgpu's default).
+/// `KVPACK_WG_ZERO=0` turns it off: a measuring knob (what the zeroing costs).
+fn zero_workgroup_memory() -> bool {
+    !std::env::var("KVPACK_WG_ZERO").is_ok_and(|v| v == "0")
+}
+
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic while holding this lock cannot leave the cache inconsistent (inserts are atomic).
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -158,7 +164,10 @@ fn build(
         layout: Some(&pl),
         module: &module,
         entry_point: Some(entry),
-        compilation_options: Default::default(),
+        compilation_options: wgpu::PipelineCompilationOptions {
+            zero_initialize_workgroup_memory: zero_workgroup_memory(),
+            ..Default::default()
+        },
         cache: None,
     });
     let e_internal = pollster::block_on(internal.pop());

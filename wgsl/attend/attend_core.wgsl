@@ -149,7 +149,18 @@ fn f16_dot(seg: bool, w: u32, cg: u32, h: u32) -> vec4<f32> {
         // @unroll 16 f16dot
         for (var i = 0u; i < R_HALF; i++) {
             let x = f16_pair(seg, true, w, cg, h, 2u * i);
-            a += qs[c0 + 2u * i] * x.x + qs[c0 + 2u * i + 1u] * x.y;
+            if (seg) {
+                // The f16 codec's rows: the two products summed first (a multiply, a
+                // multiply-add and an add per pair). The two-multiply-add form below made the
+                // H200's driver compile the f16 kernel to 168 registers instead of 233, and
+                // it was 13-15 % slower at 32k-128k (benches/results/h200-2026-12-04-sass/).
+                a += qs[c0 + 2u * i] * x.x + qs[c0 + 2u * i + 1u] * x.y;
+            } else {
+                // The ring's rows (KIVI and the other codecs' kernels): two multiply-adds,
+                // 224 instructions fewer per ring tile; those kernels were 2-6 % faster.
+                a += qs[c0 + 2u * i] * x.x;
+                a += qs[c0 + 2u * i + 1u] * x.y;
+            }
         }
     } else {
         // @unroll 32 f16dot
