@@ -27,7 +27,7 @@ import sys
 
 ZSTD_MAGIC = bytes.fromhex("28b52ffd")
 NV_MAGIC = b"NVDANVVMNVuc"
-EXIT_SELF = 0x7947  # low bits of `BRA` (the driver ends code with `BRA` to itself)
+BRA_OPCODE = 0x7947  # the low 16 bits of an unconditional `BRA` (the code ends with one to itself)
 
 
 def code_of(blob):
@@ -49,7 +49,7 @@ def code_of(blob):
     code = raw[start:start + n]
     # The driver pads the end with NOPs after a `BRA` to itself: check that one is there.
     words = [struct.unpack_from("<Q", code, i)[0] & 0xFFFF for i in range(0, n, 16)]
-    if EXIT_SELF not in words[-16:]:
+    if BRA_OPCODE not in words[-16:]:
         return "no final self-branch near the end: the offsets are not what this script knows"
     return code
 
