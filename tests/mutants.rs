@@ -129,6 +129,8 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl attend: butterfly shuffle offset 4 -> 2", Wgsl, "attend_", "subgroupShuffleXor(send, 4u)", None, "subgroupShuffleXor(send, 2u)"), Attend, S),
         (m("wgsl attend workgroup variant: butterfly exchange partner 4 -> 2", Wgsl, "attend_", "wsm[(lid ^ 4u) * 4u + k]", None, "wsm[(lid ^ 2u) * 4u + k]"), Attend, W),
         (m("wgsl attend: the ring's keys lose every odd channel (the second multiply-add of a pair dropped)", Wgsl, "attend_", "a += qs[c0 + 2u * i + 1u] * x.y;", None, ""), Attend, S),
+        (m("wgsl attend: the f16 codec's values lose every odd channel", Wgsl, "attend_f16_f16", "(*vs).o[2u * i + 1u] += p[j] * x.y;", None, ""), Attend, S),
+        (m("wgsl attend: the f16 codec's key rows all read the lane's first token", Wgsl, "attend_f16", "acc[j] = f16_dot(true, KP.rows + min(row + j, last) * AP.row_words, cg, h);", None, "acc[j] = f16_dot(true, KP.rows + min(row, last) * AP.row_words, cg, h);"), Attend, S),
         (m("wgsl attend: online-softmax rescale of l dropped", Wgsl, "attend_", "l = l * corr + p;", None, "l = l + p;"), Attend, S),
         (m("wgsl attend: online-softmax rescale of the accumulator dropped", Wgsl, "attend_", "v_scale(&vs, corr);", None, ""), Attend, S),
         (m("wgsl attend: window test inverted", Wgsl, "attend_", "pos + AP.window > p", None, "pos + AP.window <= p"), Attend, S),
@@ -230,12 +232,23 @@ fn attend_cases() -> Vec<Case> {
             target: 1,
             ..base
         },
+        // D = 128: a lane owns 16 channels of every row (D = 64: 8).
         Case {
-            what: "mutants: decode kivi-4 GQA 4, wrapped ring, splits",
+            what: "mutants: decode kivi-4 GQA 4, D = 128, wrapped ring, splits",
             method: "kivi:bits=4,group=32,residual=32",
             t: 300,
+            d: 128,
             ring_extra: 9,
             target: 24,
+            ..base
+        },
+        // The f16 codec on both sides (its value hook runs in no other case).
+        Case {
+            what: "mutants: decode f16 keys and values, D = 128, splits",
+            method: "f16",
+            t: 200,
+            d: 128,
+            target: 16,
             ..base
         },
         Case {
