@@ -641,3 +641,49 @@ fn f16_bits(x: f32) -> u16 {
     let m = ((b >> 13) & 0x3ff) as u16;
     sign | ((e as u16) << 10) | m
 }
+
+#[test]
+fn threadgroup_atomics_all_orders() {
+    let k = MslKernel::compile(include_str!("kernels/tg_histogram.metal"), "tg_histogram")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let n = 300u32;
+    let groups = n.div_ceil(128);
+    let mut rng = Rng(5);
+    let a: Vec<u32> = (0..n).map(|_| rng.next()).collect();
+    for order in ORDERS {
+        let mut p = bytes_u32(&[n]);
+        let mut ab = bytes_u32(&a);
+        let mut hist = vec![0u8; groups as usize * 16 * 4];
+        let mut olds = vec![0xffu8; n as usize * 4];
+        k.dispatch(
+            &mut [&mut p, &mut ab, &mut hist, &mut olds],
+            [groups, 1, 1],
+            [128, 1, 1],
+            &opts(order),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (hist, olds) = (u32s(&hist), u32s(&olds));
+        for g in 0..groups as usize {
+            let block = &a[g * 128..((g + 1) * 128).min(n as usize)];
+            for b in 0..16u32 {
+                let count = block.iter().filter(|&&x| x & 15 == b).count() as u32;
+                assert_eq!(
+                    hist[g * 16 + b as usize],
+                    count,
+                    "group {g} bin {b} {order:?}"
+                );
+                // Each lane of the bin got a distinct old value: 0 .. count − 1.
+                let mut got: Vec<u32> = (0..block.len())
+                    .filter(|&i| block[i] & 15 == b)
+                    .map(|i| olds[g * 128 + i])
+                    .collect();
+                got.sort_unstable();
+                assert_eq!(
+                    got,
+                    (0..count).collect::<Vec<u32>>(),
+                    "group {g} bin {b} {order:?}"
+                );
+            }
+        }
+    }
+}

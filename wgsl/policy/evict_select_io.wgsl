@@ -16,11 +16,12 @@
 // @binding(2) keys:   array<u32> [H][end − first]         scratch: the candidates' total-order keys
 // @binding(3) keep:   array<u32> [H][end − n]             output: units kept, ascending
 //
-// Dispatch: one workgroup per head (split over (x, y)). The lanes write each candidate's key,
-// then (a storage barrier) walk the candidates in chunks of WORKGROUP_SIZE in order: lane i of a
-// chunk counts the candidates that go before its own (O(C) reads, O(C²/WORKGROUP_SIZE) per
-// head for C candidates), and a prefix sum of the kept flags gives each kept unit its slot.
-// Units [0, first) are kept where they are.
+// Dispatch: one workgroup per head (split over (x, y)). The lanes write each candidate's key;
+// then (a storage barrier) a radix select finds the n-th candidate in eviction order
+// (`select_threshold`: eight passes of 8-bit digits over the candidates, O(C / WORKGROUP_SIZE)
+// reads per lane and pass for C candidates); then the lanes walk the candidates in chunks of
+// WORKGROUP_SIZE in order: a candidate is kept when it goes after that one (O(1)), and a prefix
+// sum of the kept flags gives each kept unit its slot. Units [0, first) are kept where they are.
 
 struct SelectParams {
     heads: u32, // KV heads H
@@ -68,17 +69,81 @@ fn select_prologue(h: u32, il: u32) {
     }
 }
 
-// 1 when head h keeps candidate c (c < end − first): fewer than n candidates go before it.
-fn select_kept(h: u32, c: u32) -> u32 {
+// One radix pass's counts of the candidates per 8-bit digit, and lane 0's answer to the
+// others: the digit and the rank still needed within it.
+var<workgroup> sel_hist: array<atomic<u32>, 256>;
+var<workgroup> sel_pick: vec2<u32>;
+
+// Eviction order as one unsigned composite per candidate c: its key (high word), then ~c (low
+// word: on equal keys the higher index goes first). Composites are distinct, so the first n in
+// this order are exactly the n evicted. Returns head h's n-th smallest composite (high, low
+// words; n ≥ 1; every lane gets the same), digit by digit from the top: pass p counts the
+// candidates whose words agree with the digits found so far by their next digit, and lane 0
+// walks the 256 counts to the digit holding the rank still needed. Called by every lane
+// (uniform: it has barriers) after the keys are written and visible.
+fn select_threshold(h: u32, il: u32) -> vec2<u32> {
+    let c_all = P.end - P.first;
+    var need = P.n; // rank (from 1) among the candidates that agree with `found`
+    var found = vec2<u32>(0u);
+    for (var b = il; b < 256u; b += WORKGROUP_SIZE) {
+        atomicStore(&sel_hist[b], 0u);
+    }
+    workgroupBarrier();
+    for (var p = 0u; p < 8u; p++) {
+        let q = p % 4u;
+        let above = ~(0xffffffffu >> (8u * q)); // digits found in this word (none at q = 0)
+        let shift = 24u - 8u * q;
+        for (var c = il; c < c_all; c += WORKGROUP_SIZE) {
+            let k = keys[h * c_all + c];
+            var w = k;
+            var agree = (k & above) == (found.x & above);
+            if (p >= 4u) {
+                w = ~c;
+                agree = k == found.x && (w & above) == (found.y & above);
+            }
+            if (agree) {
+                atomicAdd(&sel_hist[(w >> shift) & 255u], 1u);
+            }
+        }
+        workgroupBarrier();
+        if (il == 0u) {
+            var below = 0u;
+            var d = 0u;
+            loop {
+                let x = atomicLoad(&sel_hist[d]);
+                if (below + x >= need || d == 255u) {
+                    break;
+                }
+                below += x;
+                d++;
+            }
+            sel_pick = vec2<u32>(d, need - below);
+        }
+        workgroupBarrier();
+        let pick = sel_pick;
+        need = pick.y;
+        if (p < 4u) {
+            found.x |= pick.x << shift;
+        } else {
+            found.y |= pick.x << shift;
+        }
+        for (var b = il; b < 256u; b += WORKGROUP_SIZE) {
+            atomicStore(&sel_hist[b], 0u);
+        }
+        workgroupBarrier(); // every lane has read sel_pick, and the counts are cleared
+    }
+    return found;
+}
+
+// 1 when head h keeps candidate c (c < end − first): it goes after the n-th evicted, `nth`
+// (select_threshold; unused when n = 0 or OLDEST).
+fn select_kept(h: u32, c: u32, nth: vec2<u32>) -> u32 {
     if (OLDEST == 1u) {
         return u32(c >= P.n);
     }
-    let c_all = P.end - P.first;
-    let kc = keys[h * c_all + c];
-    var before = 0u;
-    for (var j = 0u; j < c_all; j++) {
-        let kj = keys[h * c_all + j];
-        before += u32(kj < kc || (kj == kc && j > c));
+    if (P.n == 0u) {
+        return 1u;
     }
-    return u32(before >= P.n);
+    let k = keys[h * (P.end - P.first) + c];
+    return u32(k > nth.x || (k == nth.x && ~c > nth.y));
 }
