@@ -464,13 +464,16 @@ pub fn encode_plans_in_one_pass(
     Ok(())
 }
 
-/// Records work with `record`, submits it and waits, capturing validation errors as
-/// [`Error::Gpu`].
-pub fn submit_blocking(
+/// Records work with `record` and submits it without waiting for the device to run it:
+/// validation errors (wgpu checks them on the host) are [`Error::Gpu`], a device already lost
+/// [`Error::DeviceLost`]. Work submitted later to the queue runs after it, and reading its
+/// results back waits for it; a device lost while it runs shows at the next blocking call.
+/// Returns the submission's index.
+pub fn submit(
     ctx: &Context,
     during: &'static str,
     record: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<()>,
-) -> Result<()> {
+) -> Result<wgpu::SubmissionIndex> {
     let gpu = gpu_of(ctx, during)?;
     let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
     let mut encoder = gpu
@@ -489,6 +492,23 @@ pub fn submit_blocking(
         };
         return Err(or_lost(gpu, during, e));
     }
+    match gpu.lost.get() {
+        Some(message) => Err(Error::DeviceLost {
+            during,
+            message: message.clone(),
+        }),
+        None => Ok(index),
+    }
+}
+
+/// [`submit`], then waits until the device has run the work.
+pub fn submit_blocking(
+    ctx: &Context,
+    during: &'static str,
+    record: impl FnOnce(&mut wgpu::CommandEncoder) -> Result<()>,
+) -> Result<()> {
+    let index = submit(ctx, during, record)?;
+    let gpu = gpu_of(ctx, during)?;
     gpu.device
         .poll(wgpu::PollType::Wait {
             submission_index: Some(index),

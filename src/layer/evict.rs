@@ -151,7 +151,8 @@ impl Layer {
     /// `keep` (`[H][kept]` u32, ascending; written by `record_select`, recorded first into the
     /// same encoder); every stream of both sides and segment 0's positions stream (its first
     /// `keep_of` units) move down, the rings rotate, and `record_after` runs last (the
-    /// caller's own tables). Allocates before recording; blocking. The checks and errors of
+    /// caller's own tables). Allocates before recording; one submission, not waited for
+    /// ([`crate::gpu::submit`]). The checks and errors of
     /// [`Layer::evict_units`], and [`Error::PathUnavailable`] on the CPU path.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn evict_units_on_device(
@@ -221,7 +222,10 @@ impl Layer {
             }
             None => None,
         };
-        crate::gpu::submit_blocking(&self.ctx, "eviction", |enc| {
+        // Submitted, not waited for: later work on the queue (attention, appends) runs after
+        // it, reads of the tables wait for it, and the scratch buffers dropped here live until
+        // the device is done with them (wgpu). An app sharing the queue is never stalled.
+        crate::gpu::submit(&self.ctx, "eviction", |enc| {
             record_select(enc)?;
             for (side, work) in s.sides.iter().zip(works) {
                 side.record_compact(enc, work, keep)?;

@@ -15,7 +15,8 @@
 //! device table (`src/policy/device.rs`, `[cap][H]` f32): appends from host values
 //! queue the CPU twin's scores (the `evict_score` kernel's twin), appends from device buffers
 //! record the kernel on the converted f16 rows and copy its output in (within the f32
-//! summation bound of the twin's). An eviction is one submission: `evict_select` (one
+//! summation bound of the twin's). An eviction is one submission, not waited for (later work on
+//! the queue runs after it; reads of the tables wait): `evict_select` (one
 //! workgroup per head) writes the keep lists on the device, `evict_compact` moves every
 //! stream's kept units, the positions stream's first `end` units and the score table by them,
 //! and the ring's live rows rotate. Positions need no host table: before the eviction the
@@ -562,7 +563,8 @@ impl KvLayer for EvictingLayer {
         // After the append, only a lost device fails here (every later call then fails too).
         if grown.is_some() {
             let ctx = self.inner.context().clone();
-            crate::gpu::submit_blocking(&ctx, "eviction scores", |enc| {
+            // The table's growth: submitted, not waited for (later work runs after it).
+            crate::gpu::submit(&ctx, "eviction scores", |enc| {
                 self.commit_dev(enc, grown, row0);
                 Ok(())
             })?;
