@@ -15,10 +15,7 @@ fn main(
     }
     select_prologue(h, lid);
     storageBarrier();
-    var nth = vec2<u32>(0u);
-    if (OLDEST == 0u && P.n > 0u) { // uniform
-        nth = select_threshold(h, lid);
-    }
+    let nth = select_threshold(h, lid);
     let c_all = P.end - P.first;
     var placed = P.first; // kept units written so far
     for (var base = 0u; base < c_all; base += WORKGROUP_SIZE) {

@@ -80,8 +80,12 @@ var<workgroup> sel_pick: vec2<u32>;
 // words; n ≥ 1; every lane gets the same), digit by digit from the top: pass p counts the
 // candidates whose words agree with the digits found so far by their next digit, and lane 0
 // walks the 256 counts to the digit holding the rank still needed. Called by every lane
-// (uniform: it has barriers) after the keys are written and visible.
+// (uniform: it has barriers) after the keys are written and visible; zeros, with no pass,
+// where nothing is ranked (OLDEST, or n = 0: `select_kept` does not read them).
 fn select_threshold(h: u32, il: u32) -> vec2<u32> {
+    if (OLDEST == 1u || P.n == 0u) {
+        return vec2<u32>(0u); // uniform
+    }
     let c_all = P.end - P.first;
     var need = P.n; // rank (from 1) among the candidates that agree with `found`
     var found = vec2<u32>(0u);

@@ -22,10 +22,7 @@ fn main(
     let groups = WORKGROUP_SIZE / sg_size;
     select_prologue(h, il);
     storageBarrier();
-    var nth = vec2<u32>(0u);
-    if (OLDEST == 0u && P.n > 0u) { // uniform
-        nth = select_threshold(h, il);
-    }
+    let nth = select_threshold(h, il);
     let c_all = P.end - P.first;
     var placed = P.first; // kept units written so far
     for (var base = 0u; base < c_all; base += WORKGROUP_SIZE) {
