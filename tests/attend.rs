@@ -12,7 +12,7 @@ use common::rel_l2_rows;
 
 use common::Target;
 use kvpack::cpu::attend::attend_exact;
-use kvpack::{AttendOptions, Error, Input, KiviConfig, KvLayer, Layer};
+use kvpack::{AttendKernel, AttendOptions, Error, Input, KiviConfig, KvLayer, Layer};
 use rand::Rng;
 
 struct Case {
@@ -284,18 +284,22 @@ fn attend_smollm2(t: &Target) {
             layer
                 .append(Input::F16(kl), Input::F16(vl))
                 .expect("append");
-            let c = Case {
-                t: tokens,
-                tq,
-                hq,
-                hkv,
-                d,
-                opts: AttendOptions::default(),
-                cfg: KiviConfig::uniform(bits, 32, 128),
-            };
             let kf: Vec<f32> = kl.iter().map(|x| x.to_f32()).collect();
             let vf: Vec<f32> = vl.iter().map(|x| x.to_f32()).collect();
-            worst = worst.max(check(t, &layer, &ql, &kf, &vf, &c, &format!("layer {l}")));
+            // The default kernel and the prefill kernel (GEMM form) on the same rows.
+            for kernel in [AttendKernel::Auto, AttendKernel::Prefill] {
+                let c = Case {
+                    t: tokens,
+                    tq,
+                    hq,
+                    hkv,
+                    d,
+                    opts: AttendOptions::default().kernel(kernel),
+                    cfg: KiviConfig::uniform(bits, 32, 128),
+                };
+                let what = format!("layer {l} {kernel:?}");
+                worst = worst.max(check(t, &layer, &ql, &kf, &vf, &c, &what));
+            }
         }
         eprintln!(
             "attend_smollm2[{}] story-512 {bits}-bit KIVI: worst row rel L2 vs exact f16 attention {worst:.4}",

@@ -1,25 +1,21 @@
-// The attention prefill kernel (ATTEND_NAME): many query vectors per threadgroup, the tiles'
-// keys and values read once into threadgroup memory. Twin of wgsl/attend/attend_prefill.wgsl
-// (read it: mapping, hooks k_value / v_value, workgroup storage) with its subgroup variant's
-// sum (SIMD groups are 32 wide: a vector's PF_LPV lanes are consecutive lanes of one).
+// The attention prefill kernel (ATTEND_NAME): many query vectors per threadgroup in GEMM form
+// with register tiles. Twin of wgsl/attend/attend_prefill.wgsl (read it: mapping, hooks
+// k_value / v_value, the four steps per tile, threadgroup storage); no cross-lane step.
 
-#define PF_TT 16u
 #define PF_W ATTEND_WIDE
-#define PF_LPV (PF_W <= 32u ? 1u : PF_W <= 64u ? 2u : PF_W <= 128u ? 4u : 8u)
-#define PF_QB (WORKGROUP_SIZE / PF_LPV)
-#define PF_S4 ((PF_W + 3u) / 4u)
+#define PF_WP ((PF_W + 63u) / 64u * 64u)
+#define PF_DP ((ATTEND_DIM + 15u) / 16u * 16u)
+#define PF_QB (PF_WP <= 128u ? 32u : 16u)
+#define PF_TT (PF_WP <= 128u ? 16u : 8u)
+#define PF_Q4 (PF_QB / 4u)
+#define PF_SN (PF_Q4 * PF_TT)
+#define PF_CG (WORKGROUP_SIZE / PF_Q4)
+#define PF_OC4 (PF_WP / (4u * PF_CG))
 
 static inline float pf_ring(constant AttendParams& A, device const uint* ring, uint pos, uint cap,
                             uint c, uint h) {
     const uint e = h * ATTEND_DIM + c;
     return attend_half(ring[(pos % cap) * A.row_words + (e >> 1u)], e);
-}
-
-static inline float pf_lane_sum(float x) {
-    for (ushort off = 1; off < PF_LPV; off <<= 1) {
-        x += simd_shuffle_xor(x, off);
-    }
-    return x;
 }
 
 [[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]
@@ -37,7 +33,10 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                         uint3 wg [[threadgroup_position_in_grid]],
                         uint3 nwg [[threadgroups_per_grid]],
                         uint lid [[thread_index_in_threadgroup]]) {
-    threadgroup float4 pft[PF_TT * PF_S4 + 8u * PF_LPV];
+    threadgroup float4 pf_q[PF_DP * PF_Q4];
+    threadgroup float4 pf_kv[PF_TT * PF_WP / 4u];
+    threadgroup float4 pf_p[PF_TT * PF_Q4];
+    threadgroup float4 pf_c[PF_Q4];
     const uint wid = wg.y * nwg.x + wg.x;
     const uint nsplit = A.n_split_c + A.n_split_r;
     const uint per_h = A.vblocks * nsplit;
@@ -57,109 +56,133 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         part = A.part_r + split - A.n_split_c;
     }
     const uint width = vring ? ATTEND_DIM : V_W;
-    const uint v = vb * PF_QB + lid / PF_LPV;
-    const bool live = v < A.vec_total;
-    const uint vc = min(v, A.vec_total - 1u);
-    const uint pv = A.q_pos0 + vc / A.qg;
-    const uint c0 = (lid % PF_LPV) * 32u;
-    float4 qr[8];
-    const uint qbase = ((vc / A.qg) * A.hq + h * A.qg + vc % A.qg) * ATTEND_DIM;
-    for (uint i = 0u; i < 8u; ++i) {
-        float4 x = float4(0.0f);
-        for (uint k = 0u; k < 4u; ++k) {
-            const uint c = c0 + 4u * i + k;
-            if (live && c < ATTEND_DIM) {
-                x[k] = q[qbase + c] * A.scale_log2;
-            }
+    const uint v0 = vb * PF_QB;
+    // 0. The threadgroup's queries, scaled, channel-major.
+    for (uint e = lid; e < PF_DP * PF_QB; e += WORKGROUP_SIZE) {
+        const uint c = e / PF_QB;
+        const uint j = e % PF_QB;
+        const uint v = v0 + j;
+        float x = 0.0f;
+        if (v < A.vec_total && c < ATTEND_DIM) {
+            x = q[((v / A.qg) * A.hq + h * A.qg + v % A.qg) * ATTEND_DIM + c] * A.scale_log2;
         }
-        qr[i] = x;
+        pf_q[c * PF_Q4 + j / 4u][j % 4u] = x;
     }
-    for (uint e = lid; e < PF_TT * PF_S4 + 8u * PF_LPV; e += WORKGROUP_SIZE) {
-        pft[e] = float4(0.0f);
-    }
-    float4 o[8];
-    for (uint i = 0u; i < 8u; ++i) {
+    const uint sq = lid % PF_Q4;
+    const uint st = lid / PF_Q4;
+    float4 o[4u * PF_OC4];
+    for (uint i = 0u; i < 4u * PF_OC4; ++i) {
         o[i] = float4(0.0f);
     }
     float m = ATTEND_NEG;
     float l = 0.0f;
     const uint kl = A.qk - 1u - A.tok0;
     const uint vl = min(s1, A.qv) - 1u - A.tok0;
-    threadgroup_barrier(mem_flags::mem_threadgroup);
     for (uint t0 = s0; t0 < s1; t0 += PF_TT) {
-        for (uint e = lid; e < PF_TT * ATTEND_DIM; e += WORKGROUP_SIZE) {
-            const uint t = e / ATTEND_DIM;
-            const uint c = e - t * ATTEND_DIM;
-            const uint pos = t0 + t;
+        // 1. The tile's keys, channel-major.
+        for (uint e = lid; e < PF_TT * PF_DP; e += WORKGROUP_SIZE) {
+            const uint c = e / PF_TT;
+            const uint pos = t0 + e % PF_TT;
             float x = 0.0f;
-            if (pos < s1) {
+            if (pos < s1 && c < ATTEND_DIM) {
                 if (pos < A.qk) {
                     x = k_value(A, KP, kseg, pos - A.tok0, kl, c, h);
                 } else if (ATT_RING == 1u) {
                     x = pf_ring(A, ringk, pos, A.ring_cap_k, c, h);
                 }
             }
-            pft[t * PF_S4 + c / 4u][c % 4u] = x;
+            pf_kv[e / 4u][e % 4u] = x;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        float s[PF_TT];
-        float mt = ATTEND_NEG;
-        for (uint t = 0u; t < PF_TT; ++t) {
+        // 2. Scores: 4 vectors × 1 token per thread, masked.
+        if (lid < PF_SN) {
             float4 a = float4(0.0f);
-            for (uint i = 0u; i < 8u; ++i) {
-                a += qr[i] * pft[t * PF_S4 + c0 / 4u + i];
+            for (uint c = 0u; c < PF_DP; ++c) {
+                const uint at = c * PF_TT + st;
+                a += pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
             }
-            const float full = pf_lane_sum(a.x + a.y + a.z + a.w);
-            const uint pos = t0 + t;
-            const bool ok = live && pos < s1 && attend_visible(A, attend_key_pos(A, kseg, pos, h), pv);
-            s[t] = ok ? full : ATTEND_NEG;
-            mt = max(mt, s[t]);
-        }
-        const float m_new = max(m, mt);
-        const float corr = precise::exp2(m - m_new);
-        m = m_new;
-        l *= corr;
-        for (uint i = 0u; i < 8u; ++i) {
-            o[i] *= corr;
-        }
-        for (uint t = 0u; t < PF_TT; ++t) {
-            s[t] = s[t] > ATTEND_NEG ? precise::exp2(s[t] - m_new) : 0.0f;
-            l += s[t];
+            const uint pos = t0 + st;
+            float4 s = float4(ATTEND_NEG);
+            if (pos < s1) {
+                const uint kp = attend_key_pos(A, kseg, pos, h);
+                for (uint j = 0u; j < 4u; ++j) {
+                    const uint v = v0 + 4u * sq + j;
+                    if (v < A.vec_total && attend_visible(A, kp, A.q_pos0 + v / A.qg)) {
+                        s[j] = a[j];
+                    }
+                }
+            }
+            pf_p[st * PF_Q4 + sq] = s;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        for (uint e = lid; e < PF_TT * width; e += WORKGROUP_SIZE) {
-            const uint t = e / width;
-            const uint c = e - t * width;
-            const uint pos = t0 + t;
+        // 3. The softmax of vector lid; the tile's values, token-major.
+        if (lid < PF_QB) {
+            float mt = ATTEND_NEG;
+            for (uint t = 0u; t < PF_TT; ++t) {
+                mt = max(mt, pf_p[t * PF_Q4 + lid / 4u][lid % 4u]);
+            }
+            const float m_new = max(m, mt);
+            const float corr = precise::exp2(m - m_new);
+            m = m_new;
+            float sum = 0.0f;
+            for (uint t = 0u; t < PF_TT; ++t) {
+                const float s = pf_p[t * PF_Q4 + lid / 4u][lid % 4u];
+                const float p = s > ATTEND_NEG ? precise::exp2(s - m_new) : 0.0f;
+                pf_p[t * PF_Q4 + lid / 4u][lid % 4u] = p;
+                sum += p;
+            }
+            l = l * corr + sum;
+            pf_c[lid / 4u][lid % 4u] = corr;
+        }
+        for (uint e = lid; e < PF_TT * PF_WP; e += WORKGROUP_SIZE) {
+            const uint c = e % PF_WP;
+            const uint pos = t0 + e / PF_WP;
             float x = 0.0f;
-            if (pos < s1) {
+            if (pos < s1 && c < width) {
                 if (!vring && pos < A.qv) {
                     x = v_value(A, VP, vseg, vtab, pos - A.tok0, vl, c, h);
                 } else if (ATT_RING == 1u) {
                     x = pf_ring(A, ringv, pos, A.ring_cap_v, c, h);
                 }
             }
-            pft[t * PF_S4 + c / 4u][c % 4u] = x;
+            pf_kv[e / 4u][e % 4u] = x;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
+        // 4. The output tile: rescaled, then p·v̂ token by token.
+        const float4 corr = pf_c[sq];
+        for (uint j = 0u; j < 4u; ++j) {
+            for (uint k = 0u; k < PF_OC4; ++k) {
+                o[j * PF_OC4 + k] *= corr[j];
+            }
+        }
         for (uint t = 0u; t < PF_TT; ++t) {
-            for (uint i = 0u; i < 8u; ++i) {
-                o[i] += s[t] * pft[t * PF_S4 + c0 / 4u + i];
+            const float4 p = pf_p[t * PF_Q4 + sq];
+            for (uint k = 0u; k < PF_OC4; ++k) {
+                const float4 x = pf_kv[t * PF_WP / 4u + st * PF_OC4 + k];
+                for (uint j = 0u; j < 4u; ++j) {
+                    o[j * PF_OC4 + k] += p[j] * x;
+                }
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
     }
-    if (live) {
-        const uint b = ((h * A.vec_total + v) * A.n_parts + part) * (ATTEND_WIDE + 2u);
-        if (lid % PF_LPV == 0u) {
-            partials[b] = m;
-            partials[b + 1u] = l;
-        }
-        for (uint i = 0u; i < 8u; ++i) {
-            for (uint k = 0u; k < 4u; ++k) {
-                const uint c = c0 + 4u * i + k;
-                if (c < width) {
-                    partials[b + 2u + c] = o[i][k];
+    // 5. The records of (vector, split).
+    const uint base = (h * A.vec_total) * A.n_parts + part;
+    if (lid < PF_QB && v0 + lid < A.vec_total) {
+        const uint b = (base + (v0 + lid) * A.n_parts) * (ATTEND_WIDE + 2u);
+        partials[b] = m;
+        partials[b + 1u] = l;
+    }
+    for (uint j = 0u; j < 4u; ++j) {
+        const uint v = v0 + 4u * sq + j;
+        if (v < A.vec_total) {
+            const uint b = (base + v * A.n_parts) * (ATTEND_WIDE + 2u) + 2u;
+            for (uint k = 0u; k < PF_OC4; ++k) {
+                for (uint i = 0u; i < 4u; ++i) {
+                    const uint c = (st * PF_OC4 + k) * 4u + i;
+                    if (c < width) {
+                        partials[b + c] = o[j * PF_OC4 + k][i];
+                    }
                 }
             }
         }

@@ -194,7 +194,7 @@ pub fn prepare(
         gpu::pipeline::pipeline(ctx, kernel::partials(kh, vh), paths.partials, &spec)?;
         any = true;
     }
-    let prefill_fits = plan::prefill_workgroup_bytes(value_dim.max(dim)) <= limit;
+    let prefill_fits = plan::prefill_workgroup_bytes(dim, value_dim.max(dim)) <= limit;
     if let (Some(def), Some(path), true) = (kernel::prefill(kh, vh), paths.prefill, prefill_fits) {
         gpu::pipeline::pipeline(ctx, def, path, &spec)?;
         any = true;

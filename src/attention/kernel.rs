@@ -74,14 +74,7 @@ const WORKGROUP_MAIN: &str = concat!(
     include_str!("../../wgsl/attend/attend_workgroup_main.wgsl")
 );
 const MERGE: &str = include_str!("../../wgsl/attend/attend_merge.wgsl");
-const PREFILL_SUBGROUP: &str = concat!(
-    include_str!("../../wgsl/attend/attend_prefill_subgroup.wgsl"),
-    include_str!("../../wgsl/attend/attend_prefill.wgsl")
-);
-const PREFILL_WORKGROUP: &str = concat!(
-    include_str!("../../wgsl/attend/attend_prefill_workgroup.wgsl"),
-    include_str!("../../wgsl/attend/attend_prefill.wgsl")
-);
+const PREFILL: &str = include_str!("../../wgsl/attend/attend_prefill.wgsl");
 const TENSOR: &str = include_str!("../../wgsl/attend/attend_prefill_tc.wgsl");
 const TENSOR_COMMON: &str = include_str!("../../wgsl/attend/attend_tc_common.wgsl");
 const TENSOR_DECODE: &str = include_str!("../../wgsl/attend/attend_decode_tc.wgsl");
@@ -210,7 +203,8 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
     }
     let (wgsl_subgroup, wgsl_body) = match kind {
         Kind::Partials => (Some(SUBGROUP), WORKGROUP_MAIN),
-        Kind::Prefill => (Some(PREFILL_SUBGROUP), PREFILL_WORKGROUP),
+        // No cross-lane step: one source for both paths.
+        Kind::Prefill => (None, PREFILL),
         // One source (it needs subgroups and cooperative matrices: resolved only to the
         // subgroup path, where Context::tensor_cores allows it).
         Kind::Tensor => (Some(TENSOR), TENSOR),

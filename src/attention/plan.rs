@@ -79,20 +79,31 @@ pub struct KeyPositions {
 /// Largest head width (and value-space width) the kernels hold.
 pub const D_MAX: usize = 256;
 
-/// Tokens per tile of the prefill kernel (`PF_TT` in wgsl/attend/attend_prefill.wgsl).
-const PREFILL_TILE: usize = 16;
-
-/// The prefill kernel's invocations per query vector for rows `width` wide (32 channels
-/// each, a power of two): `PF_LPV`.
-pub fn prefill_lanes(width: usize) -> usize {
-    width.div_ceil(32).next_power_of_two()
+/// The prefill kernel's output width for rows `width` wide (the wider of D and the value
+/// space), rounded up to 64 (`PF_WP` in wgsl/attend/attend_prefill.wgsl).
+fn prefill_width(width: usize) -> usize {
+    width.div_ceil(64) * 64
 }
 
-/// Workgroup storage (bytes) of the prefill kernel for rows `width` wide (the wider of D and
-/// the value space), on its workgroup-memory variant (the larger).
-pub fn prefill_workgroup_bytes(width: usize) -> usize {
-    let lanes = prefill_lanes(width);
-    16 * (PREFILL_TILE * width.div_ceil(4) + 8 * lanes) + 4 * super::kernel::WORKGROUP_SIZE as usize
+/// Query vectors per workgroup of the prefill kernel for rows `width` wide (`PF_QB`): 32 up
+/// to width 128, 16 beyond (its workgroup storage then stays within 32 KiB).
+pub fn prefill_vectors(width: usize) -> usize {
+    if prefill_width(width) <= 128 {
+        32
+    } else {
+        16
+    }
+}
+
+/// Workgroup storage (bytes) of the prefill kernel for head width `dim` and rows `width`
+/// wide (the wider of D and the value space): the scaled queries (D rounded up to 16 ×
+/// `PF_QB`), a tile's keys or values (`PF_TT` × the width rounded up to 64), the tile's
+/// weights (`PF_TT` × `PF_QB`) and the rescale factors (`PF_QB`), all f32. 26,752 bytes at
+/// D = 128, 25,152 at D = 256: within Metal's 32 KiB at every width the kernels hold.
+pub fn prefill_workgroup_bytes(dim: usize, width: usize) -> usize {
+    let qb = prefill_vectors(width);
+    let tt = if prefill_width(width) <= 128 { 16 } else { 8 };
+    4 * (dim.div_ceil(16) * 16 * qb + tt * prefill_width(width) + tt * qb + qb)
 }
 
 /// Query vectors per workgroup of the tensor-core prefill kernel (`TC_QB` in
@@ -335,7 +346,7 @@ impl Call {
         tiles: &std::result::Result<Tiles, String>,
     ) -> Result<SplitKernel> {
         let width = shape.value_dim.max(self.dim);
-        let fits = prefill_workgroup_bytes(width) <= wg_limit;
+        let fits = prefill_workgroup_bytes(self.dim, width) <= wg_limit;
         let tc_bytes = tensor_workgroup_bytes(self.dim, shape.value_dim);
         // Auto never picks the tensor-core kernel: measured on the H200 it is slower than the
         // decode kernel on a 64-row chunk (BENCHMARKS.md, "Prefill chunks").
@@ -432,7 +443,7 @@ impl Call {
             )),
             AttendKernel::Prefill if !fits => Err(Error::Limit {
                 what: "prefill attention workgroup storage",
-                needed: prefill_workgroup_bytes(width) as u64,
+                needed: prefill_workgroup_bytes(self.dim, width) as u64,
                 limit: wg_limit as u64,
             }),
             AttendKernel::Prefill => Ok(true),
@@ -517,7 +528,7 @@ pub fn plan_kernel(
     let per_part = (call.hkv * call.vectors() * pw * 4) as u64;
     let per_wg = match kernel {
         SplitKernel::Prefill => {
-            super::kernel::WORKGROUP_SIZE as usize / prefill_lanes(shape.value_dim.max(call.dim))
+            prefill_vectors(shape.value_dim.max(call.dim))
         }
         SplitKernel::Tensor => TENSOR_VECTORS,
         SplitKernel::Decode | SplitKernel::TensorDecode => 4,

@@ -1,42 +1,61 @@
 // attend_prefill: attention of many query vectors per KV head (a prefill chunk: Tq rows × the
-// grouped heads), in GEMM form. Composed after the core (wgsl/attend/attend_core.wgsl: its
-// bindings, uniform, `visible`, PW) and the codecs' hooks, of which it uses only the element
-// readers:
+// grouped heads), in GEMM form with register tiles. Composed after the core
+// (wgsl/attend/attend_core.wgsl: its bindings, uniform, `split_work`, `visible`, `key_pos`, PW)
+// and the codecs' hooks, of which it uses only the element readers:
 //   key codec:   fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32   (k̂ of segment row
 //                `row` (rows past `last` read row `last`), channel c < D, KV head h)
 //   value codec: fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32   (its space: c < V_W)
-// and, before this file, a cross-lane helper (attend_prefill_subgroup.wgsl /
-// attend_prefill_workgroup.wgsl): fn pf_lane_sum(x: f32, lid: u32) -> f32, the sum over the
-// PF_LPV invocations of a query vector (called uniformly).
+// It has no cross-lane step: the subgroup and workgroup-memory paths run the same source.
 //
-// **Mapping.** A workgroup serves one KV head h, PF_QB query vectors and one split (the
-// decode kernel's plan, with PF_QB vectors per workgroup instead of 4; the dispatch index is
-// ((h · splits) + split) · vblocks + vb). Invocation lid owns vector vb·PF_QB + lid / PF_LPV
-// and channels 32·(lid % PF_LPV) .. + 31 of it: that slice of the scaled query and of the
-// output accumulator live in registers. Per tile of PF_TT tokens the workgroup reads the
-// tile's keys once through k_value (or the ring's f16 rows) into workgroup memory `pft`
-// (f32, rows PF_S4 vec4 apart); every invocation dots its query slice with each row, the
-// PF_LPV slices are summed (pf_lane_sum), masks and an online softmax (base 2) follow per
-// vector; then the tile's values replace its keys in `pft` and every invocation adds p·v̂ to
-// its slice. A record (m, l, o) per (vector, split) goes to the partials (never direct: the
-// merge kernel finishes, as for the decode kernel's splits).
+// **Mapping.** A workgroup of 128 invocations serves one KV head h, PF_QB query vectors and
+// one split (the decode kernel's plan with PF_QB vectors per workgroup; dispatch index
+// ((h · splits) + split) · vblocks + vb). Before the tile loop the workgroup stores its
+// vectors' queries, scaled by scale·log2(e), in `pf_q` (channel-major: [c][vector], 0 past D
+// and for vectors past the call). Per tile of PF_TT tokens:
+//   1. every invocation decodes PF_KE keys through k_value (or the ring's f16 rows) into
+//      `pf_kv` channel-major ([c][token]: PF_DP rows of PF_TT; channels past D are 0);
+//   2. invocation lid < PF_SN owns the scores of 4 vectors (a vec4: vectors 4·(lid % PF_Q4) ..)
+//      and one token (lid / PF_Q4): a register tile summed over the channels, masked and
+//      written to `pf_p` ([token][vector]);
+//   3. invocation v < PF_QB runs vector v's online softmax (base 2) over the tile's scores:
+//      its running max and sum stay in its registers, the weights go back to `pf_p` and the
+//      factor that rescales the output to `pf_c`; meanwhile every invocation decodes PF_VE
+//      values (the codec's space, or the ring's rows: the output space) into `pf_kv`,
+//      token-major ([token][channel]: PF_TT rows of PF_WP; channels past the width are 0);
+//   4. invocation lid owns the output of 4 vectors (lid % PF_Q4) × PF_OC4 vec4 of channels
+//      (lid / PF_Q4): rescaled by `pf_c`, then p·v̂ added token by token.
+// Four workgroup barriers per tile. A record (m, l, o) per (vector, split) goes to the
+// partials (never direct: the merge kernel finishes, as for the decode kernel's splits).
 //
-// Workgroup storage: PF_TT · PF_S4 vec4 + 8·PF_LPV vec4 of padding (a lane's slice may run
-// past the row's width: those channels have query 0 and are never written).
+// Workgroup storage (f32): pf_q PF_DP·PF_QB, pf_kv PF_TT·PF_WP, pf_p PF_TT·PF_QB, pf_c PF_QB:
+// 26,752 bytes at D = 128 (within Metal's 32 KiB at every width up to 256;
+// src/attention/plan.rs `prefill_workgroup_bytes`).
 
-const PF_TT: u32 = 16u;
 // Output (and key) channels a row holds: the wider of the codec's value space and D.
 const PF_W: u32 = max(V_W, DIM);
-// Invocations per vector: 32 channels each, a power of two.
-const PF_LPV: u32 = select(select(select(8u, 4u, PF_W <= 128u), 2u, PF_W <= 64u), 1u, PF_W <= 32u);
-const PF_QB: u32 = WORKGROUP_SIZE / PF_LPV;
-const PF_S4: u32 = (PF_W + 3u) / 4u;
-// Elements of a tile's keys (values) each invocation reads: loops of constant trip counts,
-// unrolled, so that all of an invocation's loads are in flight at once.
-const PF_KE: u32 = (PF_TT * DIM + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
-const PF_VE: u32 = (PF_TT * PF_W + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
+// That width rounded up to 64 (the output tiles' vec4 columns), D rounded up to 16 (the
+// channel loop's unrolled steps).
+const PF_WP: u32 = (PF_W + 63u) / 64u * 64u;
+const PF_DP: u32 = (DIM + 15u) / 16u * 16u;
+// Query vectors per workgroup and tokens per tile: 32 × 16 up to width 128, 16 × 8 beyond.
+const PF_QB: u32 = select(16u, 32u, PF_WP <= 128u);
+const PF_TT: u32 = select(8u, 16u, PF_WP <= 128u);
+const PF_Q4: u32 = PF_QB / 4u;
+// Invocations that own a score tile (all 128 up to width 128, 32 beyond).
+const PF_SN: u32 = PF_Q4 * PF_TT;
+// Output tiles: PF_Q4 vector quads × PF_CG channel groups of PF_OC4 vec4 each.
+const PF_CG: u32 = WORKGROUP_SIZE / PF_Q4;
+const PF_OC4: u32 = PF_WP / (4u * PF_CG);
+// Elements each invocation decodes per tile (exact: the products are multiples of 128).
+const PF_KE: u32 = PF_TT * PF_DP / WORKGROUP_SIZE;
+const PF_VE: u32 = PF_TT * PF_WP / WORKGROUP_SIZE;
+// Query elements each invocation stores before the tile loop.
+const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 
-var<workgroup> pft: array<vec4<f32>, PF_TT * PF_S4 + 8u * PF_LPV>;
+var<workgroup> pf_q: array<vec4<f32>, PF_DP * PF_Q4>;
+var<workgroup> pf_kv: array<vec4<f32>, PF_TT * PF_WP / 4u>;
+var<workgroup> pf_p: array<vec4<f32>, PF_TT * PF_Q4>;
+var<workgroup> pf_c: array<vec4<f32>, PF_Q4>;
 
 // Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
 fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
@@ -51,138 +70,166 @@ fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
     return unpack2x16float(w)[e & 1u];
 }
 
-fn pf_set(t: u32, c: u32, x: f32) {
-    pft[t * PF_S4 + c / 4u][c % 4u] = x;
-}
-
 fn prefill_main(lid: u32, wid: u32) {
     let w = split_work(wid);
     if (!w.live) {
         return; // uniform: depends on the workgroup only
     }
     let h = w.h;
-    let vb = w.vb;
     let vring = w.ring;
     let s0 = w.s0;
     let s1 = w.s1;
-    let part = w.part;
     let width = select(V_W, DIM, vring);
-    let v = vb * PF_QB + lid / PF_LPV;
-    let live = v < AP.vec_total;
-    let vc = min(v, AP.vec_total - 1u);
-    let pv = AP.q_pos0 + vc / AP.qg;
-    let c0 = (lid % PF_LPV) * 32u;
-    // The lane's query slice, scaled by scale·log2(e) (0 past D and for vectors past the call).
-    var qr: array<vec4<f32>, 8>;
-    let qbase = ((vc / AP.qg) * AP.hq + h * AP.qg + vc % AP.qg) * DIM;
-    // @unroll 8
-    for (var i = 0u; i < 8u; i++) {
-        var x = vec4<f32>(0.0);
-        // @unroll 4
-        for (var k = 0u; k < 4u; k++) {
-            let c = c0 + 4u * i + k;
-            if (live && c < DIM) {
-                x[k] = q[qbase + c] * AP.scale_log2;
-            }
+    let v0 = w.vb * PF_QB;
+    // 0. The workgroup's queries, scaled, channel-major.
+    // @unroll 32
+    for (var k = 0u; k < PF_QE; k++) {
+        let e = lid + k * WORKGROUP_SIZE;
+        let c = e / PF_QB;
+        let j = e % PF_QB;
+        let v = v0 + j;
+        var x = 0.0;
+        if (v < AP.vec_total && c < DIM) {
+            x = q[((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM + c] * AP.scale_log2;
         }
-        qr[i] = x;
+        pf_q[c * PF_Q4 + j / 4u][j % 4u] = x;
     }
-    var o: array<vec4<f32>, 8>;
+    // The score tile's vectors and token (step 2), the softmax's vector (step 3), the output
+    // tile's vectors and channels (step 4).
+    let sq = lid % PF_Q4;
+    let st = lid / PF_Q4;
+    var o: array<vec4<f32>, 4u * PF_OC4>;
     var m = NEG;
     var l = 0.0;
     let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
     let vl = min(s1, AP.qv) - 1u - AP.tok0;
+    // (No barrier here: the first tile's barrier after its keys orders the query stores.)
     for (var t0 = s0; t0 < s1; t0 += PF_TT) {
-        // 1. The tile's keys into pft (tokens past the split: 0, masked below).
+        // 1. The tile's keys, channel-major (tokens past the split: 0, masked below).
         // @unroll 32
         for (var k = 0u; k < PF_KE; k++) {
-            let e = min(lid + k * WORKGROUP_SIZE, PF_TT * DIM - 1u); // (a repeat: same value)
-            let t = e / DIM;
-            let c = e - t * DIM;
+            let e = lid + k * WORKGROUP_SIZE;
+            let c = e / PF_TT;
+            let t = e % PF_TT;
             let pos = t0 + t;
             var x = 0.0;
-            if (pos < s1) {
+            if (pos < s1 && c < DIM) {
                 if (pos < AP.qk) {
                     x = k_value(pos - AP.tok0, kl, c, h);
                 } else if (RING) {
                     x = pf_ring(true, pos, AP.ring_cap_k, c, h);
                 }
             }
-            pf_set(t, c, x);
+            pf_kv[e / 4u][e % 4u] = x;
         }
         workgroupBarrier();
-        // 2. Scores of the lane's vector, masked; the tile's max.
-        var s: array<f32, PF_TT>;
-        var mt = NEG;
-        // @unroll 16
-        for (var t = 0u; t < PF_TT; t++) {
+        // 2. Scores: 4 vectors × 1 token per invocation, masked.
+        if (lid < PF_SN) {
             var a = vec4<f32>(0.0);
-            // @unroll 8
-            for (var i = 0u; i < 8u; i++) {
-                a += qr[i] * pft[t * PF_S4 + c0 / 4u + i];
+            for (var c0 = 0u; c0 < PF_DP; c0 += 16u) {
+                // @unroll 16
+                for (var i = 0u; i < 16u; i++) {
+                    let at = (c0 + i) * PF_TT + st;
+                    a += pf_q[(c0 + i) * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+                }
             }
-            let full = pf_lane_sum(a.x + a.y + a.z + a.w, lid);
-            let pos = t0 + t;
-            let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
-            s[t] = select(NEG, full, ok);
-            mt = max(mt, s[t]);
-        }
-        // 3. Online softmax (base 2).
-        let m_new = max(m, mt);
-        let corr = exp2(m - m_new);
-        m = m_new;
-        l *= corr;
-        // @unroll 8
-        for (var i = 0u; i < 8u; i++) {
-            o[i] *= corr;
-        }
-        // @unroll 16
-        for (var t = 0u; t < PF_TT; t++) {
-            s[t] = select(0.0, exp2(s[t] - m_new), s[t] > NEG);
-            l += s[t];
+            let pos = t0 + st;
+            var s = vec4<f32>(NEG);
+            if (pos < s1) {
+                let kp = key_pos(pos, h);
+                // @unroll 4
+                for (var j = 0u; j < 4u; j++) {
+                    let v = v0 + 4u * sq + j;
+                    if (v < AP.vec_total && visible(kp, AP.q_pos0 + v / AP.qg)) {
+                        s[j] = a[j];
+                    }
+                }
+            }
+            pf_p[st * PF_Q4 + sq] = s;
         }
         workgroupBarrier();
-        // 4. The tile's values (the codec's space, or the ring's rows: the output space).
+        // 3. The softmax of vector lid; the tile's values.
+        if (lid < PF_QB) {
+            var mt = NEG;
+            // @unroll 16
+            for (var t = 0u; t < PF_TT; t++) {
+                mt = max(mt, pf_p[t * PF_Q4 + lid / 4u][lid % 4u]);
+            }
+            let m_new = max(m, mt);
+            let corr = exp2(m - m_new);
+            m = m_new;
+            var sum = 0.0;
+            // @unroll 16
+            for (var t = 0u; t < PF_TT; t++) {
+                let s = pf_p[t * PF_Q4 + lid / 4u][lid % 4u];
+                let p = select(0.0, exp2(s - m_new), s > NEG);
+                pf_p[t * PF_Q4 + lid / 4u][lid % 4u] = p;
+                sum += p;
+            }
+            l = l * corr + sum;
+            pf_c[lid / 4u][lid % 4u] = corr;
+        }
         // @unroll 32
         for (var k = 0u; k < PF_VE; k++) {
-            let e = min(lid + k * WORKGROUP_SIZE, PF_TT * width - 1u); // (a repeat: same value)
-            let t = e / width;
-            let c = e - t * width;
+            let e = lid + k * WORKGROUP_SIZE;
+            let t = e / PF_WP;
+            let c = e % PF_WP;
             let pos = t0 + t;
             var x = 0.0;
-            if (pos < s1) {
+            if (pos < s1 && c < width) {
                 if (!vring && pos < AP.qv) {
                     x = v_value(pos - AP.tok0, vl, c, h);
                 } else if (RING) {
                     x = pf_ring(false, pos, AP.ring_cap_v, c, h);
                 }
             }
-            pf_set(t, c, x);
+            pf_kv[e / 4u][e % 4u] = x;
         }
         workgroupBarrier();
+        // 4. The output tile: rescaled, then p·v̂ token by token.
+        let corr = pf_c[sq];
+        // @unroll 4
+        for (var j = 0u; j < 4u; j++) {
+            // @unroll 4
+            for (var k = 0u; k < PF_OC4; k++) {
+                o[j * PF_OC4 + k] *= corr[j];
+            }
+        }
         // @unroll 16
         for (var t = 0u; t < PF_TT; t++) {
-            // @unroll 8
-            for (var i = 0u; i < 8u; i++) {
-                o[i] += s[t] * pft[t * PF_S4 + c0 / 4u + i];
+            let p = pf_p[t * PF_Q4 + sq];
+            // @unroll 4
+            for (var k = 0u; k < PF_OC4; k++) {
+                let x = pf_kv[t * PF_WP / 4u + st * PF_OC4 + k];
+                // @unroll 4
+                for (var j = 0u; j < 4u; j++) {
+                    o[j * PF_OC4 + k] += p[j] * x;
+                }
             }
         }
         workgroupBarrier();
     }
-    // 5. The record of (vector, split).
-    if (live) {
-        let b = ((h * AP.vec_total + v) * AP.n_parts + part) * PW;
-        if (lid % PF_LPV == 0u) {
-            partials[b] = m;
-            partials[b + 1u] = l;
-        }
-        // @unroll 8
-        for (var i = 0u; i < 8u; i++) {
+    // 5. The records of (vector, split): m and l from the softmax's invocation, o from the
+    // output tile's.
+    let base = (h * AP.vec_total) * AP.n_parts + w.part;
+    if (lid < PF_QB && v0 + lid < AP.vec_total) {
+        let b = (base + (v0 + lid) * AP.n_parts) * PW;
+        partials[b] = m;
+        partials[b + 1u] = l;
+    }
+    // @unroll 4
+    for (var j = 0u; j < 4u; j++) {
+        let v = v0 + 4u * sq + j;
+        if (v < AP.vec_total) {
+            let b = (base + v * AP.n_parts) * PW + 2u;
             // @unroll 4
-            for (var k = 0u; k < 4u; k++) {
-                let c = c0 + 4u * i + k;
-                if (c < width) {
-                    partials[b + 2u + c] = o[i][k];
+            for (var k = 0u; k < PF_OC4; k++) {
+                // @unroll 4
+                for (var i = 0u; i < 4u; i++) {
+                    let c = (st * PF_OC4 + k) * 4u + i;
+                    if (c < width) {
+                        partials[b + c] = o[j * PF_OC4 + k][i];
+                    }
                 }
             }
         }
