@@ -7,6 +7,8 @@
 //! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --tokens T1,T2,...  --chunk N (tokens per
 //! flash-decoding chunk, a multiple of 32; default automatic)  --json PATH  --plot PATH
 //! --decode-only (no prefill-chunk and append arms: a quicker A/B of decode kernels)
+//! --prefill-only (prefill chunks only, the A-vs-A twins kept for the noise floor; the prefill
+//! kernel also at a quarter of its automatic split)
 //! ```
 //!
 //! Arms, all interleaved within every round (each call submitted alone and waited for; the
@@ -73,6 +75,8 @@ struct Opts {
     flush: bool,
     /// `--decode-only`: decode attention and copies only.
     decode_only: bool,
+    /// `--prefill-only`: prefill chunks (and the A-vs-A twins, for the noise floor) only.
+    prefill_only: bool,
     /// `--chunk N`: tokens per flash-decoding chunk.
     chunk: Option<usize>,
     /// `--tokens 1024,4096`: overrides the T list.
@@ -99,6 +103,7 @@ fn parse_args() -> Result<Opts, String> {
         l2_bytes: if quick { MIB } else { 64 * MIB },
         flush: true,
         decode_only: false,
+        prefill_only: false,
         tokens: None,
         chunk: None,
         json: None,
@@ -119,6 +124,7 @@ fn parse_args() -> Result<Opts, String> {
             "--l2-mib" => o.l2_bytes = num("--l2-mib")?.max(1) * MIB,
             "--no-flush" => o.flush = false,
             "--decode-only" => o.decode_only = true,
+            "--prefill-only" => o.prefill_only = true,
             "--json" => o.json = Some(it.next().ok_or("--json needs a path")?.into()),
             "--plot" => o.plot = Some(it.next().ok_or("--plot needs a path")?.into()),
             "--tokens" => {
@@ -615,9 +621,11 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     let mut attend_arms = Vec::new();
     for &t in &tokens {
         for &m in &methods {
-            attend_arms.push(attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?);
+            if !o.prefill_only {
+                attend_arms.push(attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?);
+            }
             // Tier 3 decode: the tensor-core decode kernel, where the device has tensor cores.
-            if ctx.tensor_cores().is_ok() {
+            if ctx.tensor_cores().is_ok() && !o.prefill_only {
                 let mut a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?;
                 a.name += " (tensor cores)";
                 if let Work::Attend(x) = &mut a.work {
@@ -629,7 +637,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 }
                 attend_arms.push(a);
             }
-            if m == "kivi-4" && t == variant_t {
+            if m == "kivi-4" && t == variant_t && !o.prefill_only {
                 match attend_arm(ctx, m, PathChoice::WgslWorkgroup, t, TQ, k, v, &mut rng) {
                     Ok(a) => attend_arms.push(a),
                     Err(e) => println!("  skipping kivi-4 wgsl-workgroup: {e}"),
@@ -677,24 +685,54 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 }
                 // A/B: the same chunk on the prefill kernel (GEMM form, tiles in workgroup
                 // memory).
+                // With --prefill-only also at a quarter of its automatic split (four times
+                // the workgroups: the kernel's occupancy).
                 if m == "kivi-4" && t == variant_t {
-                    let mut a =
-                        attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
-                    a.name += " (prefill kernel)";
-                    if let Work::Attend(x) = &mut a.work {
-                        x.variant = Some("prefill kernel");
-                        x.opts.kernel = AttendKernel::Prefill;
-                        let (pb, passes) =
-                            partials_estimate(ctx, &Method::parse(m)?, t, TQ_PREFILL, x.opts);
-                        x.partial_bytes = pb;
-                        x.passes = passes;
+                    let call = Call {
+                        tq: TQ_PREFILL,
+                        hq: HQ,
+                        hkv: HKV,
+                        dim: DIM,
+                        tokens: t,
+                        opts: attend_opts(),
+                    };
+                    let per_wg = kvpack::attention::plan::prefill_vectors(DIM);
+                    let auto = call.split_tokens(split_target(ctx.adapter_info()), per_wg);
+                    let quarter = (auto / 4).div_ceil(32).max(1) * 32;
+                    let splits: &[(Option<usize>, &str, &'static str)] = if o.prefill_only {
+                        &[
+                            (None, " (prefill kernel)", "prefill kernel"),
+                            (
+                                Some(quarter),
+                                " (prefill kernel, 1/4 split)",
+                                "prefill kernel, a quarter of the automatic split",
+                            ),
+                        ]
+                    } else {
+                        &[(None, " (prefill kernel)", "prefill kernel")]
+                    };
+                    for &(chunk, suffix, what) in splits {
+                        let mut a =
+                            attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
+                        a.name += suffix;
+                        if let Work::Attend(x) = &mut a.work {
+                            x.variant = Some(what);
+                            x.opts.kernel = AttendKernel::Prefill;
+                            if chunk.is_some() {
+                                x.opts.chunk_tokens = chunk;
+                            }
+                            let (pb, passes) =
+                                partials_estimate(ctx, &Method::parse(m)?, t, TQ_PREFILL, x.opts);
+                            x.partial_bytes = pb;
+                            x.passes = passes;
+                        }
+                        attend_arms.push(a);
                     }
-                    attend_arms.push(a);
                 }
             }
             // A/B of the split size (decode, kivi-4): twice and half the automatic tokens per
             // split (the work of one workgroup; `chunk_tokens`).
-            if m == "kivi-4" {
+            if m == "kivi-4" && !o.prefill_only {
                 let call = Call {
                     tq: TQ,
                     hq: HQ,
@@ -724,7 +762,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     }
     // Append arms: every method, recorded into the bench's encoder.
     let mut append_arms = Vec::new();
-    for &t in tokens.iter().filter(|_| !o.decode_only) {
+    for &t in tokens.iter().filter(|_| !o.decode_only && !o.prefill_only) {
         for m in methods {
             append_arms.push(append_arm(ctx, m, t, k, v)?);
         }

@@ -1,7 +1,8 @@
 //! What the Vulkan driver made of kvpack's attention kernels: the statistics of
 //! `VK_KHR_pipeline_executable_properties` (on NVIDIA: registers, local memory (spills), shared
 //! memory, instruction counts; on lavapipe: LLVM's) for the partial kernel of each method, with
-//! the `// @unroll` expansion on and off (src/gpu/unroll.rs). A measuring tool, not a test.
+//! the `// @unroll` expansion on and off (src/gpu/unroll.rs), its tensor-core decode kernel
+//! and its prefill kernel (variants `tensor-decode`, `prefill`). A measuring tool, not a test.
 //!
 //! ```text
 //! cargo bench --bench pipeline_stats [-- --dim 128 --methods f16,kivi-4,kivi-2 --dump DIR]
@@ -69,9 +70,11 @@ fn parse() -> Result<Opts, String> {
 /// The variant name under which the tensor-core decode kernel (`attend_decode_tc`, unrolled)
 /// is reported, where the device offers cooperative matrices.
 const TENSOR_DECODE: &str = "tensor-decode";
+const PREFILL: &str = "prefill";
 
-const VARIANTS: [(&str, bool, &str); 6] = [
+const VARIANTS: [(&str, bool, &str); 7] = [
     (TENSOR_DECODE, false, ""),
+    (PREFILL, false, ""),
     ("loops", true, ""),
     ("unroll", false, ""),
     ("unroll-but-kch", false, "kch"),
@@ -101,6 +104,9 @@ fn kernel_source(
     let def = if name == TENSOR_DECODE {
         kernel::tensor_decode(k.attend_hooks(), v.attend_hooks())
             .ok_or("no tile hooks for the tensor-core decode kernel")?
+    } else if name == PREFILL {
+        kernel::prefill(k.attend_hooks(), v.attend_hooks())
+            .ok_or("the prefill kernel does not serve this key codec")?
     } else {
         kernel::partials(k.attend_hooks(), v.attend_hooks())
     };

@@ -143,10 +143,14 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl merge: each split's words weighted by its neighbour's weight", Wgsl, "attend_merge", "mgw[j + k], x0[k]", None, "mgw[j + (k ^ 1u)], x0[k]"), Attend, S),
         (m("wgsl prefill: accumulator rescale dropped", Wgsl, "attend_prefill", "o[j * PF_OC4 + k] *= corr[j];", None, "o[j * PF_OC4 + k] *= 1.0;"), Attend, S),
         (m("wgsl prefill: l not rescaled when the max moves", Wgsl, "attend_prefill", "l = l * corr + sum;", None, "l = l + sum;"), Attend, S),
-        (m("wgsl prefill: keys stored token-major where the scores read them channel-major", Wgsl, "attend_prefill", "let c = e / PF_TT;\n            let t = e % PF_TT;", None, "let c = e % PF_DP;\n            let t = e / PF_DP;"), Attend, S),
+        (m("wgsl prefill: codec-only key tiles stored token-major where the scores read them channel-major", Wgsl, "attend_prefill", "k_value(t0 + e % PF_TT - AP.tok0, kl, min(e / PF_TT, DIM - 1u), h)", None, "k_value(t0 + e / PF_DP - AP.tok0, kl, min(e % PF_DP, DIM - 1u), h)"), Attend, S),
+        (m("wgsl prefill: ring-only key tiles read the split's last row", Wgsl, "attend_prefill", "let pos = min(t0 + e % PF_TT, s1 - 1u);\n            pf_kv[e / 4u][e % 4u] = pf_ring(true,", None, "let pos = s1 - 1u;\n            pf_kv[e / 4u][e % 4u] = pf_ring(true,"), Attend, S),
+        (m("wgsl prefill: mixed key tiles take every key from the codec", Wgsl, "attend_prefill", "            if (pos < AP.qk) {\n                x = k_value(", None, "            if (true) {\n                x = k_value("), Attend, S),
+        (m("wgsl prefill: mixed value tiles take every value from the ring", Wgsl, "attend_prefill", "            if (!vring && pos < AP.qv) {\n                x = v_value(", None, "            if (false) {\n                x = v_value("), Attend, S),
+        (m("wgsl prefill: codec-only value tiles read the next token's row", Wgsl, "attend_prefill", "v_value(t0 + e / PF_WP - AP.tok0, vl,", None, "v_value(t0 + e / PF_WP + 1u - AP.tok0, vl,"), Attend, S),
         (m("wgsl prefill: the output tile reads the next channel group's values", Wgsl, "attend_prefill", "pf_kv[t * PF_WP / 4u + st * PF_OC4 + k]", None, "pf_kv[t * PF_WP / 4u + ((st + 1u) % PF_CG) * PF_OC4 + k]"), Attend, S),
         (m("wgsl prefill: window and sinks ignored", Wgsl, "attend_prefill", "visible(kp, AP.q_pos0 + v / AP.qg)", None, "kp <= AP.q_pos0 + v / AP.qg"), Attend, S),
-        (m("wgsl prefill: the ring's keys read from the value ring", Wgsl, "attend_prefill", "x = pf_ring(true, pos, AP.ring_cap_k, c, h);", None, "x = pf_ring(false, pos, AP.ring_cap_v, c, h);"), Attend, S),
+        (m("wgsl prefill: ring-only key tiles read the value ring", Wgsl, "attend_prefill", "pf_ring(true, pos, AP.ring_cap_k, min(e / PF_TT, DIM - 1u), h)", None, "pf_ring(false, pos, AP.ring_cap_v, min(e / PF_TT, DIM - 1u), h)"), Attend, S),
         (m("wgsl prefill: the channel loop skips the first 16 channels", Wgsl, "attend_prefill", "for (var c0 = 0u; c0 < PF_DP; c0 += 16u) {", None, "for (var c0 = 16u; c0 < PF_DP; c0 += 16u) {"), Attend, S),
         (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
         // ---- attention over a cache that evicted tokens (key_pos / attend_key_pos) ----
@@ -266,6 +270,17 @@ fn attend_cases() -> Vec<Case> {
             t: 200,
             d: 128,
             target: 16,
+            ..base
+        },
+        // KIVI G = 4 with a residual of 8: Q of both sides off the prefill kernel's 16-token
+        // tiles, and one split over the codec's rows and the ring's (the ring's values join
+        // the codec's accumulator): the prefill kernel's mixed tiles.
+        Case {
+            what: "mutants: decode kivi-4 G=4 residual 8, Q off the 16-token tiles, one split",
+            method: "kivi:bits=4,group=4,residual=8",
+            t: 207,
+            tq: 2,
+            target: 1,
             ..base
         },
         Case {

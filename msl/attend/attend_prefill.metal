@@ -79,17 +79,21 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     const uint kl = A.qk - 1u - A.tok0;
     const uint vl = min(s1, A.qv) - 1u - A.tok0;
     for (uint t0 = s0; t0 < s1; t0 += PF_TT) {
-        // 1. The tile's keys, channel-major.
+        // 1. The tile's keys, channel-major (pf_keys: one source per tile without a branch
+        // per element, the mixed tile with one).
+        const uint tend = min(t0 + PF_TT, s1);
         for (uint e = lid; e < PF_TT * PF_DP; e += WORKGROUP_SIZE) {
-            const uint c = e / PF_TT;
-            const uint pos = t0 + e % PF_TT;
+            const uint c = min(e / PF_TT, ATTEND_DIM - 1u);
+            const uint pos = min(t0 + e % PF_TT, s1 - 1u);
             float x = 0.0f;
-            if (pos < s1 && c < ATTEND_DIM) {
-                if (pos < A.qk) {
-                    x = k_value(A, KP, kseg, pos - A.tok0, kl, c, h);
-                } else if (ATT_RING == 1u) {
-                    x = pf_ring(A, ringk, pos, A.ring_cap_k, c, h);
-                }
+            if (tend <= A.qk) {
+                x = k_value(A, KP, kseg, t0 + e % PF_TT - A.tok0, kl, c, h);
+            } else if (ATT_RING == 1u && t0 >= A.qk) {
+                x = pf_ring(A, ringk, pos, A.ring_cap_k, c, h);
+            } else if (pos < A.qk) {
+                x = k_value(A, KP, kseg, pos - A.tok0, kl, c, h);
+            } else if (ATT_RING == 1u) {
+                x = pf_ring(A, ringk, pos, A.ring_cap_k, c, h);
             }
             pf_kv[e / 4u][e % 4u] = x;
         }
@@ -134,16 +138,19 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             l = l * corr + sum;
             pf_c[lid / 4u][lid % 4u] = corr;
         }
+        // The tile's values, token-major (pf_values).
         for (uint e = lid; e < PF_TT * PF_WP; e += WORKGROUP_SIZE) {
-            const uint c = e % PF_WP;
-            const uint pos = t0 + e / PF_WP;
+            const uint c = min(e % PF_WP, width - 1u);
+            const uint pos = min(t0 + e / PF_WP, s1 - 1u);
             float x = 0.0f;
-            if (pos < s1 && c < width) {
-                if (!vring && pos < A.qv) {
-                    x = v_value(A, VP, vseg, vtab, pos - A.tok0, vl, c, h);
-                } else if (ATT_RING == 1u) {
-                    x = pf_ring(A, ringv, pos, A.ring_cap_v, c, h);
-                }
+            if (!vring && tend <= A.qv) {
+                x = v_value(A, VP, vseg, vtab, t0 + e / PF_WP - A.tok0, vl, c, h);
+            } else if (ATT_RING == 1u && (vring || t0 >= A.qv)) {
+                x = pf_ring(A, ringv, pos, A.ring_cap_v, c, h);
+            } else if (!vring && pos < A.qv) {
+                x = v_value(A, VP, vseg, vtab, pos - A.tok0, vl, c, h);
+            } else if (ATT_RING == 1u) {
+                x = pf_ring(A, ringv, pos, A.ring_cap_v, c, h);
             }
             pf_kv[e / 4u][e % 4u] = x;
         }

@@ -88,11 +88,7 @@ fn prefill_width(width: usize) -> usize {
 /// Query vectors per workgroup of the prefill kernel for rows `width` wide (`PF_QB`): 32 up
 /// to width 128, 16 beyond (its workgroup storage then stays within 32 KiB).
 pub fn prefill_vectors(width: usize) -> usize {
-    if prefill_width(width) <= 128 {
-        32
-    } else {
-        16
-    }
+    if prefill_width(width) <= 128 { 32 } else { 16 }
 }
 
 /// Workgroup storage (bytes) of the prefill kernel for head width `dim` and rows `width`
@@ -527,9 +523,7 @@ pub fn plan_kernel(
     let pw = shape.value_dim.max(call.dim) + 2;
     let per_part = (call.hkv * call.vectors() * pw * 4) as u64;
     let per_wg = match kernel {
-        SplitKernel::Prefill => {
-            prefill_vectors(shape.value_dim.max(call.dim))
-        }
+        SplitKernel::Prefill => prefill_vectors(shape.value_dim.max(call.dim)),
         SplitKernel::Tensor => TENSOR_VECTORS,
         SplitKernel::Decode | SplitKernel::TensorDecode => 4,
     };

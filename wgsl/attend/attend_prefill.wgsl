@@ -13,7 +13,8 @@
 // vectors' queries, scaled by scale·log2(e), in `pf_q` (channel-major: [c][vector], 0 past D
 // and for vectors past the call). Per tile of PF_TT tokens:
 //   1. every invocation decodes PF_KE keys through k_value (or the ring's f16 rows) into
-//      `pf_kv` channel-major ([c][token]: PF_DP rows of PF_TT; channels past D are 0);
+//      `pf_kv` channel-major ([c][token]: PF_DP rows of PF_TT; channels past D repeat
+//      channel D − 1 and meet a zero query; `pf_keys`);
 //   2. invocation lid < PF_SN owns the scores of 4 vectors (a vec4: vectors 4·(lid % PF_Q4) ..)
 //      and one token (lid / PF_Q4): a register tile summed over the channels, masked and
 //      written to `pf_p` ([token][vector]);
@@ -21,7 +22,8 @@
 //      its running max and sum stay in its registers, the weights go back to `pf_p` and the
 //      factor that rescales the output to `pf_c`; meanwhile every invocation decodes PF_VE
 //      values (the codec's space, or the ring's rows: the output space) into `pf_kv`,
-//      token-major ([token][channel]: PF_TT rows of PF_WP; channels past the width are 0);
+//      token-major ([token][channel]: PF_TT rows of PF_WP; channels past the width repeat
+//      its last, into output channels that are never written; `pf_values`);
 //   4. invocation lid owns the output of 4 vectors (lid % PF_Q4) × PF_OC4 vec4 of channels
 //      (lid / PF_Q4): rescaled by `pf_c`, then p·v̂ added token by token.
 // Four workgroup barriers per tile. A record (m, l, o) per (vector, split) goes to the
@@ -70,6 +72,82 @@ fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
     return unpack2x16float(w)[e & 1u];
 }
 
+// Step 1: the keys of tile t0 (split end s1) into pf_kv, channel-major. A tile whose tokens
+// all come from one source (the codec or the ring: all but at most one tile of a split) reads
+// without a branch per element, so that an invocation's loads are in flight together: rows
+// past the split's end read its last row and channels past D read channel D − 1 (finite
+// values that are masked or meet a zero query); the one mixed tile branches per element.
+fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
+    let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
+    let tend = min(t0 + PF_TT, s1);
+    if (tend <= AP.qk) {
+        // @unroll 32
+        for (var k = 0u; k < PF_KE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            pf_kv[e / 4u][e % 4u] = k_value(t0 + e % PF_TT - AP.tok0, kl, min(e / PF_TT, DIM - 1u), h);
+        }
+    } else if (RING && t0 >= AP.qk) {
+        // @unroll 32
+        for (var k = 0u; k < PF_KE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let pos = min(t0 + e % PF_TT, s1 - 1u);
+            pf_kv[e / 4u][e % 4u] = pf_ring(true, pos, AP.ring_cap_k, min(e / PF_TT, DIM - 1u), h);
+        }
+    } else {
+        // @unroll 32
+        for (var k = 0u; k < PF_KE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let c = min(e / PF_TT, DIM - 1u);
+            let pos = min(t0 + e % PF_TT, s1 - 1u);
+            var x = 0.0;
+            if (pos < AP.qk) {
+                x = k_value(pos - AP.tok0, kl, c, h);
+            } else if (RING) {
+                x = pf_ring(true, pos, AP.ring_cap_k, c, h);
+            }
+            pf_kv[e / 4u][e % 4u] = x;
+        }
+    }
+}
+
+// Step 3's values of tile t0 into pf_kv, token-major: the codec's space, or on a ring split
+// (`vring`) the ring's rows (the output space). As for the keys: one source per tile reads
+// without a branch per element (channels past the width read the width's last channel: they
+// accumulate into output channels that are never written).
+fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
+    let vl = min(s1, AP.qv) - 1u - AP.tok0;
+    let width = select(V_W, DIM, vring);
+    let tend = min(t0 + PF_TT, s1);
+    if (!vring && tend <= AP.qv) {
+        // @unroll 32
+        for (var k = 0u; k < PF_VE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            pf_kv[e / 4u][e % 4u] = v_value(t0 + e / PF_WP - AP.tok0, vl, min(e % PF_WP, V_W - 1u), h);
+        }
+    } else if (RING && (vring || t0 >= AP.qv)) {
+        // @unroll 32
+        for (var k = 0u; k < PF_VE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let pos = min(t0 + e / PF_WP, s1 - 1u);
+            pf_kv[e / 4u][e % 4u] = pf_ring(false, pos, AP.ring_cap_v, min(e % PF_WP, width - 1u), h);
+        }
+    } else {
+        // @unroll 32
+        for (var k = 0u; k < PF_VE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let c = min(e % PF_WP, width - 1u);
+            let pos = min(t0 + e / PF_WP, s1 - 1u);
+            var x = 0.0;
+            if (!vring && pos < AP.qv) {
+                x = v_value(pos - AP.tok0, vl, c, h);
+            } else if (RING) {
+                x = pf_ring(false, pos, AP.ring_cap_v, c, h);
+            }
+            pf_kv[e / 4u][e % 4u] = x;
+        }
+    }
+}
+
 fn prefill_main(lid: u32, wid: u32) {
     let w = split_work(wid);
     if (!w.live) {
@@ -101,27 +179,10 @@ fn prefill_main(lid: u32, wid: u32) {
     var o: array<vec4<f32>, 4u * PF_OC4>;
     var m = NEG;
     var l = 0.0;
-    let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
-    let vl = min(s1, AP.qv) - 1u - AP.tok0;
     // (No barrier here: the first tile's barrier after its keys orders the query stores.)
     for (var t0 = s0; t0 < s1; t0 += PF_TT) {
-        // 1. The tile's keys, channel-major (tokens past the split: 0, masked below).
-        // @unroll 32
-        for (var k = 0u; k < PF_KE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            let c = e / PF_TT;
-            let t = e % PF_TT;
-            let pos = t0 + t;
-            var x = 0.0;
-            if (pos < s1 && c < DIM) {
-                if (pos < AP.qk) {
-                    x = k_value(pos - AP.tok0, kl, c, h);
-                } else if (RING) {
-                    x = pf_ring(true, pos, AP.ring_cap_k, c, h);
-                }
-            }
-            pf_kv[e / 4u][e % 4u] = x;
-        }
+        // 1. The tile's keys, channel-major.
+        pf_keys(lid, t0, s1, h);
         workgroupBarrier();
         // 2. Scores: 4 vectors × 1 token per invocation, masked.
         if (lid < PF_SN) {
@@ -169,22 +230,7 @@ fn prefill_main(lid: u32, wid: u32) {
             l = l * corr + sum;
             pf_c[lid / 4u][lid % 4u] = corr;
         }
-        // @unroll 32
-        for (var k = 0u; k < PF_VE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            let t = e / PF_WP;
-            let c = e % PF_WP;
-            let pos = t0 + t;
-            var x = 0.0;
-            if (pos < s1 && c < width) {
-                if (!vring && pos < AP.qv) {
-                    x = v_value(pos - AP.tok0, vl, c, h);
-                } else if (RING) {
-                    x = pf_ring(false, pos, AP.ring_cap_v, c, h);
-                }
-            }
-            pf_kv[e / 4u][e % 4u] = x;
-        }
+        pf_values(lid, t0, s1, h, vring);
         workgroupBarrier();
         // 4. The output tile: rescaled, then p·v̂ token by token.
         let corr = pf_c[sq];
