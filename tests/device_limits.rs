@@ -10,6 +10,8 @@
 //! - small storage bindings: a residual window or a block of f16 rows beyond the binding limit
 //!   and attention partials beyond it are the typed `Error::Limit`, and the cache is intact
 //!   afterwards (same words, length, memory; attention still answers as before).
+//! - lavapipe's loop limit: attention splits up to `plan::LOOP_LIMITED_SPLIT` tokens are correct
+//!   there and longer ones refused (`long_splits`).
 
 mod common;
 
@@ -477,3 +479,58 @@ fn small_bindings_are_a_typed_limit(t: &Target) {
     );
 }
 parity_tests!(@module small_bindings_are_a_typed_limit, wgsl_subgroup, wgsl_workgroup);
+
+/// Splits as long as lavapipe runs correctly (`plan::LOOP_LIMITED_SPLIT`: its shader loops end
+/// after 65,535 iterations in all, without an error): on both kernels a split of 65,536 tokens
+/// attends over every token (values with a mean far from 0, so that a split cut short shows),
+/// and one of 32 tokens more is the typed `Error::Limit` on lavapipe and correct elsewhere.
+fn long_splits(t: &Target) {
+    let Target::Wgsl(ctx, path) = t else {
+        unreachable!("WGSL targets only");
+    };
+    let cap = kvpack::attention::plan::LOOP_LIMITED_SPLIT;
+    let limited = kvpack::attention::plan::split_cap(ctx.adapter_info()).is_some();
+    let mut rng = common::rng("long_splits");
+    // D = 256: the prefill kernel's 8-token tiles, twice the iterations per token.
+    for d in [64, 256] {
+        let (tokens, tq) = (cap + 1000, 4);
+        let (q, k, mut v) = common::random_qkv(&mut rng, tokens, tq, 1, 1, d);
+        let late = v.len() * 9 / 10;
+        v[late..].iter_mut().for_each(|x| *x += 3.0);
+        let mut l = kvpack::Layer::f16(ctx, 1, d, *path).expect("layer");
+        l.append(Input::F32(&k), Input::F32(&v)).expect("append");
+        for kernel in [AttendKernel::Decode, AttendKernel::Prefill] {
+            for chunk in [cap, cap + 32] {
+                let opts = AttendOptions::default().kernel(kernel).chunk_tokens(chunk);
+                match l.attend(&q, 1, &opts) {
+                    Err(Error::Limit {
+                        what,
+                        needed,
+                        limit,
+                    }) if limited && chunk > cap && what.contains("lavapipe") => {
+                        assert_eq!((needed, limit), (chunk as u64, cap as u64));
+                        eprintln!(
+                            "{} D={d} {kernel:?} split {chunk}: refused: {what}",
+                            t.name()
+                        );
+                    }
+                    Ok(out) => {
+                        assert!(
+                            !limited || chunk <= cap,
+                            "{kernel:?}: a {chunk}-token split ran"
+                        );
+                        let r = l.attend_reference(&q, 1, &opts).expect("reference");
+                        let err = common::rel_l2_rows(&out, &r, d);
+                        assert!(err <= 1e-4, "{kernel:?} split {chunk}: worst row {err:e}");
+                        eprintln!(
+                            "{} D={d} {kernel:?} split {chunk}: worst row {err:e}",
+                            t.name()
+                        );
+                    }
+                    Err(e) => panic!("{kernel:?} split {chunk}: {e}"),
+                }
+            }
+        }
+    }
+}
+parity_tests!(@module long_splits, wgsl_subgroup, wgsl_workgroup);

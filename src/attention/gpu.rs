@@ -268,13 +268,34 @@ pub fn plan_for(
             limit: limit as u64,
         });
     }
-    plan::plan_kernel(
+    let plan = plan::plan_kernel(
         call,
         shape,
         kernel_target(ctx, split_kernel),
         ctx.max_storage_binding_size(),
         split_kernel,
-    )
+    )?;
+    if let Some(cap) = plan::split_cap(ctx.adapter_info()) {
+        let longest = plan
+            .dispatches
+            .iter()
+            .map(|d| {
+                let p = &d.params;
+                let codec = p.split_c.min(p.c_end - p.tok0);
+                let ring = p.split_r.min(p.tok_end - p.r0);
+                codec.max(ring) as usize
+            })
+            .max()
+            .unwrap_or(0);
+        if longest > cap {
+            return Err(Error::Limit {
+                what: "tokens per attention split on lavapipe (its shader loops end after 65,535 iterations)",
+                needed: longest as u64,
+                limit: cap as u64,
+            });
+        }
+    }
+    Ok(plan)
 }
 
 /// Workgroups a call on `kernel` aims at on this device ([`plan::split_target`]): the decode

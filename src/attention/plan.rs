@@ -272,6 +272,22 @@ pub struct Plan {
     pub positions: bool,
 }
 
+/// Tokens per split at most on an adapter whose shader loops are limited: lavapipe (Mesa's
+/// llvmpipe) ends an invocation's loops after 65,535 iterations counted over all its loops
+/// (gallivm's `LP_MAX_TGSI_LOOP_ITERATIONS`), without an error, so a longer split would attend
+/// over a part of its tokens. The decode kernel's slices take a split's 32-token tiles in
+/// turn and the prefill kernel's tile loop is its only loop (16- or 8-token tiles): at 65,536
+/// tokens they loop at most 8,192 times. Automatic splits stay far below (2,048 tokens per
+/// decode split, 16,384 per prefill split); a longer `chunk_tokens` is refused there.
+pub const LOOP_LIMITED_SPLIT: usize = 65_536;
+
+/// [`LOOP_LIMITED_SPLIT`] where the adapter is lavapipe (its Vulkan and GL devices are named
+/// `llvmpipe (...)`), else `None`.
+pub fn split_cap(info: Option<&wgpu::AdapterInfo>) -> Option<usize> {
+    info.filter(|i| i.name.starts_with("llvmpipe"))
+        .map(|_| LOOP_LIMITED_SPLIT)
+}
+
 /// Workgroups a call aims at on this adapter: about two per streaming multiprocessor where the
 /// adapter is known (wgpu exposes no SM count), a small number on CPU adapters.
 pub fn split_target(info: Option<&wgpu::AdapterInfo>) -> usize {

@@ -36,7 +36,7 @@
 // Output (and key) channels a row holds: the wider of the codec's value space and D.
 const PF_W: u32 = max(V_W, DIM);
 // That width rounded up to 64 (the output tiles' vec4 columns), D rounded up to 16 (the
-// channel loop's unrolled steps).
+// staging loops' exact shares).
 const PF_WP: u32 = (PF_W + 63u) / 64u * 64u;
 const PF_DP: u32 = (DIM + 15u) / 16u * 16u;
 // Query vectors per workgroup and tokens per tile: 32 × 16 up to width 128, 16 × 8 beyond.
@@ -187,12 +187,12 @@ fn prefill_main(lid: u32, wid: u32) {
         // 2. Scores: 4 vectors × 1 token per invocation, masked.
         if (lid < PF_SN) {
             var a = vec4<f32>(0.0);
-            for (var c0 = 0u; c0 < PF_DP; c0 += 16u) {
-                // @unroll 16
-                for (var i = 0u; i < 16u; i++) {
-                    let at = (c0 + i) * PF_TT + st;
-                    a += pf_q[(c0 + i) * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
-                }
+            // Unrolled whole: the tile loop is then the kernel's only loop (lavapipe ends an
+            // invocation's loops after 65,535 iterations in all; plan::LOOP_LIMITED_SPLIT).
+            // @unroll 256
+            for (var c = 0u; c < PF_DP; c++) {
+                let at = c * PF_TT + st;
+                a += pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
             }
             let pos = t0 + st;
             var s = vec4<f32>(NEG);
