@@ -79,8 +79,9 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     const uint kl = A.qk - 1u - A.tok0;
     const uint vl = min(s1, A.qv) - 1u - A.tok0;
     for (uint t0 = s0; t0 < s1; t0 += PF_TT) {
-        // 1. The tile's keys, channel-major (pf_keys: one source per tile without a branch
-        // per element, the mixed tile with one).
+        // 1. The tile's keys, channel-major: the same sources and clamps as the WGSL's pf_keys,
+        // in one loop whose first two arms are uniform per tile (the WGSL's three loops keep
+        // the loads of a one-source tile free of branches; not measured on Apple hardware).
         const uint tend = min(t0 + PF_TT, s1);
         for (uint e = lid; e < PF_TT * PF_DP; e += WORKGROUP_SIZE) {
             const uint c = min(e / PF_TT, ATTEND_DIM - 1u);
@@ -138,7 +139,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             l = l * corr + sum;
             pf_c[lid / 4u][lid % 4u] = corr;
         }
-        // The tile's values, token-major (pf_values).
+        // The tile's values, token-major (pf_values, in one loop likewise).
         for (uint e = lid; e < PF_TT * PF_WP; e += WORKGROUP_SIZE) {
             const uint c = min(e % PF_WP, width - 1u);
             const uint pos = min(t0 + e / PF_WP, s1 - 1u);
