@@ -8,7 +8,8 @@
 //! flash-decoding chunk, a multiple of 32; default automatic)  --json PATH  --plot PATH
 //! --decode-only (no prefill-chunk and append arms: a quicker A/B of decode kernels)
 //! --prefill-only (prefill chunks only, the A-vs-A twins kept for the noise floor; the prefill
-//! kernel also at a quarter of its automatic split)
+//! kernel beside the decode kernel at every method and T, and for KIVI-4 at the variant T also
+//! at a quarter of its automatic split)
 //! ```
 //!
 //! Arms, all interleaved within every round (each call submitted alone and waited for; the
@@ -685,9 +686,11 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 }
                 // A/B: the same chunk on the prefill kernel (GEMM form, tiles in workgroup
                 // memory).
-                // With --prefill-only also at a quarter of its automatic split (four times
-                // the workgroups: the kernel's occupancy).
-                if m == "kivi-4" && t == variant_t {
+                // With --prefill-only at every method and T, and (KIVI-4 at the variant T)
+                // also at a quarter of its automatic split (four times the workgroups: the
+                // kernel's occupancy).
+                let variant_case = m == "kivi-4" && t == variant_t;
+                if variant_case || o.prefill_only {
                     let call = Call {
                         tq: TQ_PREFILL,
                         hq: HQ,
@@ -699,18 +702,19 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                     let per_wg = kvpack::attention::plan::prefill_vectors(DIM);
                     let auto = call.split_tokens(split_target(ctx.adapter_info()), per_wg);
                     let quarter = (auto / 4).div_ceil(32).max(1) * 32;
-                    let splits: &[(Option<usize>, &str, &'static str)] = if o.prefill_only {
-                        &[
-                            (None, " (prefill kernel)", "prefill kernel"),
-                            (
-                                Some(quarter),
-                                " (prefill kernel, 1/4 split)",
-                                "prefill kernel, a quarter of the automatic split",
-                            ),
-                        ]
-                    } else {
-                        &[(None, " (prefill kernel)", "prefill kernel")]
-                    };
+                    let splits: &[(Option<usize>, &str, &'static str)] =
+                        if o.prefill_only && variant_case {
+                            &[
+                                (None, " (prefill kernel)", "prefill kernel"),
+                                (
+                                    Some(quarter),
+                                    " (prefill kernel, 1/4 split)",
+                                    "prefill kernel, a quarter of the automatic split",
+                                ),
+                            ]
+                        } else {
+                            &[(None, " (prefill kernel)", "prefill kernel")]
+                        };
                     for &(chunk, suffix, what) in splits {
                         let mut a =
                             attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
