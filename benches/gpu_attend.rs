@@ -9,7 +9,8 @@
 //! --decode-only (no prefill-chunk and append arms: a quicker A/B of decode kernels)
 //! --prefill-only (prefill chunks only, the A-vs-A twins kept for the noise floor; the prefill
 //! kernel beside the decode kernel at every method and T, and for KIVI-4 at the variant T also
-//! at a quarter of its automatic split)
+//! at a quarter of its automatic split; chunks of 4, 8 and 16 rows on both kernels for f16 and
+//! KIVI-4 at the variant T)
 //! ```
 //!
 //! Arms, all interleaved within every round (each call submitted alone and waited for; the
@@ -727,6 +728,29 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                             }
                             let (pb, passes) =
                                 partials_estimate(ctx, &Method::parse(m)?, t, TQ_PREFILL, x.opts);
+                            x.partial_bytes = pb;
+                            x.passes = passes;
+                        }
+                        attend_arms.push(a);
+                    }
+                }
+            }
+            // With --prefill-only: shorter chunks (4, 8 and 16 rows) on both kernels at the
+            // variant T, for where Auto should switch from the decode kernel to the prefill
+            // kernel.
+            if o.prefill_only && t == variant_t && (m == "kivi-4" || m == "f16") {
+                for tq in [4, 8, 16] {
+                    for (kernel, what) in [
+                        (AttendKernel::Decode, "decode kernel"),
+                        (AttendKernel::Prefill, "prefill kernel"),
+                    ] {
+                        let mut a = attend_arm(ctx, m, PathChoice::Wgsl, t, tq, k, v, &mut rng)?;
+                        a.name += &format!(" ({what})");
+                        if let Work::Attend(x) = &mut a.work {
+                            x.variant = Some(what);
+                            x.opts.kernel = kernel;
+                            let (pb, passes) =
+                                partials_estimate(ctx, &Method::parse(m)?, t, tq, x.opts);
                             x.partial_bytes = pb;
                             x.passes = passes;
                         }
