@@ -134,8 +134,14 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl attend: butterfly shuffle offset 4 -> 2", Wgsl, "attend_", "subgroupShuffleXor(send, 4u)", None, "subgroupShuffleXor(send, 2u)"), Attend, S),
         (m("wgsl attend workgroup variant: butterfly exchange partner 4 -> 2", Wgsl, "attend_", "wsm[(lid ^ 4u) * 4u + k]", None, "wsm[(lid ^ 2u) * 4u + k]"), Attend, W),
         (m("wgsl attend: the ring's keys lose every odd channel (the second multiply-add of a pair dropped)", Wgsl, "attend_", "a += qs[c0 + 2u * i + 1u] * x.y;", None, ""), Attend, S),
-        (m("wgsl attend: the f16 codec's values lose every odd channel", Wgsl, "attend_f16_f16", "(*vs).o[2u * i + 1u] += p[j] * x.y;", None, ""), Attend, S),
+        (m("wgsl attend: the f16 codec's values lose every odd channel", Wgsl, "attend_", "(*vs).o[2u * i + 1u] += p[j] * x.y;", None, ""), Attend, S),
         (m("wgsl attend: the f16 codec's key rows all read the lane's first token", Wgsl, "attend_f16", "acc[j] = f16_dot(true, KP.rows + min(row + j, last) * AP.row_words, cg, h);", None, "acc[j] = f16_dot(true, KP.rows + min(row, last) * AP.row_words, cg, h);"), Attend, S),
+        (m("wgsl attend: the ring's keys read as 16-byte words lose every odd channel", Wgsl, "attend_", "a += qs[i + 1u] * x.y;", None, ""), Attend, S),
+        (m("wgsl attend: the f16 codec's key rows read their first 16-byte word again", Wgsl, "attend_", "let u = f16_quad(seg, true, a0 + k);", None, "let u = f16_quad(seg, true, a0);"), Attend, S),
+        (m("wgsl attend: the f16 codec's value rows read their first 16-byte word again", Wgsl, "attend_", "let u = f16_quad(true, false, a0 + k);", None, "let u = f16_quad(true, false, a0);"), Attend, S),
+        (m("wgsl attend: the ring's value rows read their first 16-byte word again", Wgsl, "attend_", "let u = f16_quad(false, false, a0 + k);", None, "let u = f16_quad(false, false, a0);"), Attend, S),
+        (m("wgsl attend: f16 rows read as 16-byte words from head 0's channels", Wgsl, "attend_", "return (w + ((h * DIM + cg * R_CPL) >> 1u)) >> 2u;", None, "return (w + ((cg * R_CPL) >> 1u)) >> 2u;"), Attend, S),
+        (m("wgsl attend: KIVI keys' params read as 16-byte words: every channel takes the first word's", Wgsl, "attend_kivi", "pw = kseg4[pq + i / 4u];", None, "pw = kseg4[pq];"), Attend, S),
         (m("wgsl attend: online-softmax rescale of l dropped", Wgsl, "attend_", "l = l * corr + p;", None, "l = l + p;"), Attend, S),
         (m("wgsl attend: online-softmax rescale of the accumulator dropped", Wgsl, "attend_", "v_scale(&vs, corr);", None, ""), Attend, S),
         (m("wgsl attend: window test inverted", Wgsl, "attend_", "pos + AP.window > p", None, "pos + AP.window <= p"), Attend, S),
@@ -253,7 +259,8 @@ fn attend_cases() -> Vec<Case> {
             target: 1,
             ..base
         },
-        // D = 128: a lane owns 16 channels of every row (D = 64: 8).
+        // D = 128: a lane owns 16 channels of every row, two 16-byte words of f16 (D = 64: 8,
+        // one word).
         Case {
             what: "mutants: decode kivi-4 GQA 4, D = 128, wrapped ring, splits",
             method: "kivi:bits=4,group=32,residual=32",
@@ -263,7 +270,17 @@ fn attend_cases() -> Vec<Case> {
             target: 24,
             ..base
         },
-        // The f16 codec on both sides (its value hook runs in no other case).
+        // D = 80: a lane's f16 rows are pairs of channels, not whole 16-byte words (ring keys,
+        // f16 values).
+        Case {
+            what: "mutants: decode kivi-2 keys / f16 values, D = 80, ring",
+            method: "kivi:bits=2,group=32/f16:residual=32",
+            t: 100,
+            d: 80,
+            target: 8,
+            ..base
+        },
+        // The f16 codec on both sides, its rows as 16-byte words.
         Case {
             what: "mutants: decode f16 keys and values, D = 128, splits",
             method: "f16",

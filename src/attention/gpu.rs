@@ -427,6 +427,11 @@ pub fn encode<'a>(
             tables(vs),
             Bind::from(ring(ks)),
             Bind::from(ring(vs)),
+            // The 16-byte views of the same four (wgsl/attend/attend_core.wgsl, F16_V4).
+            seg(ks),
+            seg(vs),
+            Bind::from(ring(ks)),
+            Bind::from(ring(vs)),
         ];
         items.push((split_path, dp, binds));
     }
@@ -444,6 +449,10 @@ pub fn encode<'a>(
                 Bind::from(placeholder),
                 Bind::from(placeholder),
                 Bind::from(vs.tables),
+                Bind::from(placeholder),
+                Bind::from(placeholder),
+                Bind::from(placeholder),
+                Bind::from(placeholder),
                 Bind::from(placeholder),
                 Bind::from(placeholder),
             ],

@@ -13,7 +13,8 @@
 //! Bindings (both kernels; WGSL `@binding(i)` is MSL `[[buffer(i)]]`):
 //! 0 the core's uniform (`AttendParams`), 1 the key codec's uniform, 2 the value codec's,
 //! 3 q (merge: the partials), 4 partials or out (merge: out), 5 key segment, 6 key tables,
-//! 7 value segment, 8 value tables, 9 key ring, 10 value ring.
+//! 7 value segment, 8 value tables, 9 key ring, 10 value ring, 11–14 the key segment, value
+//! segment, key ring and value ring again (WGSL's 16-byte views of them; unused by MSL).
 //!
 //! **Unstable.** This module is kvpack's machinery, public so that its tests, benches and tools
 //! can drive single kernels; it is not part of the supported API and may change in any release
@@ -124,6 +125,10 @@ const BINDINGS: &[Binding] = &[
     Binding::Uniform,
     Binding::StorageRead,
     Binding::StorageReadWrite,
+    Binding::StorageRead,
+    Binding::StorageRead,
+    Binding::StorageRead,
+    Binding::StorageRead,
     Binding::StorageRead,
     Binding::StorageRead,
     Binding::StorageRead,

@@ -129,6 +129,9 @@ pub(crate) struct GpuSide {
 
 /// The byte ranges of `cap` blocks of each stream in one segment buffer, and its size.
 fn layout(words_per_block: &[usize], cap: usize, align: u64) -> (Vec<(u64, u64)>, u64) {
+    // Every stream starts on a 16-byte boundary at least (the attention kernels read f16 rows
+    // and KIVI's key params as 16-byte words: wgsl/attend/attend_core.wgsl, F16_V4).
+    let align = align.max(16);
     let mut at = 0u64;
     let mut ranges = Vec::with_capacity(words_per_block.len());
     for &w in words_per_block {
@@ -225,7 +228,7 @@ impl GpuSide {
             tables: tables_buf,
             tables_bytes,
             status: gpu::storage_buffer(ctx, "kvpack status", 4)?,
-            placeholder: gpu::storage_buffer(ctx, "kvpack placeholder", 4)?,
+            placeholder: gpu::storage_buffer(ctx, "kvpack placeholder", 16)?,
             pos_words: 0,
         })
     }

@@ -208,17 +208,25 @@ pub fn on_target_at(
     };
     for (d, dp) in p.dispatches.iter().zip(&dispatches) {
         let (kseg, vseg) = (ks.get(d.segment), vs.get(d.segment));
+        let kb = kseg.map_or(placeholder.clone(), |s| s.0.clone());
+        let vb = vseg.map_or(placeholder.clone(), |s| s.0.clone());
         let mut bufs = vec![
             uni(k, kseg),
             uni(v, vseg),
             bytes(bytemuck::cast_slice(q)),
             std::mem::take(&mut partials),
-            kseg.map_or(placeholder.clone(), |s| s.0.clone()),
+            kb.clone(),
             tables(k),
-            vseg.map_or(placeholder.clone(), |s| s.0.clone()),
+            vb.clone(),
             tables(v),
             rings[0].clone(),
             rings[1].clone(),
+            // Bindings 11-14: the same buffers as 16-byte words (kvpack binds each buffer
+            // twice; here copies of the same bytes, padded to whole 16-byte words).
+            pad16(kb),
+            pad16(vb),
+            pad16(rings[0].clone()),
+            pad16(rings[1].clone()),
         ];
         run_plan(t, dp, &mut bufs)
             .unwrap_or_else(|e| panic!("{} {}: partials: {e}", t.name(), c.what));
@@ -240,6 +248,10 @@ pub fn on_target_at(
                 tables(v),
                 placeholder.clone(),
                 placeholder.clone(),
+                pad16(placeholder.clone()),
+                pad16(placeholder.clone()),
+                pad16(placeholder.clone()),
+                pad16(placeholder.clone()),
             ];
             run_plan(t, &mp, &mut bufs)
                 .unwrap_or_else(|e| panic!("{} {}: merge: {e}", t.name(), c.what));
@@ -251,6 +263,12 @@ pub fn on_target_at(
         p.dispatches.len(),
         direct,
     ))
+}
+
+/// `b` zero-padded to whole 16-byte words (a binding the kernel reads as `array<vec4<u32>>`).
+fn pad16(mut b: Vec<u8>) -> Vec<u8> {
+    b.resize(b.len().div_ceil(16).max(1) * 16, 0);
+    b
 }
 
 /// Whether `t`'s device runs the tensor-core kernel (WGSL targets only), or why not.

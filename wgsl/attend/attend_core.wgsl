@@ -67,6 +67,12 @@
 @group(0) @binding(8) var<storage, read> vtab: array<u32>;
 @group(0) @binding(9) var<storage, read> ringk: array<u32>;
 @group(0) @binding(10) var<storage, read> ringv: array<u32>;
+// The same four buffers again as 16-byte words (read-only aliases: the host binds each buffer
+// twice), for the f16 rows' 16-byte loads (F16_V4).
+@group(0) @binding(11) var<storage, read> kseg4: array<vec4<u32>>;
+@group(0) @binding(12) var<storage, read> vseg4: array<vec4<u32>>;
+@group(0) @binding(13) var<storage, read> ringk4: array<vec4<u32>>;
+@group(0) @binding(14) var<storage, read> ringv4: array<vec4<u32>>;
 
 const DIM: u32 = ATT_DIM;
 // Whether the cache has a ring (src/attention/plan.rs CacheShape::ring): without one its
@@ -116,6 +122,31 @@ var<workgroup> lsm: array<vec4<f32>, SLICES>;
 // its destination: a temporary array of the lane's channels would cost R_CPL vec4 registers.
 const F16_PAIRS: bool = DIM % 2u == 0u && R_CPL % 2u == 0u;
 const R_HALF: u32 = R_CPL / 2u;
+// Where a lane's channels are whole 16-byte words (D a multiple of 64: R_CPL a multiple of 8,
+// and a row's first word, a stream's and h·D/2 multiples of 4 words) they are read R_CPL / 8
+// 16-byte loads at a time: the driver checks each load's bounds (robustBufferAccess2), and
+// 4-byte loads are never merged.
+const F16_V4: bool = R_CPL % 8u == 0u && R_EXACT;
+const R_QUADS: u32 = R_CPL / 8u;
+
+fn f16_quad(seg: bool, keys: bool, at: u32) -> vec4<u32> {
+    if (keys) {
+        if (seg) {
+            return kseg4[at];
+        }
+        return ringk4[at];
+    }
+    if (seg) {
+        return vseg4[at];
+    }
+    return ringv4[at];
+}
+
+// The 16-byte word holding the first of the lane's channels of head h in the row at word w
+// (F16_V4).
+fn f16_quad0(w: u32, cg: u32, h: u32) -> u32 {
+    return (w + ((h * DIM + cg * R_CPL) >> 1u)) >> 2u;
+}
 
 fn f16_word(seg: bool, keys: bool, at: u32) -> u32 {
     // Branches, not `select` (which would load from both buffers).
@@ -145,7 +176,24 @@ fn f16_pair(seg: bool, keys: bool, w: u32, cg: u32, h: u32, i: u32) -> vec2<f32>
 fn f16_dot(seg: bool, w: u32, cg: u32, h: u32) -> vec4<f32> {
     let c0 = cg * R_CPL;
     var a = vec4<f32>(0.0);
-    if (F16_PAIRS) {
+    if (F16_V4) {
+        let a0 = f16_quad0(w, cg, h);
+        // @unroll 4 f16dot
+        for (var k = 0u; k < R_QUADS; k++) {
+            let u = f16_quad(seg, true, a0 + k);
+            // @unroll 4
+            for (var e = 0u; e < 4u; e++) {
+                let x = unpack2x16float(u[e]);
+                let i = c0 + 8u * k + 2u * e;
+                if (seg) {
+                    a += qs[i] * x.x + qs[i + 1u] * x.y;
+                } else {
+                    a += qs[i] * x.x;
+                    a += qs[i + 1u] * x.y;
+                }
+            }
+        }
+    } else if (F16_PAIRS) {
         // @unroll 16 f16dot
         for (var i = 0u; i < R_HALF; i++) {
             let x = f16_pair(seg, true, w, cg, h, 2u * i);
@@ -177,7 +225,25 @@ fn f16_dot(seg: bool, w: u32, cg: u32, h: u32) -> vec4<f32> {
 fn ring_accum(vs: ptr<function, VState>, ro: ptr<function, array<vec4<f32>, R_CPL>>, w0: array<u32, 8>, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        if (F16_PAIRS) {
+        if (F16_V4) {
+            let a0 = f16_quad0(w0[j], cg, h);
+            // @unroll 4
+            for (var k = 0u; k < R_QUADS; k++) {
+                let u = f16_quad(false, false, a0 + k);
+                // @unroll 4
+                for (var e = 0u; e < 4u; e++) {
+                    let x = unpack2x16float(u[e]);
+                    let i = 8u * k + 2u * e;
+                    if (V_SPACE_OUT) {
+                        v_add(vs, i, p[j] * x.x);
+                        v_add(vs, i + 1u, p[j] * x.y);
+                    } else {
+                        (*ro)[i] += p[j] * x.x;
+                        (*ro)[i + 1u] += p[j] * x.y;
+                    }
+                }
+            }
+        } else if (F16_PAIRS) {
             // @unroll 16
             for (var i = 0u; i < R_HALF; i++) {
                 let x = f16_pair(false, false, w0[j], cg, h, 2u * i);

@@ -45,7 +45,19 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
         let w = VP.rows + min(row + j, last) * AP.row_words;
-        if (F16_PAIRS) {
+        if (F16_V4) {
+            let a0 = f16_quad0(w, cg, h);
+            // @unroll 4
+            for (var k = 0u; k < R_QUADS; k++) {
+                let u = f16_quad(true, false, a0 + k);
+                // @unroll 4
+                for (var e = 0u; e < 4u; e++) {
+                    let x = unpack2x16float(u[e]);
+                    (*vs).o[8u * k + 2u * e] += p[j] * x.x;
+                    (*vs).o[8u * k + 2u * e + 1u] += p[j] * x.y;
+                }
+            }
+        } else if (F16_PAIRS) {
             // @unroll 16
             for (var i = 0u; i < R_HALF; i++) {
                 let x = f16_pair(true, false, w, cg, h, 2u * i);

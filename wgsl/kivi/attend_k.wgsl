@@ -29,6 +29,10 @@ const KPW: u32 = 2u - ATT_KPARAMS_F16;
 const KGW: u32 = (KG * KB + 31u) / 32u;
 const K_MASK: u32 = (1u << KB) - 1u;
 const K_FAST: bool = KG % 8u == 0u && (KB == 1u || KB == 2u || KB == 4u || KB == 8u);
+// Where the params are f16 and a lane's channels are whole 16-byte words of them (D a multiple
+// of 32; the stream starts on a 16-byte boundary), the fast path reads them 4 at a time
+// (kseg4: one bounds-checked load instead of four).
+const K_PQ: bool = ATT_KPARAMS_F16 == 1u && R_CPL % 4u == 0u && R_EXACT;
 
 fn k_prepare(lid: u32, h: u32) {}
 
@@ -63,11 +67,22 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
         let blk = row / KG;
         let bit0 = (row % KG) * KB; // the lane's 8 codes of a channel: bits bit0 .. bit0 + 8·b
         var bias = vec4<f32>(0.0);
+        // The lane's first channel's params as a 16-byte word (K_PQ).
+        let pq = (KP.params + (blk * AP.hkv + h) * DIM + cg * R_CPL) >> 2u;
+        var pw = vec4<u32>(0u);
         // @unroll 32 kch
         for (var i = 0u; i < R_CPL; i++) {
             let c = cg * R_CPL + i;
             let gi = (blk * AP.hkv + h) * DIM + lane_channel(cg, i);
-            let pr = kivi_k_pair(gi);
+            var pr: vec2<f32>;
+            if (K_PQ) {
+                if (i % 4u == 0u) {
+                    pw = kseg4[pq + i / 4u];
+                }
+                pr = unpack2x16float(pw[i % 4u]);
+            } else {
+                pr = kivi_k_pair(gi);
+            }
             let a = pr.x * f32(1u << KB);
             let qa = qs[c] * a; // qs is 0 past D
             bias += qs[c] * (pr.y - a);
