@@ -81,17 +81,19 @@ impl AttendOptions {
 #[non_exhaustive]
 pub enum AttendKernel {
     /// The faster kernel as measured: today the decode kernel for every call (on the H200 a
-    /// 64-row chunk at 32k tokens takes 3.1 ms on it, 6.4 ms on the tensor-core kernel and
-    /// 14 ms on the f32 prefill kernel: BENCHMARKS.md, "Prefill chunks").
+    /// 64-row chunk of KIVI-4 at 32k tokens takes 2.9 ms on it, 6.5 ms on the f32 prefill
+    /// kernel and 6.6 ms on the tensor-core kernel; chunks of 4–16 rows are 1.7–4× slower on
+    /// the prefill kernel too: BENCHMARKS.md, "Prefill chunks").
     #[default]
     Auto,
     /// Four query vectors per workgroup, a lane owning 8 tokens × a slice of the stored
     /// words (`attend_<k>_<v>`: the decode kernel).
     Decode,
-    /// Up to 128 query vectors per workgroup, every tile's keys and values read once into
-    /// workgroup memory (`attend_prefill_<k>_<v>`: the GEMM form of a prefill chunk; correct
-    /// on every path, not yet faster than the decode kernel). An error for a key codec that
-    /// transforms the query, or where the workgroup storage does not fit.
+    /// 32 query vectors per workgroup (16 beyond a width of 128), every tile's keys and
+    /// values read once into workgroup memory (`attend_prefill_<k>_<v>`: the GEMM form of a
+    /// prefill chunk; correct on every path, not yet faster than the decode kernel). An error
+    /// for a key codec that transforms the query, or where the workgroup storage does not
+    /// fit.
     Prefill,
     /// The prefill kernel's GEMM form on tensor cores (`attend_prefill_tc_<k>_<v>`: wgpu's
     /// experimental cooperative matrices, 16×16×16 f16 products with f32 accumulation, 64
