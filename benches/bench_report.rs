@@ -370,7 +370,7 @@ impl<'a> Results<'a> {
         }
         let _ = writeln!(
             s,
-            "\nExact commands (as run; `.carry/X` is the release build of `cargo bench --bench X`):\n```"
+            "\nExact commands (as run; the programs under `.carry*/` are release builds of `cargo bench --bench X`, copied to the GPU machine under the bench's name or a short one: `ga` gpu_attend, `gk` gpu_kivi):\n```"
         );
         for v in [self.kivi, self.attend] {
             let _ = writeln!(
