@@ -125,6 +125,18 @@ pub fn specialization(
         ),
         // Measuring only: the tensor-core decode kernels' padded rows.
         ("ATT_TC_PAD", plan::tensor_decode_pad()),
+        // Measuring only: the f32 prefill kernel (wgsl/attend/attend_prefill.wgsl) without
+        // the codecs' reads (`KVPACK_PF_VARIANT=1`: synthetic tiles, for its floor without
+        // memory traffic) or with its score loop unrolled 16 channels at a time inside a loop
+        // (2: fewer registers). 0, the default, is the kernel.
+        (
+            "ATT_PF_VARIANT",
+            std::env::var("KVPACK_PF_VARIANT")
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .filter(|v| *v <= 2)
+                .unwrap_or(0),
+        ),
         // Measuring only: when the f16-rows tensor-core decode kernel loads the next tile
         // (`KVPACK_TC_PF`: 0, the default, before the tile's first barrier; 1, after it; 2, no
         // prefetch).

@@ -54,6 +54,12 @@ const PF_VE: u32 = PF_TT * PF_WP / WORKGROUP_SIZE;
 // Query elements each invocation stores before the tile loop.
 const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 
+// Measuring only (KVPACK_PF_VARIANT, src/attention/gpu.rs): 1, synthetic tiles instead of the
+// codecs' reads (the kernel's floor without memory traffic); 2, the score loop unrolled 16
+// channels at a time inside a loop (fewer registers).
+const PF_NOLOAD: bool = ATT_PF_VARIANT == 1u;
+const PF_ROLLED: bool = ATT_PF_VARIANT == 2u;
+
 var<workgroup> pf_q: array<vec4<f32>, PF_DP * PF_Q4>;
 var<workgroup> pf_kv: array<vec4<f32>, PF_TT * PF_WP / 4u>;
 var<workgroup> pf_p: array<vec4<f32>, PF_TT * PF_Q4>;
@@ -80,7 +86,13 @@ fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
 fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
     let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
     let tend = min(t0 + PF_TT, s1);
-    if (tend <= AP.qk) {
+    if (PF_NOLOAD) {
+        // @unroll 32
+        for (var k = 0u; k < PF_KE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            pf_kv[e / 4u][e % 4u] = f32((e + t0) & 7u) * 0.125;
+        }
+    } else if (tend <= AP.qk) {
         // @unroll 32
         for (var k = 0u; k < PF_KE; k++) {
             let e = lid + k * WORKGROUP_SIZE;
@@ -118,7 +130,13 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
     let vl = min(s1, AP.qv) - 1u - AP.tok0;
     let width = select(V_W, DIM, vring);
     let tend = min(t0 + PF_TT, s1);
-    if (!vring && tend <= AP.qv) {
+    if (PF_NOLOAD) {
+        // @unroll 32
+        for (var k = 0u; k < PF_VE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            pf_kv[e / 4u][e % 4u] = f32((e + t0) & 7u) * 0.125;
+        }
+    } else if (!vring && tend <= AP.qv) {
         // @unroll 32
         for (var k = 0u; k < PF_VE; k++) {
             let e = lid + k * WORKGROUP_SIZE;
@@ -187,12 +205,23 @@ fn prefill_main(lid: u32, wid: u32) {
         // 2. Scores: 4 vectors × 1 token per invocation, masked.
         if (lid < PF_SN) {
             var a = vec4<f32>(0.0);
-            // Unrolled whole: the tile loop is then the kernel's only loop (lavapipe ends an
-            // invocation's loops after 65,535 iterations in all; plan::LOOP_LIMITED_SPLIT).
-            // @unroll 256
-            for (var c = 0u; c < PF_DP; c++) {
-                let at = c * PF_TT + st;
-                a += pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+            if (PF_ROLLED) {
+                for (var c0 = 0u; c0 < PF_DP; c0 += 16u) {
+                    // @unroll 16
+                    for (var c = 0u; c < 16u; c++) {
+                        let at = (c0 + c) * PF_TT + st;
+                        a += pf_q[(c0 + c) * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+                    }
+                }
+            } else {
+                // Unrolled whole: the tile loop is then the kernel's only loop (lavapipe ends
+                // an invocation's loops after 65,535 iterations in all;
+                // plan::LOOP_LIMITED_SPLIT).
+                // @unroll 256
+                for (var c = 0u; c < PF_DP; c++) {
+                    let at = c * PF_TT + st;
+                    a += pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+                }
             }
             let pos = t0 + st;
             var s = vec4<f32>(NEG);
