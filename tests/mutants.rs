@@ -157,7 +157,8 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl prefill: the output tile reads the next channel group's values", Wgsl, "attend_prefill", "pf_kv[t * PF_WP / 4u + st * PF_OC4 + k]", None, "pf_kv[t * PF_WP / 4u + ((st + 1u) % PF_CG) * PF_OC4 + k]"), Attend, S),
         (m("wgsl prefill: window and sinks ignored", Wgsl, "attend_prefill", "visible(kp, AP.q_pos0 + v / AP.qg)", None, "kp <= AP.q_pos0 + v / AP.qg"), Attend, S),
         (m("wgsl prefill: ring-only key tiles read the value ring", Wgsl, "attend_prefill", "pf_ring(true, pos, AP.ring_cap_k, min(e / PF_TT, DIM - 1u), h)", None, "pf_ring(false, pos, AP.ring_cap_v, min(e / PF_TT, DIM - 1u), h)"), Attend, S),
-        (m("wgsl prefill: the score tile reads the next vector quad's queries", Wgsl, "attend_prefill", "a += pf_q[c * PF_Q4 + sq]", None, "a += pf_q[c * PF_Q4 + (sq + 1u) % PF_Q4]"), Attend, S),
+        (m("wgsl prefill: the score loop (16 channels a step) ends at half of D", Wgsl, "attend_prefill", "c0 < PF_DP; c0 += 16u", None, "c0 < PF_DP / 2u; c0 += 16u"), Attend, S),
+        (m("wgsl prefill: the score tile reads the next vector quad's queries", Wgsl, "attend_prefill", "return pf_q[c * PF_Q4 + sq]", None, "return pf_q[c * PF_Q4 + (sq + 1u) % PF_Q4]"), Attend, S),
         (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
         // ---- attention over a cache that evicted tokens (key_pos / attend_key_pos) ----
         (m("wgsl attend (eviction): evicting cache's table ignored (slot as position)", Wgsl, "attend_", "return kseg[AP.pos_off + slot * AP.hkv + h];", None, "return slot;"), Positions, SW),

@@ -103,6 +103,8 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_TC_NOLOAD", 0),
                     ("ATT_TC_PAD", u32::from(dim == 128)),
                     ("ATT_TC_PF", (dim / 64) % 3),
+                    // The prefill kernel's measuring variants (0, 1, 2, 1 by D): all compile.
+                    ("ATT_PF_VARIANT", (dim / 64) % 3),
                 ];
                 s.extend(extra);
                 // 3-bit MSE / 2+2 RVQ (windows funnel-shifted), then 4-bit / 8+8 (whole words).

@@ -127,8 +127,9 @@ pub fn specialization(
         ("ATT_TC_PAD", plan::tensor_decode_pad()),
         // Measuring only: the f32 prefill kernel (wgsl/attend/attend_prefill.wgsl) without
         // the codecs' reads (`KVPACK_PF_VARIANT=1`: synthetic tiles, for its floor without
-        // memory traffic) or with its score loop unrolled 16 channels at a time inside a loop
-        // (2: fewer registers). 0, the default, is the kernel.
+        // memory traffic) or with the other form of its score loop (2: unrolled whole where
+        // the kernel keeps a loop of 16 unrolled channels, and the reverse). 0, the default,
+        // is the kernel.
         (
             "ATT_PF_VARIANT",
             std::env::var("KVPACK_PF_VARIANT")

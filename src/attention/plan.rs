@@ -276,8 +276,9 @@ pub struct Plan {
 /// llvmpipe) ends an invocation's loops after 65,535 iterations counted over all its loops
 /// (gallivm's `LP_MAX_TGSI_LOOP_ITERATIONS`), without an error, so a longer split would attend
 /// over a part of its tokens. The decode kernel's slices take a split's 32-token tiles in
-/// turn and the prefill kernel's tile loop is its only loop (16- or 8-token tiles): at 65,536
-/// tokens they loop at most 8,192 times. Automatic splits stay far below (2,048 tokens per
+/// turn (at 65,536 tokens 2,048 times). The prefill kernel loops over 16-token tiles and, in
+/// each, over D in steps of 16 channels (at most 4,096 × 9 = 36,864 times), or, with 8-token
+/// tiles (widths past 128), over its tiles only (8,192 times). Automatic splits stay far below (2,048 tokens per
 /// decode split, 16,384 per prefill split); a longer `chunk_tokens` is refused there.
 pub const LOOP_LIMITED_SPLIT: usize = 65_536;
 

@@ -54,11 +54,15 @@ const PF_VE: u32 = PF_TT * PF_WP / WORKGROUP_SIZE;
 // Query elements each invocation stores before the tile loop.
 const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 
+// The score loop: 16 channels unrolled inside a loop where tiles are 16 tokens (width ≤ 128;
+// on the H200 161 registers against 243 with the loop unrolled whole, so 3 workgroups per SM
+// instead of 2, and 13-15 % faster: BENCHMARKS.md, "Prefill chunks"); unrolled whole with
+// 8-token tiles, where a loop would pass lavapipe's 65,535 iterations within a split of
+// plan::LOOP_LIMITED_SPLIT tokens (8,192 tiles × 17).
 // Measuring only (KVPACK_PF_VARIANT, src/attention/gpu.rs): 1, synthetic tiles instead of the
-// codecs' reads (the kernel's floor without memory traffic); 2, the score loop unrolled 16
-// channels at a time inside a loop (fewer registers).
+// codecs' reads (the kernel's floor without memory traffic); 2, the other score loop form.
 const PF_NOLOAD: bool = ATT_PF_VARIANT == 1u;
-const PF_ROLLED: bool = ATT_PF_VARIANT == 2u;
+const PF_ROLLED: bool = (PF_TT == 16u) != (ATT_PF_VARIANT == 2u);
 
 var<workgroup> pf_q: array<vec4<f32>, PF_DP * PF_Q4>;
 var<workgroup> pf_kv: array<vec4<f32>, PF_TT * PF_WP / 4u>;
@@ -166,6 +170,12 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
     }
 }
 
+// Step 2's term of channel c: the queries of vector quad sq times the key of token st.
+fn pf_qk(c: u32, sq: u32, st: u32) -> vec4<f32> {
+    let at = c * PF_TT + st;
+    return pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+}
+
 fn prefill_main(lid: u32, wid: u32) {
     let w = split_work(wid);
     if (!w.live) {
@@ -209,18 +219,13 @@ fn prefill_main(lid: u32, wid: u32) {
                 for (var c0 = 0u; c0 < PF_DP; c0 += 16u) {
                     // @unroll 16
                     for (var c = 0u; c < 16u; c++) {
-                        let at = (c0 + c) * PF_TT + st;
-                        a += pf_q[(c0 + c) * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+                        a += pf_qk(c0 + c, sq, st);
                     }
                 }
             } else {
-                // Unrolled whole: the tile loop is then the kernel's only loop (lavapipe ends
-                // an invocation's loops after 65,535 iterations in all;
-                // plan::LOOP_LIMITED_SPLIT).
                 // @unroll 256
                 for (var c = 0u; c < PF_DP; c++) {
-                    let at = c * PF_TT + st;
-                    a += pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+                    a += pf_qk(c, sq, st);
                 }
             }
             let pos = t0 + st;
