@@ -446,6 +446,29 @@ fn attend_arm(
     })
 }
 
+/// Attention arm `a` as a variant of the default: `suffix` appended to its name, `what` as its
+/// variant (`None`: left as it is), `set` applied to its options, and the partials estimate
+/// that follows them.
+fn retarget(
+    ctx: &Context,
+    mut a: Arm,
+    suffix: &str,
+    what: Option<&'static str>,
+    set: impl FnOnce(&mut AttendOptions),
+) -> kvpack::Result<Arm> {
+    a.name += suffix;
+    if let Work::Attend(x) = &mut a.work {
+        if what.is_some() {
+            x.variant = what;
+        }
+        set(&mut x.opts);
+        let (pb, passes) = partials_estimate(ctx, &Method::parse(x.method)?, x.t, x.tq, x.opts);
+        x.partial_bytes = pb;
+        x.passes = passes;
+    }
+    Ok(a)
+}
+
 /// Records instance `k` of `arm`'s work (no timestamps).
 fn encode_work(
     ctx: &Context,
@@ -628,16 +651,14 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             }
             // Tier 3 decode: the tensor-core decode kernel, where the device has tensor cores.
             if ctx.tensor_cores().is_ok() && !o.prefill_only {
-                let mut a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?;
-                a.name += " (tensor cores)";
-                if let Work::Attend(x) = &mut a.work {
-                    x.variant = Some("tensor cores");
-                    x.opts.kernel = AttendKernel::TensorDecode;
-                    let (pb, passes) = partials_estimate(ctx, &Method::parse(m)?, t, TQ, x.opts);
-                    x.partial_bytes = pb;
-                    x.passes = passes;
-                }
-                attend_arms.push(a);
+                let a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?;
+                attend_arms.push(retarget(
+                    ctx,
+                    a,
+                    " (tensor cores)",
+                    Some("tensor cores"),
+                    |o| o.kernel = AttendKernel::TensorDecode,
+                )?);
             }
             if m == "kivi-4" && t == variant_t && !o.prefill_only {
                 match attend_arm(ctx, m, PathChoice::WgslWorkgroup, t, TQ, k, v, &mut rng) {
@@ -661,29 +682,20 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             if prefill && t >= TQ_PREFILL {
                 // Tier 1: the decode kernel (what Auto runs where the device has no tensor
                 // cores).
-                let mut a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
-                if let Work::Attend(x) = &mut a.work {
-                    x.opts.kernel = AttendKernel::Decode;
-                    let (pb, passes) =
-                        partials_estimate(ctx, &Method::parse(m)?, t, TQ_PREFILL, x.opts);
-                    x.partial_bytes = pb;
-                    x.passes = passes;
-                }
-                attend_arms.push(a);
+                let a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
+                attend_arms.push(retarget(ctx, a, "", None, |o| {
+                    o.kernel = AttendKernel::Decode
+                })?);
                 // Tier 3: the tensor-core kernel (what Auto runs where the device has it).
                 if ctx.tensor_cores().is_ok() {
-                    let mut a =
-                        attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
-                    a.name += " (tensor cores)";
-                    if let Work::Attend(x) = &mut a.work {
-                        x.variant = Some("tensor cores");
-                        x.opts.kernel = AttendKernel::Tensor;
-                        let (pb, passes) =
-                            partials_estimate(ctx, &Method::parse(m)?, t, TQ_PREFILL, x.opts);
-                        x.partial_bytes = pb;
-                        x.passes = passes;
-                    }
-                    attend_arms.push(a);
+                    let a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
+                    attend_arms.push(retarget(
+                        ctx,
+                        a,
+                        " (tensor cores)",
+                        Some("tensor cores"),
+                        |o| o.kernel = AttendKernel::Tensor,
+                    )?);
                 }
                 // A/B: the same chunk on the prefill kernel (GEMM form, tiles in workgroup
                 // memory).
@@ -717,21 +729,14 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                             &[(None, " (prefill kernel)", "prefill kernel")]
                         };
                     for &(chunk, suffix, what) in splits {
-                        let mut a =
+                        let a =
                             attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
-                        a.name += suffix;
-                        if let Work::Attend(x) = &mut a.work {
-                            x.variant = Some(what);
-                            x.opts.kernel = AttendKernel::Prefill;
+                        attend_arms.push(retarget(ctx, a, suffix, Some(what), |o| {
+                            o.kernel = AttendKernel::Prefill;
                             if chunk.is_some() {
-                                x.opts.chunk_tokens = chunk;
+                                o.chunk_tokens = chunk;
                             }
-                            let (pb, passes) =
-                                partials_estimate(ctx, &Method::parse(m)?, t, TQ_PREFILL, x.opts);
-                            x.partial_bytes = pb;
-                            x.passes = passes;
-                        }
-                        attend_arms.push(a);
+                        })?);
                     }
                 }
             }
@@ -744,17 +749,11 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                         (AttendKernel::Decode, "decode kernel"),
                         (AttendKernel::Prefill, "prefill kernel"),
                     ] {
-                        let mut a = attend_arm(ctx, m, PathChoice::Wgsl, t, tq, k, v, &mut rng)?;
-                        a.name += &format!(" ({what})");
-                        if let Work::Attend(x) = &mut a.work {
-                            x.variant = Some(what);
-                            x.opts.kernel = kernel;
-                            let (pb, passes) =
-                                partials_estimate(ctx, &Method::parse(m)?, t, tq, x.opts);
-                            x.partial_bytes = pb;
-                            x.passes = passes;
-                        }
-                        attend_arms.push(a);
+                        let a = attend_arm(ctx, m, PathChoice::Wgsl, t, tq, k, v, &mut rng)?;
+                        let suffix = format!(" ({what})");
+                        attend_arms.push(retarget(ctx, a, &suffix, Some(what), |o| {
+                            o.kernel = kernel
+                        })?);
                     }
                 }
             }
@@ -773,17 +772,10 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 for (tokens_per_split, (suffix, what)) in
                     [(auto * 2, LONG), ((auto / 2).div_ceil(32) * 32, SHORT)]
                 {
-                    let mut a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?;
-                    a.name += suffix;
-                    if let Work::Attend(x) = &mut a.work {
-                        x.variant = Some(what);
-                        x.opts.chunk_tokens = Some(tokens_per_split.max(32));
-                        let (pb, passes) =
-                            partials_estimate(ctx, &Method::parse(m)?, t, TQ, x.opts);
-                        x.partial_bytes = pb;
-                        x.passes = passes;
-                    }
-                    attend_arms.push(a);
+                    let a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?;
+                    attend_arms.push(retarget(ctx, a, suffix, Some(what), |o| {
+                        o.chunk_tokens = Some(tokens_per_split.max(32))
+                    })?);
                 }
             }
         }

@@ -93,6 +93,16 @@ pub fn wide_subgroups(ctx: &Context) -> bool {
         .is_some_and(|i| i.subgroup_min_size >= 32)
 }
 
+/// A measuring knob's value: environment variable `var` as a number up to `max`, else 0 (the
+/// kernels as shipped).
+fn measuring_knob(var: &str, max: u32) -> u32 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|v| *v <= max)
+        .unwrap_or(0)
+}
+
 /// The specialization of both kernels: head width, the subgroup width class (`wide`: see
 /// [`wide_subgroups`]; MSL's SIMD groups are), then the codecs' own constants (a name both
 /// sides give, e.g. KIVI's `PARAMS_F16`, once).
@@ -115,14 +125,7 @@ pub fn specialization(
         // kernel: 2, without staging the tiles either; 3, without its MMAs), for the kernels'
         // floor. The decode kernel for f16 rows (wgsl/attend/attend_decode_tc_rows.wgsl): 1,
         // zero rows staged instead of loaded.
-        (
-            "ATT_TC_NOLOAD",
-            std::env::var("KVPACK_TC_NOLOAD")
-                .ok()
-                .and_then(|v| v.parse::<u32>().ok())
-                .filter(|v| *v <= 3)
-                .unwrap_or(0),
-        ),
+        ("ATT_TC_NOLOAD", measuring_knob("KVPACK_TC_NOLOAD", 3)),
         // Measuring only: the tensor-core decode kernels' padded rows.
         ("ATT_TC_PAD", plan::tensor_decode_pad()),
         // Measuring only: the f32 prefill kernel (wgsl/attend/attend_prefill.wgsl) without
@@ -130,25 +133,11 @@ pub fn specialization(
         // memory traffic) or with the other form of its score loop (2: unrolled whole where
         // the kernel keeps a loop of 16 unrolled channels, and the reverse). 0, the default,
         // is the kernel.
-        (
-            "ATT_PF_VARIANT",
-            std::env::var("KVPACK_PF_VARIANT")
-                .ok()
-                .and_then(|v| v.parse::<u32>().ok())
-                .filter(|v| *v <= 2)
-                .unwrap_or(0),
-        ),
+        ("ATT_PF_VARIANT", measuring_knob("KVPACK_PF_VARIANT", 2)),
         // Measuring only: when the f16-rows tensor-core decode kernel loads the next tile
         // (`KVPACK_TC_PF`: 0, the default, before the tile's first barrier; 1, after it; 2, no
         // prefetch).
-        (
-            "ATT_TC_PF",
-            std::env::var("KVPACK_TC_PF")
-                .ok()
-                .and_then(|v| v.parse::<u32>().ok())
-                .filter(|v| *v <= 2)
-                .unwrap_or(0),
-        ),
+        ("ATT_TC_PF", measuring_knob("KVPACK_TC_PF", 2)),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {
