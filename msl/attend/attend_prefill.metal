@@ -8,9 +8,12 @@
 #define PF_QB (PF_WP <= 128u ? 32u : 16u)
 #define PF_TT (PF_WP <= 128u ? 16u : 8u)
 #define PF_Q4 (PF_QB / 4u)
-#define PF_SN (PF_Q4 * PF_TT)
 #define PF_CG (WORKGROUP_SIZE / PF_Q4)
 #define PF_OC4 (PF_WP / (4u * PF_CG))
+#define PF_TQ (PF_TT / 4u)
+#define PF_PN (PF_Q4 * PF_TQ)
+#define PF_PARTS (WORKGROUP_SIZE / PF_PN)
+#define PF_PC (PF_DP / PF_PARTS)
 
 static inline float pf_ring(constant AttendParams& A, device const uint* ring, uint pos, uint cap,
                             uint c, uint h) {
@@ -35,8 +38,9 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                         uint lid [[thread_index_in_threadgroup]]) {
     threadgroup float4 pf_q[PF_DP * PF_Q4];
     threadgroup float4 pf_kv[PF_TT * PF_WP / 4u];
-    threadgroup float4 pf_p[PF_TT * PF_Q4];
-    threadgroup float4 pf_c[PF_Q4];
+    // Scores by part ([part][token][vector quad]); after the softmax, the weights in part 0
+    // and the rescale factors in part 1's first token.
+    threadgroup float4 pf_s[PF_PARTS * PF_TT * PF_Q4];
     const uint wid = wg.y * nwg.x + wg.x;
     const uint nsplit = A.n_split_c + A.n_split_r;
     const uint per_h = A.vblocks * nsplit;
@@ -99,45 +103,67 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             pf_kv[e / 4u][e % 4u] = x;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        // 2. Scores: 4 vectors × 1 token per thread, masked.
-        if (lid < PF_SN) {
-            float4 a = float4(0.0f);
-            for (uint c = 0u; c < PF_DP; ++c) {
-                const uint at = c * PF_TT + st;
-                a += pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
-            }
-            const uint pos = t0 + st;
-            float4 s = float4(ATTEND_NEG);
-            if (pos < s1) {
-                const uint kp = attend_key_pos(A, kseg, pos, h);
-                for (uint j = 0u; j < 4u; ++j) {
-                    const uint v = v0 + 4u * sq + j;
-                    if (v < A.vec_total && attend_visible(A, kp, A.q_pos0 + v / A.qg)) {
-                        s[j] = a[j];
-                    }
+        // 2. Scores: thread lid's 4 × 4 tile (vector quad sq, token quad tq) over the
+        // channels of its part; part 0 masks.
+        {
+            const uint tq = (lid % PF_PN) / PF_Q4;
+            const uint part = lid / PF_PN;
+            float4 a[4] = {float4(0.0f), float4(0.0f), float4(0.0f), float4(0.0f)};
+            for (uint c = part * PF_PC; c < (part + 1u) * PF_PC; ++c) {
+                const float4 qv = pf_q[c * PF_Q4 + sq];
+                const float4 kv = pf_kv[c * PF_TQ + tq];
+                for (uint i = 0u; i < 4u; ++i) {
+                    a[i] += qv * kv[i];
                 }
             }
-            pf_p[st * PF_Q4 + sq] = s;
+            for (uint i = 0u; i < 4u; ++i) {
+                const uint t = 4u * tq + i;
+                float4 s = a[i];
+                if (part == 0u) {
+                    const uint pos = t0 + t;
+                    s = float4(ATTEND_NEG);
+                    if (pos < s1) {
+                        const uint kp = attend_key_pos(A, kseg, pos, h);
+                        for (uint j = 0u; j < 4u; ++j) {
+                            const uint v = v0 + 4u * sq + j;
+                            if (v < A.vec_total && attend_visible(A, kp, A.q_pos0 + v / A.qg)) {
+                                s[j] = a[i][j];
+                            }
+                        }
+                    }
+                }
+                pf_s[(part * PF_TT + t) * PF_Q4 + sq] = s;
+            }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        // 3. The softmax of vector lid; the tile's values, token-major.
+        // 3. The softmax of vector lid over the scores summed by part (NEG where part 0
+        // masked); the tile's values, token-major.
         if (lid < PF_QB) {
+            const uint q4 = lid / 4u;
+            const uint j = lid % 4u;
             float mt = ATTEND_NEG;
             for (uint t = 0u; t < PF_TT; ++t) {
-                mt = max(mt, pf_p[t * PF_Q4 + lid / 4u][lid % 4u]);
+                const float p0 = pf_s[t * PF_Q4 + q4][j];
+                float s = p0;
+                for (uint pt = 1u; pt < PF_PARTS; ++pt) {
+                    s += pf_s[(pt * PF_TT + t) * PF_Q4 + q4][j];
+                }
+                s = p0 > ATTEND_NEG ? s : ATTEND_NEG;
+                pf_s[t * PF_Q4 + q4][j] = s;
+                mt = max(mt, s);
             }
             const float m_new = max(m, mt);
             const float corr = precise::exp2(m - m_new);
             m = m_new;
             float sum = 0.0f;
             for (uint t = 0u; t < PF_TT; ++t) {
-                const float s = pf_p[t * PF_Q4 + lid / 4u][lid % 4u];
+                const float s = pf_s[t * PF_Q4 + q4][j];
                 const float p = s > ATTEND_NEG ? precise::exp2(s - m_new) : 0.0f;
-                pf_p[t * PF_Q4 + lid / 4u][lid % 4u] = p;
+                pf_s[t * PF_Q4 + q4][j] = p;
                 sum += p;
             }
             l = l * corr + sum;
-            pf_c[lid / 4u][lid % 4u] = corr;
+            pf_s[PF_TT * PF_Q4 + q4][j] = corr;
         }
         // The tile's values, token-major (pf_values, in one loop likewise).
         for (uint e = lid; e < PF_TT * PF_WP; e += WORKGROUP_SIZE) {
@@ -157,14 +183,14 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
         // 4. The output tile: rescaled, then p·v̂ token by token.
-        const float4 corr = pf_c[sq];
+        const float4 corr = pf_s[PF_TT * PF_Q4 + sq];
         for (uint j = 0u; j < 4u; ++j) {
             for (uint k = 0u; k < PF_OC4; ++k) {
                 o[j * PF_OC4 + k] *= corr[j];
             }
         }
         for (uint t = 0u; t < PF_TT; ++t) {
-            const float4 p = pf_p[t * PF_Q4 + sq];
+            const float4 p = pf_s[t * PF_Q4 + sq];
             for (uint k = 0u; k < PF_OC4; ++k) {
                 const float4 x = pf_kv[t * PF_WP / 4u + st * PF_OC4 + k];
                 for (uint j = 0u; j < 4u; ++j) {

@@ -93,13 +93,14 @@ pub fn prefill_vectors(width: usize) -> usize {
 
 /// Workgroup storage (bytes) of the prefill kernel for head width `dim` and rows `width`
 /// wide (the wider of D and the value space): the scaled queries (D rounded up to 16 ×
-/// `PF_QB`), a tile's keys or values (`PF_TT` × the width rounded up to 64), the tile's
-/// weights (`PF_TT` × `PF_QB`) and the rescale factors (`PF_QB`), all f32. 26,752 bytes at
-/// D = 128, 25,152 at D = 256: within Metal's 32 KiB at every width the kernels hold.
+/// `PF_QB`), a tile's keys or values (`PF_TT` × the width rounded up to 64) and the score
+/// tiles by part (16 per invocation of 128, which also hold the weights and the rescale
+/// factors), all f32. 32,768 bytes at D = 128 and at D = 256: Metal's 32 KiB, the most any
+/// width the kernels hold needs.
 pub fn prefill_workgroup_bytes(dim: usize, width: usize) -> usize {
     let qb = prefill_vectors(width);
     let tt = if prefill_width(width) <= 128 { 16 } else { 8 };
-    4 * (dim.div_ceil(16) * 16 * qb + tt * prefill_width(width) + tt * qb + qb)
+    4 * (dim.div_ceil(16) * 16 * qb + tt * prefill_width(width) + 16 * 128)
 }
 
 /// Query vectors per workgroup of the tensor-core prefill kernel (`TC_QB` in
@@ -658,4 +659,26 @@ pub fn workgroup_bytes(dim: usize, k_prep: usize, value_dim: usize) -> usize {
     let wg = super::kernel::partials_workgroup_size() as usize;
     let wsm = (value_dim.max(dim) * (wg / 32)).max(4 * wg);
     16 * (8 * r_cpl + k_prep.max(1) + wsm + 8) + 4 * value_dim.max(dim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The prefill kernel fits Metal's 32 KiB of threadgroup memory at every head width and
+    /// value space the GPU kernels hold, and fills it at D = 128 and 256.
+    #[test]
+    fn prefill_storage_within_32_kib() {
+        let mut largest = 0;
+        for dim in 1..=D_MAX {
+            for width in dim..=D_MAX {
+                let b = prefill_workgroup_bytes(dim, width);
+                assert!(b <= 32_768, "D = {dim}, width {width}: {b} bytes");
+                largest = largest.max(b);
+            }
+        }
+        assert_eq!(prefill_workgroup_bytes(128, 128), 32_768);
+        assert_eq!(prefill_workgroup_bytes(256, 256), 32_768);
+        assert_eq!(largest, 32_768);
+    }
 }

@@ -15,23 +15,27 @@
 //   1. every invocation decodes PF_KE keys through k_value (or the ring's f16 rows) into
 //      `pf_kv` channel-major ([c][token]: PF_DP rows of PF_TT; channels past D repeat
 //      channel D − 1 and meet a zero query; `pf_keys`);
-//   2. invocation lid < PF_SN owns the scores of 4 vectors (a vec4: vectors 4·(lid % PF_Q4) ..)
-//      and one token (lid / PF_Q4): a register tile summed over the channels, masked and
-//      written to `pf_p` ([token][vector]);
-//   3. invocation v < PF_QB runs vector v's online softmax (base 2) over the tile's scores:
-//      its running max and sum stay in its registers, the weights go back to `pf_p` and the
-//      factor that rescales the output to `pf_c`; meanwhile every invocation decodes PF_VE
+//   2. invocation lid owns a 4 × 4 tile of scores (4 vectors: a vec4, vector quad lid % PF_Q4;
+//      4 tokens: a vec4 of the keys, token quad tq) over one part of the channels (PF_PARTS
+//      parts of PF_PC: each of a tile's PF_PN invocations' tiles is summed over PF_PC
+//      channels, two 16-byte reads of workgroup memory per 16 multiply-adds), written to
+//      `pf_s` ([part][token][vector]); part 0 masks (its masked scores are NEG);
+//   3. invocation v < PF_QB runs vector v's online softmax (base 2) over the tile's scores,
+//      summed over the parts (NEG where part 0 masked): its running max and sum stay in its
+//      registers, the weights go to part 0's scores and the factor that rescales the output
+//      to part 1's first token (both slots of vector v, which only it read);
+//      meanwhile every invocation decodes PF_VE
 //      values (the codec's space, or the ring's rows: the output space) into `pf_kv`,
 //      token-major ([token][channel]: PF_TT rows of PF_WP; channels past the width repeat
 //      its last, into output channels that are never written; `pf_values`);
 //   4. invocation lid owns the output of 4 vectors (lid % PF_Q4) × PF_OC4 vec4 of channels
-//      (lid / PF_Q4): rescaled by `pf_c`, then p·v̂ added token by token.
+//      (lid / PF_Q4): rescaled by the factors, then p·v̂ added token by token.
 // Four workgroup barriers per tile. A record (m, l, o) per (vector, split) goes to the
 // partials (never direct: the merge kernel finishes, as for the decode kernel's splits).
 //
-// Workgroup storage (f32): pf_q PF_DP·PF_QB, pf_kv PF_TT·PF_WP, pf_p PF_TT·PF_QB, pf_c PF_QB:
-// 26,752 bytes at D = 128 (within Metal's 32 KiB at every width up to 256;
-// src/attention/plan.rs `prefill_workgroup_bytes`).
+// Workgroup storage (f32): pf_q PF_DP·PF_QB, pf_kv PF_TT·PF_WP, pf_s 16·WORKGROUP_SIZE:
+// 32,768 bytes at D = 128 and at D = 256 (Metal's 32 KiB; src/attention/plan.rs
+// `prefill_workgroup_bytes`).
 
 // Output (and key) channels a row holds: the wider of the codec's value space and D.
 const PF_W: u32 = max(V_W, DIM);
@@ -43,31 +47,40 @@ const PF_DP: u32 = (DIM + 15u) / 16u * 16u;
 const PF_QB: u32 = select(16u, 32u, PF_WP <= 128u);
 const PF_TT: u32 = select(8u, 16u, PF_WP <= 128u);
 const PF_Q4: u32 = PF_QB / 4u;
-// Invocations that own a score tile (all 128 up to width 128, 32 beyond).
-const PF_SN: u32 = PF_Q4 * PF_TT;
 // Output tiles: PF_Q4 vector quads × PF_CG channel groups of PF_OC4 vec4 each.
 const PF_CG: u32 = WORKGROUP_SIZE / PF_Q4;
 const PF_OC4: u32 = PF_WP / (4u * PF_CG);
+// Score tiles: PF_Q4 vector quads × PF_TQ token quads in each of PF_PARTS parts of PF_PC
+// channels (4 parts of D / 4 up to width 128, 16 parts of D / 16 beyond). Each part's
+// channels go PF_CU at a time (unrolled) inside a loop: at most 4 trips per tile, so that a
+// 65,536-token split stays within lavapipe's 65,535 loop iterations (plan::LOOP_LIMITED_SPLIT).
+const PF_TQ: u32 = PF_TT / 4u;
+const PF_PN: u32 = PF_Q4 * PF_TQ;
+const PF_PARTS: u32 = WORKGROUP_SIZE / PF_PN;
+const PF_PC: u32 = PF_DP / PF_PARTS;
+const PF_CU: u32 = select(select(4u, 8u, PF_PC % 8u == 0u), PF_PC, PF_PARTS > 4u);
 // Elements each invocation decodes per tile (exact: the products are multiples of 128).
 const PF_KE: u32 = PF_TT * PF_DP / WORKGROUP_SIZE;
 const PF_VE: u32 = PF_TT * PF_WP / WORKGROUP_SIZE;
 // Query elements each invocation stores before the tile loop.
 const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 
-// The score loop: 16 channels unrolled inside a loop where tiles are 16 tokens (width ≤ 128;
-// on the H200 161 registers against 243 with the loop unrolled whole, so 3 workgroups per SM
-// instead of 2, and 13-15 % faster: BENCHMARKS.md, "Prefill chunks"); unrolled whole with
-// 8-token tiles, where a loop would pass lavapipe's 65,535 iterations within a split of
-// plan::LOOP_LIMITED_SPLIT tokens (8,192 tiles × 17).
 // Measuring only (KVPACK_PF_VARIANT, src/attention/gpu.rs): 1, synthetic tiles instead of the
-// codecs' reads (the kernel's floor without memory traffic); 2, the other score loop form.
+// codecs' reads (the kernel's floor without memory traffic); 2, the former score step (4
+// vectors × 1 token per invocation over every channel, PF_SN invocations, masked there: a
+// loop of 16 unrolled channels with 16-token tiles, unrolled whole with 8-token tiles), whose
+// scores fill part 0 and are not summed.
 const PF_NOLOAD: bool = ATT_PF_VARIANT == 1u;
-const PF_ROLLED: bool = (PF_TT == 16u) != (ATT_PF_VARIANT == 2u);
+const PF_FORMER: bool = ATT_PF_VARIANT == 2u;
+const PF_SN: u32 = PF_Q4 * PF_TT;
+// Parts the softmax adds to part 0.
+const PF_SUM1: u32 = select(PF_PARTS - 1u, 0u, PF_FORMER);
 
 var<workgroup> pf_q: array<vec4<f32>, PF_DP * PF_Q4>;
 var<workgroup> pf_kv: array<vec4<f32>, PF_TT * PF_WP / 4u>;
-var<workgroup> pf_p: array<vec4<f32>, PF_TT * PF_Q4>;
-var<workgroup> pf_c: array<vec4<f32>, PF_Q4>;
+// Scores by part, [part][token][vector quad]; after the softmax, the weights in part 0 and
+// the factors in part 1's first token.
+var<workgroup> pf_s: array<vec4<f32>, PF_PARTS * PF_TT * PF_Q4>;
 
 // Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
 fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
@@ -170,10 +183,115 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
     }
 }
 
-// Step 2's term of channel c: the queries of vector quad sq times the key of token st.
-fn pf_qk(c: u32, sq: u32, st: u32) -> vec4<f32> {
-    let at = c * PF_TT + st;
-    return pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+// The scores of token pos for vectors v0 + 4·sq .. + 3, masked (NEG where hidden or past s1).
+fn pf_mask(a: vec4<f32>, pos: u32, s1: u32, h: u32, v0: u32, sq: u32) -> vec4<f32> {
+    var s = vec4<f32>(NEG);
+    if (pos < s1) {
+        let kp = key_pos(pos, h);
+        // @unroll 4
+        for (var j = 0u; j < 4u; j++) {
+            let v = v0 + 4u * sq + j;
+            if (v < AP.vec_total && visible(kp, AP.q_pos0 + v / AP.qg)) {
+                s[j] = a[j];
+            }
+        }
+    }
+    return s;
+}
+
+// Step 2: invocation lid's 4 × 4 score tile, vector quad sq × token quad tq over the
+// channels of its part, into pf_s (part 0 masked).
+fn pf_scores(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
+    let sq = lid % PF_Q4;
+    let tq = (lid % PF_PN) / PF_Q4;
+    let part = lid / PF_PN;
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    for (var cb = part * PF_PC; cb < (part + 1u) * PF_PC; cb += PF_CU) {
+        // @unroll 16
+        for (var i = 0u; i < PF_CU; i++) {
+            let qv = pf_q[(cb + i) * PF_Q4 + sq];
+            let kv = pf_kv[(cb + i) * PF_TQ + tq];
+            a0 += qv * kv.x;
+            a1 += qv * kv.y;
+            a2 += qv * kv.z;
+            a3 += qv * kv.w;
+        }
+    }
+    var s = array<vec4<f32>, 4>(a0, a1, a2, a3);
+    // @unroll 4
+    for (var i = 0u; i < 4u; i++) {
+        let t = 4u * tq + i;
+        var x = s[i];
+        if (part == 0u) {
+            x = pf_mask(x, t0 + t, s1, h, v0, sq);
+        }
+        pf_s[(part * PF_TT + t) * PF_Q4 + sq] = x;
+    }
+}
+
+// Step 2 in its former form (PF_FORMER, measuring only): invocation lid < PF_SN, vector quad
+// sq × token st over every channel, masked, into part 0.
+fn pf_scores_former(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
+    let sq = lid % PF_Q4;
+    let st = lid / PF_Q4;
+    if (lid >= PF_SN) {
+        return;
+    }
+    var a = vec4<f32>(0.0);
+    if (PF_TT == 16u) {
+        for (var c0 = 0u; c0 < PF_DP; c0 += 16u) {
+            // @unroll 16
+            for (var c = 0u; c < 16u; c++) {
+                let at = (c0 + c) * PF_TT + st;
+                a += pf_q[(c0 + c) * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+            }
+        }
+    } else {
+        // @unroll 256
+        for (var c = 0u; c < PF_DP; c++) {
+            let at = c * PF_TT + st;
+            a += pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+        }
+    }
+    pf_s[st * PF_Q4 + sq] = pf_mask(a, t0 + st, s1, h, v0, sq);
+}
+
+// Step 3's softmax of vector v < PF_QB over the tile's scores, summed over the parts (NEG
+// where part 0 masked): updates its running max m and sum l, leaves the weights in part 0 and
+// the factor that rescales the output in part 1's first token (slots of vector v only, read
+// above by this invocation only).
+fn pf_softmax(v: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
+    let q4 = v / 4u;
+    let j = v % 4u;
+    var mt = NEG;
+    // @unroll 16
+    for (var t = 0u; t < PF_TT; t++) {
+        let p0 = pf_s[t * PF_Q4 + q4][j];
+        var s = p0;
+        // @unroll 16
+        for (var pt = 0u; pt < PF_SUM1; pt++) {
+            s += pf_s[((pt + 1u) * PF_TT + t) * PF_Q4 + q4][j];
+        }
+        s = select(NEG, s, p0 > NEG);
+        pf_s[t * PF_Q4 + q4][j] = s;
+        mt = max(mt, s);
+    }
+    let m_new = max(*m, mt);
+    let corr = exp2(*m - m_new);
+    *m = m_new;
+    var sum = 0.0;
+    // @unroll 16
+    for (var t = 0u; t < PF_TT; t++) {
+        let s = pf_s[t * PF_Q4 + q4][j];
+        let p = select(0.0, exp2(s - m_new), s > NEG);
+        pf_s[t * PF_Q4 + q4][j] = p;
+        sum += p;
+    }
+    *l = *l * corr + sum;
+    pf_s[PF_TT * PF_Q4 + q4][j] = corr;
 }
 
 fn prefill_main(lid: u32, wid: u32) {
@@ -200,8 +318,7 @@ fn prefill_main(lid: u32, wid: u32) {
         }
         pf_q[c * PF_Q4 + j / 4u][j % 4u] = x;
     }
-    // The score tile's vectors and token (step 2), the softmax's vector (step 3), the output
-    // tile's vectors and channels (step 4).
+    // The output tile's vectors and channels (step 4).
     let sq = lid % PF_Q4;
     let st = lid / PF_Q4;
     var o: array<vec4<f32>, 4u * PF_OC4>;
@@ -212,62 +329,21 @@ fn prefill_main(lid: u32, wid: u32) {
         // 1. The tile's keys, channel-major.
         pf_keys(lid, t0, s1, h);
         workgroupBarrier();
-        // 2. Scores: 4 vectors × 1 token per invocation, masked.
-        if (lid < PF_SN) {
-            var a = vec4<f32>(0.0);
-            if (PF_ROLLED) {
-                for (var c0 = 0u; c0 < PF_DP; c0 += 16u) {
-                    // @unroll 16
-                    for (var c = 0u; c < 16u; c++) {
-                        a += pf_qk(c0 + c, sq, st);
-                    }
-                }
-            } else {
-                // @unroll 256
-                for (var c = 0u; c < PF_DP; c++) {
-                    a += pf_qk(c, sq, st);
-                }
-            }
-            let pos = t0 + st;
-            var s = vec4<f32>(NEG);
-            if (pos < s1) {
-                let kp = key_pos(pos, h);
-                // @unroll 4
-                for (var j = 0u; j < 4u; j++) {
-                    let v = v0 + 4u * sq + j;
-                    if (v < AP.vec_total && visible(kp, AP.q_pos0 + v / AP.qg)) {
-                        s[j] = a[j];
-                    }
-                }
-            }
-            pf_p[st * PF_Q4 + sq] = s;
+        // 2. Scores: 4 × 4 tiles by part of the channels.
+        if (PF_FORMER) {
+            pf_scores_former(lid, t0, s1, h, v0);
+        } else {
+            pf_scores(lid, t0, s1, h, v0);
         }
         workgroupBarrier();
         // 3. The softmax of vector lid; the tile's values.
         if (lid < PF_QB) {
-            var mt = NEG;
-            // @unroll 16
-            for (var t = 0u; t < PF_TT; t++) {
-                mt = max(mt, pf_p[t * PF_Q4 + lid / 4u][lid % 4u]);
-            }
-            let m_new = max(m, mt);
-            let corr = exp2(m - m_new);
-            m = m_new;
-            var sum = 0.0;
-            // @unroll 16
-            for (var t = 0u; t < PF_TT; t++) {
-                let s = pf_p[t * PF_Q4 + lid / 4u][lid % 4u];
-                let p = select(0.0, exp2(s - m_new), s > NEG);
-                pf_p[t * PF_Q4 + lid / 4u][lid % 4u] = p;
-                sum += p;
-            }
-            l = l * corr + sum;
-            pf_c[lid / 4u][lid % 4u] = corr;
+            pf_softmax(lid, &m, &l);
         }
         pf_values(lid, t0, s1, h, vring);
         workgroupBarrier();
         // 4. The output tile: rescaled, then p·v̂ token by token.
-        let corr = pf_c[sq];
+        let corr = pf_s[PF_TT * PF_Q4 + sq];
         // @unroll 4
         for (var j = 0u; j < 4u; j++) {
             // @unroll 4
@@ -277,7 +353,7 @@ fn prefill_main(lid: u32, wid: u32) {
         }
         // @unroll 16
         for (var t = 0u; t < PF_TT; t++) {
-            let p = pf_p[t * PF_Q4 + sq];
+            let p = pf_s[t * PF_Q4 + sq];
             // @unroll 4
             for (var k = 0u; k < PF_OC4; k++) {
                 let x = pf_kv[t * PF_WP / 4u + st * PF_OC4 + k];
