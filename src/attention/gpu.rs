@@ -130,9 +130,9 @@ pub fn specialization(
         ("ATT_TC_PAD", plan::tensor_decode_pad()),
         // Measuring only: the f32 prefill kernel (wgsl/attend/attend_prefill.wgsl) without
         // the codecs' reads (`KVPACK_PF_VARIANT=1`: synthetic tiles, for its floor without
-        // memory traffic) or with the other form of its score loop (2: unrolled whole where
-        // the kernel keeps a loop of 16 unrolled channels, and the reverse). 0, the default,
-        // is the kernel.
+        // memory traffic) or with its former score step (2: 4 vectors × 1 token per
+        // invocation over every channel, for the A/B against the 4 × 4 tiles by part). 0, the
+        // default, is the kernel.
         ("ATT_PF_VARIANT", measuring_knob("KVPACK_PF_VARIANT", 2)),
         // Measuring only: when the f16-rows tensor-core decode kernel loads the next tile
         // (`KVPACK_TC_PF`: 0, the default, before the tile's first barrier; 1, after it; 2, no

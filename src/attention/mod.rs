@@ -90,8 +90,10 @@ pub enum AttendKernel {
     /// words (`attend_<k>_<v>`: the decode kernel).
     Decode,
     /// 32 query vectors per workgroup (16 beyond a width of 128), every tile's keys and
-    /// values read once into workgroup memory (`attend_prefill_<k>_<v>`: the GEMM form of a
-    /// prefill chunk; correct on every path, not yet faster than the decode kernel). An error
+    /// values read once into workgroup memory, scores in 4 × 4 register tiles by part of the
+    /// channels (`attend_prefill_<k>_<v>`: the GEMM form of a prefill chunk; correct on every
+    /// path; its former score step was not faster than the decode kernel, the current one is
+    /// not yet measured on a GPU). An error
     /// for a key codec that transforms the query, or where the workgroup storage does not
     /// fit.
     Prefill,

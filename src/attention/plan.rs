@@ -278,9 +278,11 @@ pub struct Plan {
 /// (gallivm's `LP_MAX_TGSI_LOOP_ITERATIONS`), without an error, so a longer split would attend
 /// over a part of its tokens. The decode kernel's slices take a split's 32-token tiles in
 /// turn (at 65,536 tokens 2,048 times). The prefill kernel loops over 16-token tiles and, in
-/// each, over D in steps of 16 channels (at most 4,096 × 9 = 36,864 times), or, with 8-token
-/// tiles (widths past 128), over its tiles only (8,192 times). Automatic splits stay far below (2,048 tokens per
-/// decode split, 16,384 per prefill split); a longer `chunk_tokens` is refused there.
+/// each, over its score tiles' part of the channels in steps of 4 or 8 (at most 7 steps: 4,096
+/// × 8 = 32,768 times), or, with 8-token tiles (widths past 128), over its tiles only (8,192
+/// times; its former score step, a measuring variant, loops 4,096 × 9 times). Automatic
+/// splits stay far below (2,048 tokens per decode split, 16,384 per prefill split); a longer
+/// `chunk_tokens` is refused there.
 pub const LOOP_LIMITED_SPLIT: usize = 65_536;
 
 /// [`LOOP_LIMITED_SPLIT`] where the adapter is lavapipe (its Vulkan and GL devices are named

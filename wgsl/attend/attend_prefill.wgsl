@@ -15,19 +15,18 @@
 //   1. every invocation decodes PF_KE keys through k_value (or the ring's f16 rows) into
 //      `pf_kv` channel-major ([c][token]: PF_DP rows of PF_TT; channels past D repeat
 //      channel D − 1 and meet a zero query; `pf_keys`);
-//   2. invocation lid owns a 4 × 4 tile of scores (4 vectors: a vec4, vector quad lid % PF_Q4;
-//      4 tokens: a vec4 of the keys, token quad tq) over one part of the channels (PF_PARTS
-//      parts of PF_PC: each of a tile's PF_PN invocations' tiles is summed over PF_PC
-//      channels, two 16-byte reads of workgroup memory per 16 multiply-adds), written to
-//      `pf_s` ([part][token][vector]); part 0 masks (its masked scores are NEG);
+//   2. invocation lid owns a 4 × 4 tile of scores, vector quad lid % PF_Q4 (a vec4) × token
+//      quad tq (a vec4 of pf_kv), summed over one part of the channels (PF_PARTS parts of
+//      PF_PC channels; PF_PN invocations per part): two 16-byte reads of workgroup memory per
+//      16 multiply-adds. It writes its tile to `pf_s` ([part][token][vector]); part 0 masks
+//      (its masked scores are NEG);
 //   3. invocation v < PF_QB runs vector v's online softmax (base 2) over the tile's scores,
 //      summed over the parts (NEG where part 0 masked): its running max and sum stay in its
 //      registers, the weights go to part 0's scores and the factor that rescales the output
-//      to part 1's first token (both slots of vector v, which only it read);
-//      meanwhile every invocation decodes PF_VE
-//      values (the codec's space, or the ring's rows: the output space) into `pf_kv`,
-//      token-major ([token][channel]: PF_TT rows of PF_WP; channels past the width repeat
-//      its last, into output channels that are never written; `pf_values`);
+//      to part 1's first token (both slots of vector v, which only it read); meanwhile every
+//      invocation decodes PF_VE values (the codec's space, or the ring's rows: the output
+//      space) into `pf_kv`, token-major ([token][channel]: PF_TT rows of PF_WP; channels past
+//      the width repeat its last, into output channels that are never written; `pf_values`);
 //   4. invocation lid owns the output of 4 vectors (lid % PF_Q4) × PF_OC4 vec4 of channels
 //      (lid / PF_Q4): rescaled by the factors, then p·v̂ added token by token.
 // Four workgroup barriers per tile. A record (m, l, o) per (vector, split) goes to the
@@ -52,8 +51,9 @@ const PF_CG: u32 = WORKGROUP_SIZE / PF_Q4;
 const PF_OC4: u32 = PF_WP / (4u * PF_CG);
 // Score tiles: PF_Q4 vector quads × PF_TQ token quads in each of PF_PARTS parts of PF_PC
 // channels (4 parts of D / 4 up to width 128, 16 parts of D / 16 beyond). Each part's
-// channels go PF_CU at a time (unrolled) inside a loop: at most 4 trips per tile, so that a
-// 65,536-token split stays within lavapipe's 65,535 loop iterations (plan::LOOP_LIMITED_SPLIT).
+// channels go PF_CU at a time (unrolled) inside a loop: at most 7 trips per tile (D = 112), so
+// that a 65,536-token split stays within lavapipe's 65,535 loop iterations
+// (plan::LOOP_LIMITED_SPLIT).
 const PF_TQ: u32 = PF_TT / 4u;
 const PF_PN: u32 = PF_Q4 * PF_TQ;
 const PF_PARTS: u32 = WORKGROUP_SIZE / PF_PN;
