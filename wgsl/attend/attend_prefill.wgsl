@@ -4,6 +4,8 @@
 // and the codecs' hooks, of which it uses only the element readers:
 //   key codec:   fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32   (k̂ of segment row
 //                `row` (rows past `last` read row `last`), channel c < D, KV head h)
+//                fn k_quad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32>  (rows row ..
+//                row + 3 likewise: k_value's four values, read together where it can)
 //   value codec: fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32   (its space: c < V_W)
 // It has no cross-lane step: the subgroup and workgroup-memory paths run the same source.
 //
@@ -59,8 +61,10 @@ const PF_PN: u32 = PF_Q4 * PF_TQ;
 const PF_PARTS: u32 = WORKGROUP_SIZE / PF_PN;
 const PF_PC: u32 = PF_DP / PF_PARTS;
 const PF_CU: u32 = select(select(4u, 8u, PF_PC % 8u == 0u), PF_PC, PF_PARTS > 4u);
-// Elements each invocation decodes per tile (exact: the products are multiples of 128).
+// Elements each invocation decodes per tile (exact: the products are multiples of 128), and
+// quads of keys (the last step partly: at D = 48, 1.5 per invocation).
 const PF_KE: u32 = PF_TT * PF_DP / WORKGROUP_SIZE;
+const PF_KQ: u32 = (PF_TQ * PF_DP + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
 const PF_VE: u32 = PF_TT * PF_WP / WORKGROUP_SIZE;
 // Query elements each invocation stores before the tile loop.
 const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
@@ -110,10 +114,14 @@ fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
             pf_kv[e / 4u][e % 4u] = f32((e + t0) & 7u) * 0.125;
         }
     } else if (tend <= AP.qk) {
-        // @unroll 32
-        for (var k = 0u; k < PF_KE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            pf_kv[e / 4u][e % 4u] = k_value(t0 + e % PF_TT - AP.tok0, kl, min(e / PF_TT, DIM - 1u), h);
+        // Four tokens of a channel at a time (k_quad: one load of codes for the four where
+        // the codec's layout allows).
+        // @unroll 8
+        for (var k = 0u; k < PF_KQ; k++) {
+            let u = lid + k * WORKGROUP_SIZE;
+            if (u < PF_DP * PF_TQ) {
+                pf_kv[u] = k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, kl, min(u / PF_TQ, DIM - 1u), h);
+            }
         }
     } else if (RING && t0 >= AP.qk) {
         // @unroll 32
