@@ -1,8 +1,9 @@
 // The attention prefill kernel (ATTEND_NAME): many query vectors per threadgroup in GEMM form
 // with register tiles. Twin of wgsl/attend/attend_prefill.wgsl (read it: mapping, hooks
-// k_value / v_value, the four steps per tile, threadgroup storage); no cross-lane step. Its key
-// tiles are staged element by element (the WGSL stages the codec's four tokens of a channel
-// at a time through k_quad; not measured on Apple hardware either way).
+// k_value / v_value, the four steps per tile, threadgroup storage); no cross-lane step. Its
+// tiles are staged element by element (the WGSL stages the codec's keys four tokens of a
+// channel and its values four channels of a token at a time, through k_quad / v_quad; not
+// measured on Apple hardware either way).
 
 #define PF_W ATTEND_WIDE
 #define PF_WP ((PF_W + 63u) / 64u * 64u)

@@ -4,9 +4,14 @@
 // and the codecs' hooks, of which it uses only the element readers:
 //   key codec:   fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32   (k̂ of segment row
 //                `row` (rows past `last` read row `last`), channel c < D, KV head h)
-//                fn k_quad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32>  (rows row ..
-//                row + 3 likewise: k_value's four values, read together where it can)
+//                optionally const K_QUAD: bool, fn k_quad(row: u32, c: u32, h: u32) -> vec4<f32>
+//                (k_value's values of rows row .. row + 3, read together: called where K_QUAD,
+//                row a multiple of 4 and row + 3 ≤ last; a codec without them gets K_QUAD =
+//                false from src/attention/kernel.rs)
 //   value codec: fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32   (its space: c < V_W)
+//                optionally const V_QUAD: bool, fn v_quad(row: u32, c: u32, h: u32) -> vec4<f32>
+//                (v_value's values of channels c .. c + 3 of row `row`: called where V_QUAD,
+//                c a multiple of 4, c + 3 < V_W and row within the segment; likewise)
 // It has no cross-lane step: the subgroup and workgroup-memory paths run the same source.
 //
 // **Mapping.** A workgroup of 128 invocations serves one KV head h, PF_QB query vectors and
@@ -66,6 +71,7 @@ const PF_CU: u32 = select(select(4u, 8u, PF_PC % 8u == 0u), PF_PC, PF_PARTS > 4u
 const PF_KE: u32 = PF_TT * PF_DP / WORKGROUP_SIZE;
 const PF_KQ: u32 = (PF_TQ * PF_DP + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
 const PF_VE: u32 = PF_TT * PF_WP / WORKGROUP_SIZE;
+const PF_VQ: u32 = PF_VE / 4u;
 // Query elements each invocation stores before the tile loop.
 const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 
@@ -114,13 +120,12 @@ fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
             pf_kv[e / 4u][e % 4u] = f32((e + t0) & 7u) * 0.125;
         }
     } else if (tend <= AP.qk) {
-        // Four tokens of a channel at a time (k_quad: one load of codes for the four where
-        // the codec's layout allows).
+        // Four tokens of a channel at a time (pf_kquad).
         // @unroll 8
         for (var k = 0u; k < PF_KQ; k++) {
             let u = lid + k * WORKGROUP_SIZE;
             if (u < PF_DP * PF_TQ) {
-                pf_kv[u] = k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, kl, min(u / PF_TQ, DIM - 1u), h);
+                pf_kv[u] = pf_kquad(t0 + 4u * (u % PF_TQ) - AP.tok0, kl, min(u / PF_TQ, DIM - 1u), h);
             }
         }
     } else if (RING && t0 >= AP.qk) {
@@ -147,6 +152,34 @@ fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
     }
 }
 
+// Four keys of channel c, rows row .. row + 3 (clamped to `last`), and four values of row
+// `row` (clamped to `last`), channels c .. c + 3 (c a multiple of 4; channels past the value
+// space read its last, as the element reads do): through the codec's k_quad / v_quad where it
+// has one and the elements allow (K_QUAD / V_QUAD), else element by element.
+fn pf_kquad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32> {
+    if (K_QUAD && row % 4u == 0u && row + 3u <= last) {
+        return k_quad(row, c, h);
+    }
+    return vec4<f32>(
+        k_value(row, last, c, h),
+        k_value(row + 1u, last, c, h),
+        k_value(row + 2u, last, c, h),
+        k_value(row + 3u, last, c, h),
+    );
+}
+
+fn pf_vquad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32> {
+    if (V_QUAD && c + 3u < V_W) {
+        return v_quad(min(row, last), c, h);
+    }
+    return vec4<f32>(
+        v_value(row, last, min(c, V_W - 1u), h),
+        v_value(row, last, min(c + 1u, V_W - 1u), h),
+        v_value(row, last, min(c + 2u, V_W - 1u), h),
+        v_value(row, last, min(c + 3u, V_W - 1u), h),
+    );
+}
+
 // Step 3's values of tile t0 into pf_kv, token-major: the codec's space, or on a ring split
 // (`vring`) the ring's rows (the output space). As for the keys: one source per tile reads
 // without a branch per element (channels past the width read the width's last channel: they
@@ -162,10 +195,11 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
             pf_kv[e / 4u][e % 4u] = f32((e + t0) & 7u) * 0.125;
         }
     } else if (!vring && tend <= AP.qv) {
-        // @unroll 32
-        for (var k = 0u; k < PF_VE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            pf_kv[e / 4u][e % 4u] = v_value(t0 + e / PF_WP - AP.tok0, vl, min(e % PF_WP, V_W - 1u), h);
+        // Four channels of a token at a time (pf_vquad).
+        // @unroll 8
+        for (var k = 0u; k < PF_VQ; k++) {
+            let u = lid + k * WORKGROUP_SIZE;
+            pf_kv[u] = pf_vquad(t0 + u / (PF_WP / 4u) - AP.tok0, vl, 4u * (u % (PF_WP / 4u)), h);
         }
     } else if (RING && (vring || t0 >= AP.qv)) {
         // @unroll 32

@@ -30,14 +30,3 @@ fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     let e = h * DIM + c;
     return unpack2x16float(kseg[KP.rows + min(row, last) * AP.row_words + (e >> 1u)])[e & 1u];
 }
-
-// Rows row .. row + 3 (each clamped to `last`) of channel c (the prefill kernel's key tiles):
-// four rows, four loads, as k_value.
-fn k_quad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32> {
-    return vec4<f32>(
-        k_value(row, last, c, h),
-        k_value(row + 1u, last, c, h),
-        k_value(row + 2u, last, c, h),
-        k_value(row + 3u, last, c, h),
-    );
-}

@@ -82,3 +82,13 @@ fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
 }
 
 fn v_finish(lid: u32, h: u32) {}
+
+// Channels c .. c + 3 of row `row` of head h, two words (the prefill kernel's value tiles,
+// where V_QUAD: c a multiple of 4, c + 3 < D, row within the segment; D even, so the first
+// channel starts a word).
+const V_QUAD: bool = DIM % 2u == 0u;
+
+fn v_quad(row: u32, c: u32, h: u32) -> vec4<f32> {
+    let w = VP.rows + row * AP.row_words + ((h * DIM + c) >> 1u);
+    return vec4<f32>(unpack2x16float(vseg[w]), unpack2x16float(vseg[w + 1u]));
+}

@@ -134,29 +134,21 @@ fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     return kivi_reconstruct(kivi_k_code(KP.codes + gi * KGW, r % KG), pr.x, pr.y);
 }
 
-// k̂ of rows row .. row + 3 (each clamped to `last`) of channel c of head h (the prefill
-// kernel's key tiles). Where the four rows lie in one block and their codes in one word (G a
-// multiple of 4, b ∈ {1, 2, 4, 8}, row a multiple of 4, row + 3 ≤ last): one load of the
-// codes and one of the params for the four, the same values as k_value's.
+// k̂ of rows row .. row + 3 of channel c of head h (the prefill kernel's key tiles, where
+// K_QUAD: row a multiple of 4, row + 3 at most the last row). The four lie in one block and
+// their codes in one word (G a multiple of 4, b ∈ {1, 2, 4, 8}): one load of the codes and one
+// of the params for the four, the same values as k_value's.
 const K_QUAD: bool = KG % 4u == 0u && (KB == 1u || KB == 2u || KB == 4u || KB == 8u);
 
-fn k_quad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32> {
-    if (K_QUAD && row % 4u == 0u && row + 3u <= last) {
-        let gi = ((row / KG) * AP.hkv + h) * DIM + c;
-        let pr = kivi_k_pair(gi);
-        let bit0 = (row % KG) * KB;
-        let w = kseg[KP.codes + gi * KGW + (bit0 >> 5u)] >> (bit0 & 31u);
-        var x: vec4<f32>;
-        // @unroll 4
-        for (var j = 0u; j < 4u; j++) {
-            x[j] = kivi_reconstruct((w >> (j * KB)) & K_MASK, pr.x, pr.y);
-        }
-        return x;
+fn k_quad(row: u32, c: u32, h: u32) -> vec4<f32> {
+    let gi = ((row / KG) * AP.hkv + h) * DIM + c;
+    let pr = kivi_k_pair(gi);
+    let bit0 = (row % KG) * KB;
+    let w = kseg[KP.codes + gi * KGW + (bit0 >> 5u)] >> (bit0 & 31u);
+    var x: vec4<f32>;
+    // @unroll 4
+    for (var j = 0u; j < 4u; j++) {
+        x[j] = kivi_reconstruct((w >> (j * KB)) & K_MASK, pr.x, pr.y);
     }
-    return vec4<f32>(
-        k_value(row, last, c, h),
-        k_value(row + 1u, last, c, h),
-        k_value(row + 2u, last, c, h),
-        k_value(row + 3u, last, c, h),
-    );
+    return x;
 }

@@ -149,3 +149,23 @@ fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
 }
 
 fn v_finish(lid: u32, h: u32) {}
+
+// v̂ of channels c .. c + 3 of row `row` of head h (the prefill kernel's value tiles, where
+// V_QUAD: c a multiple of 4, c + 3 < D, row within the segment). The four lie in one group and
+// their codes in one word (G a multiple of 4, b ∈ {1, 2, 4, 8}): one load of the codes and one
+// of the params for the four, the same values as v_value's.
+const V_QUAD: bool = VG % 4u == 0u && V_POW2;
+
+fn v_quad(row: u32, c: u32, h: u32) -> vec4<f32> {
+    let rb = row * AP.hkv + h;
+    let g = c / VG;
+    let pr = kivi_v_pair(rb * VNG + g);
+    let bit0 = (c - g * VG) * VB;
+    let w = vseg[VP.codes + rb * VRW + g * VGW + (bit0 >> 5u)] >> (bit0 & 31u);
+    var x: vec4<f32>;
+    // @unroll 4
+    for (var j = 0u; j < 4u; j++) {
+        x[j] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, pr.y);
+    }
+    return x;
+}
