@@ -19,9 +19,10 @@
 // ((h · splits) + split) · vblocks + vb). Before the tile loop the workgroup stores its
 // vectors' queries, scaled by scale·log2(e), in `pf_q` (channel-major: [c][vector], 0 past D
 // and for vectors past the call). Per tile of PF_TT tokens:
-//   1. every invocation decodes PF_KE keys through k_value (or the ring's f16 rows) into
-//      `pf_kv` channel-major ([c][token]: PF_DP rows of PF_TT; channels past D repeat
-//      channel D − 1 and meet a zero query; `pf_keys`);
+//   1. every invocation decodes PF_KE keys (the codec's four tokens of a channel at a time,
+//      pf_kquad; the ring's f16 rows one by one) into `pf_kv` channel-major ([c][token]:
+//      PF_DP rows of PF_TT; channels past D repeat channel D − 1 and meet a zero query;
+//      `pf_keys`);
 //   2. invocation lid owns a 4 × 4 tile of scores, vector quad lid % PF_Q4 (a vec4) × token
 //      quad tq (a vec4 of pf_kv), summed over one part of the channels (PF_PARTS parts of
 //      PF_PC channels; PF_PN invocations per part): two 16-byte reads of workgroup memory per
@@ -31,8 +32,8 @@
 //      summed over the parts (NEG where part 0 masked): its running max and sum stay in its
 //      registers, the weights go to part 0's scores and the factor that rescales the output
 //      to part 1's first token (both slots of vector v, which only it read); meanwhile every
-//      invocation decodes PF_VE values (the codec's space, or the ring's rows: the output
-//      space) into `pf_kv`, token-major ([token][channel]: PF_TT rows of PF_WP; channels past
+//      invocation decodes PF_VE values (the codec's space, four channels of a token at a
+//      time, pf_vquad; or the ring's rows: the output space) into `pf_kv`, token-major ([token][channel]: PF_TT rows of PF_WP; channels past
 //      the width repeat its last, into output channels that are never written; `pf_values`);
 //   4. invocation lid owns the output of 4 vectors (lid % PF_Q4) × PF_OC4 vec4 of channels
 //      (lid / PF_Q4): rescaled by the factors, then p·v̂ added token by token.
