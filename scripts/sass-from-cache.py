@@ -14,11 +14,15 @@ does not fit.
     nvdisasm -b SM90 -hex OUT/<variant>.bin > OUT/<variant>.sass   # CUDA toolkit (the device has it)
     scripts/sass-from-cache.py segments SASS      # the loop body split at its branches, op counts
 
-`extract` needs the `zstd` command. `segments` finds the longest backward branch (the tile
-loop), cuts it at every branch and branch target, and prints each piece's instruction count
-and its most frequent opcodes: what one trip through a given path issues per warp.
+`extract` needs the `zstd` command. `segments` (a .sass file, or one gzipped) finds the
+longest backward branch (the tile loop), cuts it at every branch and branch target, and prints
+each piece's instruction count, the highest register it names (the allocator hands out low
+numbers first, so a piece naming R244 holds far more values live than one naming at most
+R169: a hint of where the kernel's register count comes from, not a liveness analysis) and
+its most frequent opcodes: what one trip through a given path issues per warp.
 """
 import collections
+import gzip
 import os
 import re
 import struct
@@ -76,8 +80,16 @@ def opcode(text):
     return text.split()[0].split(".")[0]
 
 
+def highest_register(seg):
+    """The highest general register a piece names (R255 = RZ, the zero register, excluded)."""
+    regs = [int(r) for t in seg for r in re.findall(r"\bR(\d+)\b", t)]
+    return max(regs, default=-1)
+
+
 def segments(path):
-    ins = [(int(m.group(1), 16), m.group(2)) for m in map(LINE.search, open(path)) if m]
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        ins = [(int(m.group(1), 16), m.group(2)) for m in map(LINE.search, f) if m]
     targets = []
     for a, t in ins:
         m = re.search(r"\bBRA\s+(0x[0-9a-f]+)", t)
@@ -102,7 +114,8 @@ def segments(path):
             continue
         c = collections.Counter(opcode(t) for t in seg)
         top_ops = ", ".join(f"{k} {v}" for k, v in c.most_common(8))
-        print(f"  {s:#07x}-{e:#07x} {len(seg):5d}  {top_ops}  | ends: {seg[-1][:40]}")
+        regs = highest_register(seg)
+        print(f"  {s:#07x}-{e:#07x} {len(seg):5d}  R{regs:<3d} {top_ops}  | ends: {seg[-1][:40]}")
 
 
 def main():
