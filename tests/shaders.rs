@@ -105,6 +105,10 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_TC_PF", (dim / 64) % 3),
                     // The prefill kernel's measuring variants (0, 1, 2, 1 by D): all compile.
                     ("ATT_PF_VARIANT", (dim / 64) % 3),
+                    // The decode kernel's measuring variant (ring rows in a loop) where
+                    // there is a ring: D = 41 (rows read channel by channel) and 256 (16-byte
+                    // loads).
+                    ("ATT_DEC_VARIANT", u32::from(dim == 256 || dim == 41)),
                 ];
                 s.extend(extra);
                 // 3-bit MSE / 2+2 RVQ (windows funnel-shifted), then 4-bit / 8+8 (whole words).

@@ -78,6 +78,12 @@ const DIM: u32 = ATT_DIM;
 // Whether the cache has a ring (src/attention/plan.rs CacheShape::ring): without one its
 // paths are compiled out.
 const RING: bool = ATT_RING == 1u;
+// Measuring only (KVPACK_DEC_VARIANT, src/attention/gpu.rs): 1, the ring's rows (keys, and
+// values where the ring's) read one row per trip of a loop instead of eight rows unrolled, so
+// that their loads are not all in flight at once: the ring's paths, which run in at most the
+// last split of a head, name the kernel's highest registers (BENCHMARKS.md, "The machine
+// code"). The loop rotates the lane's 8-entry arrays so that every index stays constant.
+const DEC_ROLLED: bool = ATT_DEC_VARIANT == 1u;
 // Whether the cache evicts tokens (a layer under an eviction policy: fixed for its life). Without
 // it a key's position is its slot and the positions code is compiled out.
 const POS: bool = ATT_POS == 1u;
@@ -220,52 +226,68 @@ fn f16_dot(seg: bool, w: u32, cg: u32, h: u32) -> vec4<f32> {
     return a;
 }
 
-// The ring's rows of a lane's 8 tokens, weighted by p, into the value codec's accumulator
-// (V_SPACE_OUT: v_add) or `ro`.
-fn ring_accum(vs: ptr<function, VState>, ro: ptr<function, array<vec4<f32>, R_CPL>>, w0: array<u32, 8>, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
-    // @unroll 8
-    for (var j = 0u; j < 8u; j++) {
-        if (F16_V4) {
-            let a0 = f16_quad0(w0[j], cg, h);
+// One ring row (first word w) of a lane's tokens, weighted by pj, into the value codec's
+// accumulator (V_SPACE_OUT: v_add) or `ro`.
+fn ring_row_accum(vs: ptr<function, VState>, ro: ptr<function, array<vec4<f32>, R_CPL>>, w: u32, cg: u32, h: u32, pj: vec4<f32>) {
+    if (F16_V4) {
+        let a0 = f16_quad0(w, cg, h);
+        // @unroll 4
+        for (var k = 0u; k < R_QUADS; k++) {
+            let u = f16_quad(false, false, a0 + k);
             // @unroll 4
-            for (var k = 0u; k < R_QUADS; k++) {
-                let u = f16_quad(false, false, a0 + k);
-                // @unroll 4
-                for (var e = 0u; e < 4u; e++) {
-                    let x = unpack2x16float(u[e]);
-                    let i = 8u * k + 2u * e;
-                    if (V_SPACE_OUT) {
-                        v_add(vs, i, p[j] * x.x);
-                        v_add(vs, i + 1u, p[j] * x.y);
-                    } else {
-                        (*ro)[i] += p[j] * x.x;
-                        (*ro)[i + 1u] += p[j] * x.y;
-                    }
-                }
-            }
-        } else if (F16_PAIRS) {
-            // @unroll 16
-            for (var i = 0u; i < R_HALF; i++) {
-                let x = f16_pair(false, false, w0[j], cg, h, 2u * i);
+            for (var e = 0u; e < 4u; e++) {
+                let x = unpack2x16float(u[e]);
+                let i = 8u * k + 2u * e;
                 if (V_SPACE_OUT) {
-                    v_add(vs, 2u * i, p[j] * x.x);
-                    v_add(vs, 2u * i + 1u, p[j] * x.y);
+                    v_add(vs, i, pj * x.x);
+                    v_add(vs, i + 1u, pj * x.y);
                 } else {
-                    (*ro)[2u * i] += p[j] * x.x;
-                    (*ro)[2u * i + 1u] += p[j] * x.y;
-                }
-            }
-        } else {
-            // @unroll 32
-            for (var i = 0u; i < R_CPL; i++) {
-                let x = p[j] * f16_pair(false, false, w0[j], cg, h, i).x;
-                if (V_SPACE_OUT) {
-                    v_add(vs, i, x);
-                } else {
-                    (*ro)[i] += x;
+                    (*ro)[i] += pj * x.x;
+                    (*ro)[i + 1u] += pj * x.y;
                 }
             }
         }
+    } else if (F16_PAIRS) {
+        // @unroll 16
+        for (var i = 0u; i < R_HALF; i++) {
+            let x = f16_pair(false, false, w, cg, h, 2u * i);
+            if (V_SPACE_OUT) {
+                v_add(vs, 2u * i, pj * x.x);
+                v_add(vs, 2u * i + 1u, pj * x.y);
+            } else {
+                (*ro)[2u * i] += pj * x.x;
+                (*ro)[2u * i + 1u] += pj * x.y;
+            }
+        }
+    } else {
+        // @unroll 32
+        for (var i = 0u; i < R_CPL; i++) {
+            let x = pj * f16_pair(false, false, w, cg, h, i).x;
+            if (V_SPACE_OUT) {
+                v_add(vs, i, x);
+            } else {
+                (*ro)[i] += x;
+            }
+        }
+    }
+}
+
+// The ring's rows of a lane's 8 tokens, weighted by p, into the value codec's accumulator
+// (V_SPACE_OUT: v_add) or `ro`.
+fn ring_accum(vs: ptr<function, VState>, ro: ptr<function, array<vec4<f32>, R_CPL>>, w0: array<u32, 8>, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
+    if (DEC_ROLLED) {
+        var wr = w0;
+        var pr = p;
+        for (var j = 0u; j < 8u; j++) {
+            ring_row_accum(vs, ro, wr[0], cg, h, pr[0]);
+            wr = array<u32, 8>(wr[1], wr[2], wr[3], wr[4], wr[5], wr[6], wr[7], wr[0]);
+            pr = array<vec4<f32>, 8>(pr[1], pr[2], pr[3], pr[4], pr[5], pr[6], pr[7], pr[0]);
+        }
+        return;
+    }
+    // @unroll 8
+    for (var j = 0u; j < 8u; j++) {
+        ring_row_accum(vs, ro, w0[j], cg, h, p[j]);
     }
 }
 
@@ -416,10 +438,18 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
         if (RING && !past && nk < 8u && lt0 + nk < AP.t_total) {
             // Row by row into acc (a second array of 8 scores would cost 32 registers).
             let last = AP.t_total - 1u;
-            // @unroll 8
-            for (var j = 0u; j < 8u; j++) {
-                let w = (clamp(lt0 + j, AP.qk, last) % AP.ring_cap_k) * AP.row_words;
-                acc[j] = select(acc[j], f16_dot(false, w, cg, h), j >= nk);
+            if (DEC_ROLLED) {
+                for (var j = 0u; j < 8u; j++) {
+                    let w = (clamp(lt0 + j, AP.qk, last) % AP.ring_cap_k) * AP.row_words;
+                    let d = select(acc[0], f16_dot(false, w, cg, h), j >= nk);
+                    acc = array<vec4<f32>, 8>(acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7], d);
+                }
+            } else {
+                // @unroll 8
+                for (var j = 0u; j < 8u; j++) {
+                    let w = (clamp(lt0 + j, AP.qk, last) % AP.ring_cap_k) * AP.row_words;
+                    acc[j] = select(acc[j], f16_dot(false, w, cg, h), j >= nk);
+                }
             }
         }
         let sc = rs_cg(acc, lid, sgl);
