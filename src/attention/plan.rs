@@ -94,13 +94,14 @@ pub fn prefill_vectors(width: usize) -> usize {
 /// Workgroup storage (bytes) of the prefill kernel for head width `dim` and rows `width`
 /// wide (the wider of D and the value space): the scaled queries (D rounded up to 16 ×
 /// `PF_QB`), a tile's keys or values (`PF_TT` × the width rounded up to 64) and the score
-/// tiles by part (16 per invocation of 128, which also hold the weights and the rescale
+/// tiles by part (16 per invocation, which also hold the weights and the rescale
 /// factors), all f32. 32,768 bytes at D = 128 and at D = 256: Metal's 32 KiB, the most any
 /// width the kernels hold needs.
 pub fn prefill_workgroup_bytes(dim: usize, width: usize) -> usize {
     let qb = prefill_vectors(width);
     let tt = if prefill_width(width) <= 128 { 16 } else { 8 };
-    4 * (dim.div_ceil(16) * 16 * qb + tt * prefill_width(width) + 16 * 128)
+    let parts = 16 * super::kernel::WORKGROUP_SIZE as usize;
+    4 * (dim.div_ceil(16) * 16 * qb + tt * prefill_width(width) + parts)
 }
 
 /// Query vectors per workgroup of the tensor-core prefill kernel (`TC_QB` in

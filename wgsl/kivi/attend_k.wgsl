@@ -28,7 +28,9 @@ const KG: u32 = ATT_KGROUP;
 const KPW: u32 = 2u - ATT_KPARAMS_F16;
 const KGW: u32 = (KG * KB + 31u) / 32u;
 const K_MASK: u32 = (1u << KB) - 1u;
-const K_FAST: bool = KG % 8u == 0u && (KB == 1u || KB == 2u || KB == 4u || KB == 8u);
+// Codes never straddle words.
+const K_POW2: bool = KB == 1u || KB == 2u || KB == 4u || KB == 8u;
+const K_FAST: bool = KG % 8u == 0u && K_POW2;
 // Where the params are f16 and a lane's channels are whole 16-byte words of them (D a multiple
 // of 32; the stream starts on a 16-byte boundary), the fast path reads them 4 at a time
 // (kseg4: one bounds-checked load instead of four).
@@ -138,7 +140,7 @@ fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
 // K_QUAD: row a multiple of 4, row + 3 at most the last row). The four lie in one block and
 // their codes in one word (G a multiple of 4, b ∈ {1, 2, 4, 8}): one load of the codes and one
 // of the params for the four, the same values as k_value's.
-const K_QUAD: bool = KG % 4u == 0u && (KB == 1u || KB == 2u || KB == 4u || KB == 8u);
+const K_QUAD: bool = KG % 4u == 0u && K_POW2;
 
 fn k_quad(row: u32, c: u32, h: u32) -> vec4<f32> {
     let gi = ((row / KG) * AP.hkv + h) * DIM + c;
