@@ -130,6 +130,11 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("msl prefill: l not rescaled when the max moves", Msl, "attend_prefill", "l = l * corr + sum;", None, "l = l + sum;"), Attend, MSL),
         (m("msl prefill: the softmax takes part 0's scores only", Msl, "attend_prefill", "for (uint pt = 1u; pt < PF_PARTS; ++pt) {", None, "for (uint pt = 1u; pt < 1u; ++pt) {"), Attend, MSL),
         (m("msl prefill: the score tile reads the next token quad's keys", Msl, "attend_prefill", "pf_kv[c * PF_TQ + tq]", None, "pf_kv[c * PF_TQ + (tq + 1u) % PF_TQ]"), Attend, MSL),
+        (m("msl prefill: codec-only key quads read the next quad's tokens", Msl, "attend_prefill", "t0 + 4u * (u % PF_TQ) - A.tok0", None, "t0 + 4u * ((u + 1u) % PF_TQ) - A.tok0"), Attend, MSL),
+        (m("msl prefill: KIVI's key quads take their codes one bit off", Msl, "attend_prefill", "kivi_reconstruct((w >> (j * KIVI_KB)) & KIVI_K_MASK, pr.x, pr.y)", None, "kivi_reconstruct((w >> (j * KIVI_KB + 1u)) & KIVI_K_MASK, pr.x, pr.y)"), Attend, MSL),
+        (m("msl prefill: codec-only value tiles read the next token's row", Msl, "attend_prefill", "t0 + u / (PF_WP / 4u) - A.tok0", None, "t0 + u / (PF_WP / 4u) + 1u - A.tok0"), Attend, MSL),
+        (m("msl prefill: KIVI's value quads take their codes one bit off", Msl, "attend_prefill", "kivi_reconstruct((w >> (j * KIVI_VB)) & KIVI_V_MASK, pr.x, pr.y)", None, "kivi_reconstruct((w >> (j * KIVI_VB + 1u)) & KIVI_V_MASK, pr.x, pr.y)"), Attend, MSL),
+        (m("msl prefill: f16 value quads swap their two words", Msl, "attend_prefill", "return float4(attend_half(vseg[w], 0u), attend_half(vseg[w], 1u), attend_half(vseg[w + 1u], 0u),", None, "return float4(attend_half(vseg[w + 1u], 0u), attend_half(vseg[w + 1u], 1u), attend_half(vseg[w], 0u),"), Attend, MSL),
         (m("msl bits_unit: mantissa top off by one", Msl, "attend_", "const uint top = 23u - b;", None, "const uint top = 22u - b;"), Attend, MSL),
         // ---- attention, WGSL ----
         (m("wgsl attend: butterfly shuffle offset 4 -> 2", Wgsl, "attend_", "subgroupShuffleXor(send, 4u)", None, "subgroupShuffleXor(send, 2u)"), Attend, S),

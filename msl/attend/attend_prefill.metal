@@ -1,9 +1,10 @@
 // The attention prefill kernel (ATTEND_NAME): many query vectors per threadgroup in GEMM form
 // with register tiles. Twin of wgsl/attend/attend_prefill.wgsl (read it: mapping, hooks
-// k_value / v_value, the four steps per tile, threadgroup storage); no cross-lane step. Its
-// tiles are staged element by element (the WGSL stages the codec's keys four tokens of a
-// channel and its values four channels of a token at a time, through k_quad / v_quad; not
-// measured on Apple hardware either way).
+// k_value / v_value, the four steps per tile, threadgroup storage); no cross-lane step. A tile
+// from the codec alone is staged four elements at a time, as the WGSL's (keys four tokens of a
+// channel, values four channels of a token), through the codec's optional k_quad / v_quad
+// (ATT_K_QUAD / ATT_V_QUAD defined) or else element by element (pf_kquad / pf_vquad); not
+// measured on Apple hardware.
 
 #define PF_W ATTEND_WIDE
 #define PF_WP ((PF_W + 63u) / 64u * 64u)
@@ -22,6 +23,34 @@ static inline float pf_ring(constant AttendParams& A, device const uint* ring, u
                             uint c, uint h) {
     const uint e = h * ATTEND_DIM + c;
     return attend_half(ring[(pos % cap) * A.row_words + (e >> 1u)], e);
+}
+
+// Four keys of channel c, rows row .. row + 3 (clamped to `last`), and four values of row
+// `row` (clamped to `last`), channels c .. c + 3 (c a multiple of 4; channels past the value
+// space read its last): through the codec's k_quad / v_quad where it defines ATT_K_QUAD /
+// ATT_V_QUAD and the elements allow, else element by element. Twins of the WGSL's.
+static inline float4 pf_kquad(constant AttendParams& A, constant KParams& KP, device const uint* kseg,
+                              uint row, uint last, uint c, uint h) {
+#if defined(ATT_K_QUAD)
+    if (ATT_K_QUAD && row % 4u == 0u && row + 3u <= last) {
+        return k_quad(A, KP, kseg, row, c, h);
+    }
+#endif
+    return float4(k_value(A, KP, kseg, row, last, c, h), k_value(A, KP, kseg, row + 1u, last, c, h),
+                  k_value(A, KP, kseg, row + 2u, last, c, h), k_value(A, KP, kseg, row + 3u, last, c, h));
+}
+
+static inline float4 pf_vquad(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
+                              device const uint* vtab, uint row, uint last, uint c, uint h) {
+#if defined(ATT_V_QUAD)
+    if (ATT_V_QUAD && c + 3u < V_W) {
+        return v_quad(A, VP, vseg, min(row, last), c, h);
+    }
+#endif
+    return float4(v_value(A, VP, vseg, vtab, row, last, min(c, V_W - 1u), h),
+                  v_value(A, VP, vseg, vtab, row, last, min(c + 1u, V_W - 1u), h),
+                  v_value(A, VP, vseg, vtab, row, last, min(c + 2u, V_W - 1u), h),
+                  v_value(A, VP, vseg, vtab, row, last, min(c + 3u, V_W - 1u), h));
 }
 
 [[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]
@@ -86,17 +115,21 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     const uint kl = A.qk - 1u - A.tok0;
     const uint vl = min(s1, A.qv) - 1u - A.tok0;
     for (uint t0 = s0; t0 < s1; t0 += PF_TT) {
-        // 1. The tile's keys, channel-major: the same sources and clamps as the WGSL's pf_keys,
-        // in one loop whose first two arms are uniform per tile (the WGSL's three loops keep
-        // the loads of a one-source tile free of branches; not measured on Apple hardware).
+        // 1. The tile's keys, channel-major: the same sources and clamps as the WGSL's pf_keys.
+        // A tile from the codec alone reads four tokens of a channel at a time (pf_kquad);
+        // otherwise one loop whose first arm is uniform per tile (the WGSL's loops keep the
+        // ring's loads free of branches; not measured on Apple hardware).
         const uint tend = min(t0 + PF_TT, s1);
-        for (uint e = lid; e < PF_TT * PF_DP; e += WORKGROUP_SIZE) {
+        if (tend <= A.qk) {
+            for (uint u = lid; u < PF_DP * PF_TQ; u += WORKGROUP_SIZE) {
+                pf_kv[u] = pf_kquad(A, KP, kseg, t0 + 4u * (u % PF_TQ) - A.tok0, kl,
+                                    min(u / PF_TQ, ATTEND_DIM - 1u), h);
+            }
+        } else for (uint e = lid; e < PF_TT * PF_DP; e += WORKGROUP_SIZE) {
             const uint c = min(e / PF_TT, ATTEND_DIM - 1u);
             const uint pos = min(t0 + e % PF_TT, s1 - 1u);
             float x = 0.0f;
-            if (tend <= A.qk) {
-                x = k_value(A, KP, kseg, t0 + e % PF_TT - A.tok0, kl, c, h);
-            } else if (ATT_RING == 1u && t0 >= A.qk) {
+            if (ATT_RING == 1u && t0 >= A.qk) {
                 x = pf_ring(A, ringk, pos, A.ring_cap_k, c, h);
             } else if (pos < A.qk) {
                 x = k_value(A, KP, kseg, pos - A.tok0, kl, c, h);
@@ -168,14 +201,18 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             l = l * corr + sum;
             pf_s[PF_TT * PF_Q4 + q4][j] = corr;
         }
-        // The tile's values, token-major (pf_values, in one loop likewise).
-        for (uint e = lid; e < PF_TT * PF_WP; e += WORKGROUP_SIZE) {
+        // The tile's values, token-major (pf_values likewise: four channels of a token at a
+        // time from the codec alone, pf_vquad).
+        if (!vring && tend <= A.qv) {
+            for (uint u = lid; u < PF_TT * PF_WP / 4u; u += WORKGROUP_SIZE) {
+                pf_kv[u] = pf_vquad(A, VP, vseg, vtab, t0 + u / (PF_WP / 4u) - A.tok0, vl,
+                                    4u * (u % (PF_WP / 4u)), h);
+            }
+        } else for (uint e = lid; e < PF_TT * PF_WP; e += WORKGROUP_SIZE) {
             const uint c = min(e % PF_WP, width - 1u);
             const uint pos = min(t0 + e / PF_WP, s1 - 1u);
             float x = 0.0f;
-            if (!vring && tend <= A.qv) {
-                x = v_value(A, VP, vseg, vtab, t0 + e / PF_WP - A.tok0, vl, c, h);
-            } else if (ATT_RING == 1u && (vring || t0 >= A.qv)) {
+            if (ATT_RING == 1u && (vring || t0 >= A.qv)) {
                 x = pf_ring(A, ringv, pos, A.ring_cap_v, c, h);
             } else if (!vring && pos < A.qv) {
                 x = v_value(A, VP, vseg, vtab, pos - A.tok0, vl, c, h);

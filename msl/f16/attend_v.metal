@@ -52,6 +52,17 @@ static inline float v_value(constant AttendParams& A, constant VParams& VP, devi
     return attend_half(vseg[VP.rows + min(row, last) * A.row_words + (e >> 1u)], e);
 }
 
+// v of channels c .. c + 3 of row `row` of head h: two words (the prefill kernel's value tiles,
+// where ATT_V_QUAD: c a multiple of 4, c + 3 < D, row within the segment; D even, so the first
+// channel starts a word). Twin of the WGSL's v_quad.
+#define ATT_V_QUAD (ATTEND_DIM % 2u == 0u)
+static inline float4 v_quad(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
+                            uint row, uint c, uint h) {
+    const uint w = VP.rows + row * A.row_words + ((h * ATTEND_DIM + c) >> 1u);
+    return float4(attend_half(vseg[w], 0u), attend_half(vseg[w], 1u), attend_half(vseg[w + 1u], 0u),
+                  attend_half(vseg[w + 1u], 1u));
+}
+
 template <typename Sh>
 static inline void v_finish(constant AttendParams& A, constant VParams& VP, device const uint* vtab,
                             threadgroup Sh& S, uint lid, uint h) {}

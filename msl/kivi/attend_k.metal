@@ -98,3 +98,20 @@ static inline float k_value(constant AttendParams& A, constant KParams& KP, devi
     const uint code = kivi_get_code(kseg, KP.codes + gi * KIVI_KGW, r % KIVI_KG, KIVI_KB);
     return kivi_reconstruct(code, pr.x, pr.y);
 }
+
+// k̂ of rows row .. row + 3 of channel c of head h (the prefill kernel's key tiles, where
+// ATT_K_QUAD: row a multiple of 4, row + 3 at most the last row): one load of the codes and
+// one of the params for the four, the same values as k_value's. Twin of the WGSL's k_quad.
+#define ATT_K_QUAD (KIVI_KG % 4u == 0u && (KIVI_KB == 1u || KIVI_KB == 2u || KIVI_KB == 4u || KIVI_KB == 8u))
+static inline float4 k_quad(constant AttendParams& A, constant KParams& KP, device const uint* kseg,
+                            uint row, uint c, uint h) {
+    const uint gi = ((row / KIVI_KG) * A.hkv + h) * ATTEND_DIM + c;
+    const float2 pr = kivi_k_pair(KP, kseg, gi);
+    const uint bit0 = (row % KIVI_KG) * KIVI_KB;
+    const uint w = kseg[KP.codes + gi * KIVI_KGW + (bit0 >> 5u)] >> (bit0 & 31u);
+    float4 x;
+    for (uint j = 0u; j < 4u; ++j) {
+        x[j] = kivi_reconstruct((w >> (j * KIVI_KB)) & KIVI_K_MASK, pr.x, pr.y);
+    }
+    return x;
+}

@@ -116,6 +116,24 @@ static inline float v_value(constant AttendParams& A, constant VParams& VP, devi
     return kivi_reconstruct(code, pr.x, pr.y);
 }
 
+// v̂ of channels c .. c + 3 of row `row` of head h (the prefill kernel's value tiles, where
+// ATT_V_QUAD: c a multiple of 4, c + 3 < D, row within the segment): one load of the codes and
+// one of the params for the four, the same values as v_value's. Twin of the WGSL's v_quad.
+#define ATT_V_QUAD (KIVI_VG % 4u == 0u && KIVI_V_POW2)
+static inline float4 v_quad(constant AttendParams& A, constant VParams& VP, device const uint* vseg,
+                            uint row, uint c, uint h) {
+    const uint rb = row * A.hkv + h;
+    const uint g = c / KIVI_VG;
+    const float2 pr = kivi_v_pair(VP, vseg, rb * KIVI_VNG + g);
+    const uint bit0 = (c - g * KIVI_VG) * KIVI_VB;
+    const uint w = vseg[VP.codes + rb * KIVI_VRW + g * KIVI_VGW + (bit0 >> 5u)] >> (bit0 & 31u);
+    float4 x;
+    for (uint j = 0u; j < 4u; ++j) {
+        x[j] = kivi_reconstruct((w >> (j * KIVI_VB)) & KIVI_V_MASK, pr.x, pr.y);
+    }
+    return x;
+}
+
 template <typename Sh>
 static inline void v_finish(constant AttendParams& A, constant VParams& VP, device const uint* vtab,
                             threadgroup Sh& S, uint lid, uint h) {}
