@@ -128,7 +128,8 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
 }
 
 // k̂ of channel c of segment row `row` (clamped to `last`) of head h, as the CPU reference
-// reconstructs it (the prefill kernel reads keys element by element).
+// reconstructs it (the prefill kernel's element reads: tiles that mix sources or rows not
+// four-aligned; k_quad below for the rest).
 fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     let r = min(row, last);
     let gi = ((r / KG) * AP.hkv + h) * DIM + c;
