@@ -80,9 +80,15 @@ const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 // codecs' reads (the kernel's floor without memory traffic); 2, the former score step (4
 // vectors × 1 token per invocation over every channel, PF_SN invocations, masked there: a
 // loop of 16 unrolled channels with 16-token tiles, unrolled whole with 8-token tiles), whose
-// scores fill part 0 and are not summed.
+// scores fill part 0 and are not summed. Phase floors (wrong results; each leaves one step
+// out, for its share of the time): 3, no softmax (the output step reads the scores as they
+// lie, factors of 1); 4, no score step (the softmax reads whatever pf_s holds); 5, no output
+// step (the tile's values are still staged).
 const PF_NOLOAD: bool = ATT_PF_VARIANT == 1u;
 const PF_FORMER: bool = ATT_PF_VARIANT == 2u;
+const PF_NO_SOFTMAX: bool = ATT_PF_VARIANT == 3u;
+const PF_NO_SCORES: bool = ATT_PF_VARIANT == 4u;
+const PF_NO_OUTPUT: bool = ATT_PF_VARIANT == 5u;
 const PF_SN: u32 = PF_Q4 * PF_TT;
 // Parts the softmax adds to part 0.
 const PF_SUM1: u32 = select(PF_PARTS - 1u, 0u, PF_FORMER);
@@ -375,18 +381,25 @@ fn prefill_main(lid: u32, wid: u32) {
         // 2. Scores: 4 × 4 tiles by part of the channels.
         if (PF_FORMER) {
             pf_scores_former(lid, t0, s1, h, v0);
-        } else {
+        } else if (!PF_NO_SCORES) {
             pf_scores(lid, t0, s1, h, v0);
         }
         workgroupBarrier();
         // 3. The softmax of vector lid; the tile's values.
-        if (lid < PF_QB) {
+        if (lid < PF_QB && !PF_NO_SOFTMAX) {
             pf_softmax(lid, &m, &l);
         }
         pf_values(lid, t0, s1, h, vring);
         workgroupBarrier();
         // 4. The output tile: rescaled, then p·v̂ token by token.
-        let corr = pf_s[PF_TT * PF_Q4 + sq];
+        if (PF_NO_OUTPUT) {
+            workgroupBarrier();
+            continue;
+        }
+        var corr = pf_s[PF_TT * PF_Q4 + sq];
+        if (PF_NO_SOFTMAX) {
+            corr = vec4<f32>(1.0);
+        }
         // @unroll 4
         for (var j = 0u; j < 4u; j++) {
             // @unroll 4
