@@ -103,8 +103,9 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_TC_NOLOAD", 0),
                     ("ATT_TC_PAD", u32::from(dim == 128)),
                     ("ATT_TC_PF", (dim / 64) % 3),
-                    // The prefill kernel's measuring variants (0, 1, 2, 1 by D): all compile.
-                    ("ATT_PF_VARIANT", (dim / 64) % 3),
+                    // The prefill kernel's measuring variants (0 to 5 over D, width class
+                    // and codec pair): all compile.
+                    ("ATT_PF_VARIANT", (dim / 64 + 4 * wide + 2 * i as u32) % 6),
                     // The decode kernel's measuring variant (ring rows in a loop) where
                     // there is a ring: D = 41 (rows read channel by channel) and 256 (16-byte
                     // loads).
