@@ -2,7 +2,8 @@
 //! `VK_KHR_pipeline_executable_properties` (on NVIDIA: registers, local memory (spills), shared
 //! memory, instruction counts; on lavapipe: LLVM's) for the partial kernel of each method, with
 //! the `// @unroll` expansion on and off (src/gpu/unroll.rs), its tensor-core decode kernel
-//! and its prefill kernel (variants `tensor-decode`, `prefill`). A measuring tool, not a test.
+//! and its prefill kernel (variants `tensor-decode`, `prefill`, and `prefill-but-pft-pfc` with its
+//! token and channel loops kept as loops). A measuring tool, not a test.
 //!
 //! ```text
 //! cargo bench --bench pipeline_stats [-- --dim 128 --methods f16,kivi-4,kivi-2 --dump DIR]
@@ -72,9 +73,12 @@ fn parse() -> Result<Opts, String> {
 const TENSOR_DECODE: &str = "tensor-decode";
 const PREFILL: &str = "prefill";
 
-const VARIANTS: [(&str, bool, &str); 7] = [
+const VARIANTS: [(&str, bool, &str); 8] = [
     (TENSOR_DECODE, false, ""),
     (PREFILL, false, ""),
+    // The prefill kernel with its token loops (softmax, output) and its score step's channel
+    // loop left as loops (a smaller tile loop body; src/gpu/unroll.rs tags).
+    ("prefill-but-pft-pfc", false, "pft,pfc"),
     ("loops", true, ""),
     ("unroll", false, ""),
     ("unroll-but-kch", false, "kch"),
@@ -104,7 +108,7 @@ fn kernel_source(
     let def = if name == TENSOR_DECODE {
         kernel::tensor_decode(k.attend_hooks(), v.attend_hooks())
             .ok_or("no tile hooks for the tensor-core decode kernel")?
-    } else if name == PREFILL {
+    } else if name.starts_with(PREFILL) {
         kernel::prefill(k.attend_hooks(), v.attend_hooks())
             .ok_or("the prefill kernel does not serve this key codec")?
     } else {

@@ -259,7 +259,7 @@ fn pf_scores(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
     for (var cb = part * PF_PC; cb < (part + 1u) * PF_PC; cb += PF_CU) {
-        // @unroll 16
+        // @unroll 16 pfc
         for (var i = 0u; i < PF_CU; i++) {
             let qv = pf_q[(cb + i) * PF_Q4 + sq];
             let kv = pf_kv[(cb + i) * PF_TQ + tq];
@@ -316,7 +316,7 @@ fn pf_softmax(v: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
     let q4 = v / 4u;
     let j = v % 4u;
     var mt = NEG;
-    // @unroll 16
+    // @unroll 16 pft
     for (var t = 0u; t < PF_TT; t++) {
         let p0 = pf_s[t * PF_Q4 + q4][j];
         var s = p0;
@@ -332,7 +332,7 @@ fn pf_softmax(v: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
     let corr = exp2(*m - m_new);
     *m = m_new;
     var sum = 0.0;
-    // @unroll 16
+    // @unroll 16 pft
     for (var t = 0u; t < PF_TT; t++) {
         let s = pf_s[t * PF_Q4 + q4][j];
         let p = select(0.0, exp2(s - m_new), s > NEG);
@@ -407,7 +407,7 @@ fn prefill_main(lid: u32, wid: u32) {
                 o[j * PF_OC4 + k] *= corr[j];
             }
         }
-        // @unroll 16
+        // @unroll 16 pft
         for (var t = 0u; t < PF_TT; t++) {
             let p = pf_s[t * PF_Q4 + sq];
             // @unroll 4
