@@ -173,7 +173,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl prefill: the score tile's second token takes the third key", Wgsl, "attend_prefill", "a1 += qv * kv.y;", None, "a1 += qv * kv.z;"), Attend, S),
         (m("wgsl prefill: the softmax adds part 1 in place of every other part", Wgsl, "attend_prefill", "pf_s[((pt + 1u) * PF_TT + t)", None, "pf_s[(1u * PF_TT + t)"), Attend, S),
         (m("wgsl prefill: no part masks its scores", Wgsl, "attend_prefill", "if (part == 0u) {", None, "if (false) {"), Attend, S),
-        (m("wgsl prefill: the output tile's rescale reads token 0's weights", Wgsl, "attend_prefill", "let corr = pf_s[PF_TT * PF_Q4 + sq];", None, "let corr = pf_s[sq];"), Attend, S),
+        (m("wgsl prefill: the output tile's rescale reads token 0's weights", Wgsl, "attend_prefill", "var corr = pf_s[PF_TT * PF_Q4 + sq];", None, "var corr = pf_s[sq];"), Attend, S),
         (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
         // ---- attention over a cache that evicted tokens (key_pos / attend_key_pos) ----
         (m("wgsl attend (eviction): evicting cache's table ignored (slot as position)", Wgsl, "attend_", "return kseg[AP.pos_off + slot * AP.hkv + h];", None, "return slot;"), Positions, SW),
