@@ -92,8 +92,8 @@ pub enum AttendKernel {
     /// 32 query vectors per workgroup (16 beyond a width of 128), every tile's keys and
     /// values read once into workgroup memory, scores in 4 × 4 register tiles by part of the
     /// channels (`attend_prefill_<k>_<v>`: the GEMM form of a prefill chunk; correct on every
-    /// path; its former score step was not faster than the decode kernel, the current one is
-    /// not yet measured on a GPU). An error
+    /// path; 2× slower than the decode kernel on the H200 with 64-row chunks, its former score
+    /// step 9 % faster than this one: BENCHMARKS.md, "Prefill chunks"). An error
     /// for a key codec that transforms the query, or where the workgroup storage does not
     /// fit.
     Prefill,
