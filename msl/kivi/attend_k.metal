@@ -18,7 +18,8 @@ typedef KKiviParams KParams;
 #define KIVI_KG ATT_KGROUP
 #define KIVI_KGW ((KIVI_KG * KIVI_KB + 31u) / 32u)
 #define KIVI_K_MASK ((1u << KIVI_KB) - 1u)
-#define KIVI_K_FAST (KIVI_KG % 8u == 0u && (KIVI_KB == 1u || KIVI_KB == 2u || KIVI_KB == 4u || KIVI_KB == 8u))
+#define KIVI_K_POW2 (KIVI_KB == 1u || KIVI_KB == 2u || KIVI_KB == 4u || KIVI_KB == 8u)
+#define KIVI_K_FAST (KIVI_KG % 8u == 0u && KIVI_K_POW2)
 
 template <typename Sh>
 static inline void k_prepare(constant AttendParams& A, constant KParams& KP, device const uint* kseg,
@@ -102,7 +103,7 @@ static inline float k_value(constant AttendParams& A, constant KParams& KP, devi
 // k̂ of rows row .. row + 3 of channel c of head h (the prefill kernel's key tiles, where
 // ATT_K_QUAD: row a multiple of 4, row + 3 at most the last row): one load of the codes and
 // one of the params for the four, the same values as k_value's. Twin of the WGSL's k_quad.
-#define ATT_K_QUAD (KIVI_KG % 4u == 0u && (KIVI_KB == 1u || KIVI_KB == 2u || KIVI_KB == 4u || KIVI_KB == 8u))
+#define ATT_K_QUAD (KIVI_KG % 4u == 0u && KIVI_K_POW2)
 static inline float4 k_quad(constant AttendParams& A, constant KParams& KP, device const uint* kseg,
                             uint row, uint c, uint h) {
     const uint gi = ((row / KIVI_KG) * A.hkv + h) * ATTEND_DIM + c;
