@@ -27,6 +27,9 @@ use kvpack::{AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
 enum Check {
     /// Attention cases on the decode and prefill kernels (with merges, windows, sinks, rings).
     Attend,
+    /// One attention case at D = 256, where the prefill kernel sums its scores over four parts
+    /// of the channels (up to width 128 one part holds them all).
+    WideAttend,
     /// The KIVI kernels (quantize keys/values, dequantize) on every kernel-level case.
     Kivi,
     /// Bit packing against the bit-by-bit oracle.
@@ -128,8 +131,9 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("msl prefill: barrier between the weights and P·V removed", Msl, "attend_prefill", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(2), ""), Attend, MSL),
         (m("msl prefill: barrier at the tile's end removed (next keys overwrite the values)", Msl, "attend_prefill", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(3), ""), Attend, MSL),
         (m("msl prefill: l not rescaled when the max moves", Msl, "attend_prefill", "l = l * corr + sum;", None, "l = l + sum;"), Attend, MSL),
-        (m("msl prefill: the softmax takes part 0's scores only", Msl, "attend_prefill", "for (uint pt = 1u; pt < PF_PARTS; ++pt) {", None, "for (uint pt = 1u; pt < 1u; ++pt) {"), Attend, MSL),
-        (m("msl prefill: the score tile reads the next token quad's keys", Msl, "attend_prefill", "pf_kv[c * PF_TQ + tq]", None, "pf_kv[c * PF_TQ + (tq + 1u) % PF_TQ]"), Attend, MSL),
+        (m("msl prefill: the softmax takes part 0's scores only", Msl, "attend_prefill", "for (uint pt = 1u; pt < PF_PARTS; ++pt) {", None, "for (uint pt = 1u; pt < 1u; ++pt) {"), WideAttend, MSL),
+        (m("msl prefill: every part's channels start at channel 0", Msl, "attend_prefill", "for (uint c = part * PF_PC;", None, "for (uint c = 0u;"), WideAttend, MSL),
+        (m("msl prefill: the scores read the next token's keys", Msl, "attend_prefill", "const uint at = c * PF_TT + tt;", None, "const uint at = c * PF_TT + (tt + 1u) % PF_TT;"), Attend, MSL),
         (m("msl prefill: codec-only key quads read the next quad's tokens", Msl, "attend_prefill", "t0 + 4u * (u % PF_TQ) - A.tok0", None, "t0 + 4u * ((u + 1u) % PF_TQ) - A.tok0"), Attend, MSL),
         (m("msl prefill: KIVI's key quads take their codes one bit off", Msl, "attend_prefill", "kivi_reconstruct((w >> (j * KIVI_KB)) & KIVI_K_MASK, pr.x, pr.y)", None, "kivi_reconstruct((w >> (j * KIVI_KB + 1u)) & KIVI_K_MASK, pr.x, pr.y)"), Attend, MSL),
         (m("msl prefill: codec-only value tiles read the next token's row", Msl, "attend_prefill", "t0 + u / (PF_WP / 4u) - A.tok0", None, "t0 + u / (PF_WP / 4u) + 1u - A.tok0"), Attend, MSL),
@@ -167,13 +171,13 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl prefill: the output tile reads the next channel group's values", Wgsl, "attend_prefill", "pf_kv[t * PF_WP / 4u + st * PF_OC4 + k]", None, "pf_kv[t * PF_WP / 4u + ((st + 1u) % PF_CG) * PF_OC4 + k]"), Attend, S),
         (m("wgsl prefill: window and sinks ignored", Wgsl, "attend_prefill", "visible(kp, AP.q_pos0 + v / AP.qg)", None, "kp <= AP.q_pos0 + v / AP.qg"), Attend, S),
         (m("wgsl prefill: ring-only key tiles read the value ring", Wgsl, "attend_prefill", "pf_ring(true, pos, AP.ring_cap_k, min(e / PF_TT, DIM - 1u), h)", None, "pf_ring(false, pos, AP.ring_cap_v, min(e / PF_TT, DIM - 1u), h)"), Attend, S),
-        (m("wgsl prefill: the score tiles stop at half of their part's channels", Wgsl, "attend_prefill", "cb < (part + 1u) * PF_PC; cb += PF_CU", None, "cb < part * PF_PC + PF_PC / 2u; cb += PF_CU"), Attend, S),
-        (m("wgsl prefill: the score tile reads the next vector quad's queries", Wgsl, "attend_prefill", "pf_q[(cb + i) * PF_Q4 + sq]", None, "pf_q[(cb + i) * PF_Q4 + (sq + 1u) % PF_Q4]"), Attend, S),
-        (m("wgsl prefill: the score tile reads the next token quad's keys", Wgsl, "attend_prefill", "pf_kv[(cb + i) * PF_TQ + tq]", None, "pf_kv[(cb + i) * PF_TQ + (tq + 1u) % PF_TQ]"), Attend, S),
-        (m("wgsl prefill: the score tile's second token takes the third key", Wgsl, "attend_prefill", "a1 += qv * kv.y;", None, "a1 += qv * kv.z;"), Attend, S),
-        (m("wgsl prefill: the softmax adds part 1 in place of every other part", Wgsl, "attend_prefill", "pf_s[((pt + 1u) * PF_TT + t)", None, "pf_s[(1u * PF_TT + t)"), Attend, S),
+        (m("wgsl prefill: the scores stop at half of their part's channels", Wgsl, "attend_prefill", "cb < (part + 1u) * PF_PC; cb += PF_CU", None, "cb < part * PF_PC + PF_PC / 2u; cb += PF_CU"), Attend, S),
+        (m("wgsl prefill: the scores read the next vector quad's queries", Wgsl, "attend_prefill", "pf_q[(cb + i) * PF_Q4 + sq]", None, "pf_q[(cb + i) * PF_Q4 + (sq + 1u) % PF_Q4]"), Attend, S),
+        (m("wgsl prefill: the scores read the next token's keys", Wgsl, "attend_prefill", "let at = (cb + i) * PF_TT + st;", None, "let at = (cb + i) * PF_TT + (st + 1u) % PF_TT;"), Attend, S),
+        (m("wgsl prefill: every part's channels start at channel 0", Wgsl, "attend_prefill", "for (var cb = part * PF_PC;", None, "for (var cb = 0u;"), WideAttend, S),
+        (m("wgsl prefill: the softmax adds part 1 in place of every other part", Wgsl, "attend_prefill", "pf_s[((pt + 1u) * PF_TT + t)", None, "pf_s[(1u * PF_TT + t)"), WideAttend, S),
         (m("wgsl prefill: no part masks its scores", Wgsl, "attend_prefill", "if (part == 0u) {", None, "if (false) {"), Attend, S),
-        (m("wgsl prefill: the output tile's rescale reads token 0's weights", Wgsl, "attend_prefill", "var corr = pf_s[PF_TT * PF_Q4 + sq];", None, "var corr = pf_s[sq];"), Attend, S),
+        (m("wgsl prefill: the output tile's rescale reads token 0's weights", Wgsl, "attend_prefill", "var corr = pf_s[PF_FS + sq];", None, "var corr = pf_s[sq];"), Attend, S),
         (m("wgsl bits_unit: mantissa top off by one", Wgsl, "attend_", "let top = 23u - b;", None, "let top = 22u - b;"), Attend, S),
         // ---- attention over a cache that evicted tokens (key_pos / attend_key_pos) ----
         (m("wgsl attend (eviction): evicting cache's table ignored (slot as position)", Wgsl, "attend_", "return kseg[AP.pos_off + slot * AP.hkv + h];", None, "return slot;"), Positions, SW),
@@ -328,6 +332,24 @@ fn attend_cases() -> Vec<Case> {
     ]
 }
 
+/// D = 256 (the prefill kernel's 8-token tiles, 16 vectors, scores in four parts), GQA 2, a
+/// causal chunk of 3 rows over a wrapped ring.
+fn wide_cases() -> Vec<Case> {
+    vec![Case {
+        what: "mutants: prefill Tq=3 kivi-4, D = 256, wrapped ring",
+        method: "kivi:bits=4,group=16,residual=16",
+        t: 90,
+        tq: 3,
+        hq: 2,
+        hkv: 1,
+        d: 256,
+        opts: AttendOptions::default(),
+        seg_tokens: 1 << 20,
+        ring_extra: 5,
+        target: 4,
+    }]
+}
+
 /// One TurboQuant-Prod case (keys only: f16 values), splits + merge over a wrapped ring.
 fn prod_cases() -> Vec<Case> {
     vec![Case {
@@ -466,6 +488,7 @@ fn run_vecinfer(t: &Target) {
 fn run(check: Check, t: &Target, seed: u64) {
     match check {
         Check::Attend => run_attend(t, seed),
+        Check::WideAttend => run_attend_cases(t, seed, wide_cases()),
         Check::Kivi => run_kivi(t, seed),
         Check::Bitpack => run_bitpack(t, seed),
         Check::VecInfer => run_vecinfer(t),

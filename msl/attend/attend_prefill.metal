@@ -15,9 +15,10 @@
 #define PF_CG (WORKGROUP_SIZE / PF_Q4)
 #define PF_OC4 (PF_WP / (4u * PF_CG))
 #define PF_TQ (PF_TT / 4u)
-#define PF_PN (PF_Q4 * PF_TQ)
-#define PF_PARTS (WORKGROUP_SIZE / PF_PN)
+#define PF_SN (PF_Q4 * PF_TT)
+#define PF_PARTS (WORKGROUP_SIZE / PF_SN)
 #define PF_PC (PF_DP / PF_PARTS)
+#define PF_FS (PF_PARTS * PF_TT * PF_Q4)
 
 static inline float pf_ring(constant AttendParams& A, device const uint* ring, uint pos, uint cap,
                             uint c, uint h) {
@@ -70,9 +71,9 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                         uint lid [[thread_index_in_threadgroup]]) {
     threadgroup float4 pf_q[PF_DP * PF_Q4];
     threadgroup float4 pf_kv[PF_TT * PF_WP / 4u];
-    // Scores by part ([part][token][vector quad]); after the softmax, the weights in part 0
-    // and the rescale factors in part 1's first token.
-    threadgroup float4 pf_s[PF_PARTS * PF_TT * PF_Q4];
+    // Scores by part ([part][token][vector quad]); after the softmax, the weights in part 0;
+    // then the rescale factors ([vector quad] from PF_FS).
+    threadgroup float4 pf_s[PF_FS + PF_Q4];
     const uint wid = wg.y * nwg.x + wg.x;
     const uint nsplit = A.n_split_c + A.n_split_r;
     const uint per_h = A.vblocks * nsplit;
@@ -139,37 +140,31 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             pf_kv[e / 4u][e % 4u] = x;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        // 2. Scores: thread lid's 4 × 4 tile (vector quad sq, token quad tq) over the
-        // channels of its part; part 0 masks.
+        // 2. Scores: thread lid's 4 vectors (vector quad sq) × 1 token over the channels of
+        // its part; part 0 masks.
         {
-            const uint tq = (lid % PF_PN) / PF_Q4;
-            const uint part = lid / PF_PN;
-            float4 a[4] = {float4(0.0f), float4(0.0f), float4(0.0f), float4(0.0f)};
+            const uint tt = (lid % PF_SN) / PF_Q4;
+            const uint part = lid / PF_SN;
+            float4 a = float4(0.0f);
             for (uint c = part * PF_PC; c < (part + 1u) * PF_PC; ++c) {
-                const float4 qv = pf_q[c * PF_Q4 + sq];
-                const float4 kv = pf_kv[c * PF_TQ + tq];
-                for (uint i = 0u; i < 4u; ++i) {
-                    a[i] += qv * kv[i];
-                }
+                const uint at = c * PF_TT + tt;
+                a += pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
             }
-            for (uint i = 0u; i < 4u; ++i) {
-                const uint t = 4u * tq + i;
-                float4 s = a[i];
-                if (part == 0u) {
-                    const uint pos = t0 + t;
-                    s = float4(ATTEND_NEG);
-                    if (pos < s1) {
-                        const uint kp = attend_key_pos(A, kseg, pos, h);
-                        for (uint j = 0u; j < 4u; ++j) {
-                            const uint v = v0 + 4u * sq + j;
-                            if (v < A.vec_total && attend_visible(A, kp, A.q_pos0 + v / A.qg)) {
-                                s[j] = a[i][j];
-                            }
+            if (part == 0u) {
+                const uint pos = t0 + tt;
+                const float4 raw = a;
+                a = float4(ATTEND_NEG);
+                if (pos < s1) {
+                    const uint kp = attend_key_pos(A, kseg, pos, h);
+                    for (uint j = 0u; j < 4u; ++j) {
+                        const uint v = v0 + 4u * sq + j;
+                        if (v < A.vec_total && attend_visible(A, kp, A.q_pos0 + v / A.qg)) {
+                            a[j] = raw[j];
                         }
                     }
                 }
-                pf_s[(part * PF_TT + t) * PF_Q4 + sq] = s;
             }
+            pf_s[(part * PF_TT + tt) * PF_Q4 + sq] = a;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
         // 3. The softmax of vector lid over the scores summed by part (NEG where part 0
@@ -199,7 +194,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                 sum += p;
             }
             l = l * corr + sum;
-            pf_s[PF_TT * PF_Q4 + q4][j] = corr;
+            pf_s[PF_FS + q4][j] = corr;
         }
         // The tile's values, token-major (pf_values likewise: four channels of a token at a
         // time from the codec alone, pf_vquad).
@@ -223,7 +218,7 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
         // 4. The output tile: rescaled, then p·v̂ token by token.
-        const float4 corr = pf_s[PF_TT * PF_Q4 + sq];
+        const float4 corr = pf_s[PF_FS + sq];
         for (uint j = 0u; j < 4u; ++j) {
             for (uint k = 0u; k < PF_OC4; ++k) {
                 o[j * PF_OC4 + k] *= corr[j];

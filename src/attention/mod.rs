@@ -90,12 +90,12 @@ pub enum AttendKernel {
     /// words (`attend_<k>_<v>`: the decode kernel).
     Decode,
     /// 32 query vectors per workgroup (16 beyond a width of 128), every tile's keys and
-    /// values read once into workgroup memory, scores in 4 × 4 register tiles by part of the
-    /// channels (`attend_prefill_<k>_<v>`: the GEMM form of a prefill chunk; correct on every
-    /// path; 2× slower than the decode kernel on the H200 with 64-row chunks, its former score
-    /// step 9 % faster than this one: BENCHMARKS.md, "Prefill chunks"). An error
-    /// for a key codec that transforms the query, or where the workgroup storage does not
-    /// fit.
+    /// values read once into workgroup memory, an invocation's scores 4 vectors × 1 token
+    /// (summed over four parts of the channels past a width of 128), the output in register
+    /// tiles (`attend_prefill_<k>_<v>`: the GEMM form of a prefill chunk; correct on every
+    /// path; about 1.9× slower than the decode kernel on the H200 with 64-row chunks:
+    /// BENCHMARKS.md, "Prefill chunks"). An error for a key codec that transforms the query,
+    /// or where the workgroup storage does not fit.
     Prefill,
     /// The prefill kernel's GEMM form on tensor cores (`attend_prefill_tc_<k>_<v>`: wgpu's
     /// experimental cooperative matrices, 16×16×16 f16 products with f32 accumulation, 64

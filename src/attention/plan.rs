@@ -93,15 +93,14 @@ pub fn prefill_vectors(width: usize) -> usize {
 
 /// Workgroup storage (bytes) of the prefill kernel for head width `dim` and rows `width`
 /// wide (the wider of D and the value space): the scaled queries (D rounded up to 16 ×
-/// `PF_QB`), a tile's keys or values (`PF_TT` × the width rounded up to 64) and the score
-/// tiles by part (16 per invocation, which also hold the weights and the rescale
-/// factors), all f32. 32,768 bytes at D = 128 and at D = 256: Metal's 32 KiB, the most any
-/// width the kernels hold needs.
+/// `PF_QB`), a tile's keys or values (`PF_TT` × the width rounded up to 64) and the scores
+/// by part (4 per invocation, which also hold the weights) with the rescale factors (one per
+/// vector), all f32. 26,752 bytes at D = 128, 26,688 at D = 256: within Metal's 32 KiB.
 pub fn prefill_workgroup_bytes(dim: usize, width: usize) -> usize {
     let qb = prefill_vectors(width);
     let tt = if prefill_width(width) <= 128 { 16 } else { 8 };
-    let parts = 16 * super::kernel::WORKGROUP_SIZE as usize;
-    4 * (dim.div_ceil(16) * 16 * qb + tt * prefill_width(width) + parts)
+    let scores = 4 * super::kernel::WORKGROUP_SIZE as usize + qb;
+    4 * (dim.div_ceil(16) * 16 * qb + tt * prefill_width(width) + scores)
 }
 
 /// Query vectors per workgroup of the tensor-core prefill kernel (`TC_QB` in
@@ -279,11 +278,10 @@ pub struct Plan {
 /// (gallivm's `LP_MAX_TGSI_LOOP_ITERATIONS`), without an error, so a longer split would attend
 /// over a part of its tokens. The decode kernel's slices take a split's 32-token tiles in
 /// turn (at 65,536 tokens 2,048 times). The prefill kernel loops over 16-token tiles and, in
-/// each, over its score tiles' part of the channels in steps of 4 or 8 (at most 7 steps: 4,096
-/// × 8 = 32,768 times), or, with 8-token tiles (widths past 128), over its tiles only (8,192
-/// times; its former score step, a measuring variant, loops 4,096 × 9 times). Automatic
-/// splits stay far below (2,048 tokens per decode split, 16,384 per prefill split); a longer
-/// `chunk_tokens` is refused there.
+/// each, over the channels in steps of 16 (at most 8 steps: 4,096 × 9 = 36,864 times), or,
+/// with 8-token tiles (widths past 128), over its tiles and one step of a part's channels
+/// (8,192 × 2 = 16,384 times). Automatic splits stay far below (2,048 tokens per decode
+/// split, 16,384 per prefill split); a longer `chunk_tokens` is refused there.
 pub const LOOP_LIMITED_SPLIT: usize = 65_536;
 
 /// [`LOOP_LIMITED_SPLIT`] where the adapter is lavapipe (its Vulkan and GL devices are named
@@ -680,8 +678,8 @@ mod tests {
                 largest = largest.max(b);
             }
         }
-        assert_eq!(prefill_workgroup_bytes(128, 128), 32_768);
-        assert_eq!(prefill_workgroup_bytes(256, 256), 32_768);
-        assert_eq!(largest, 32_768);
+        assert_eq!(prefill_workgroup_bytes(128, 128), 26_752);
+        assert_eq!(prefill_workgroup_bytes(256, 256), 26_688);
+        assert_eq!(largest, 26_752);
     }
 }

@@ -23,26 +23,28 @@
 //      pf_kquad; the ring's f16 rows one by one) into `pf_kv` channel-major ([c][token]:
 //      PF_DP rows of PF_TT; channels past D repeat channel D − 1 and meet a zero query;
 //      `pf_keys`);
-//   2. invocation lid owns a 4 × 4 tile of scores, vector quad lid % PF_Q4 (a vec4) × token
-//      quad tq (a vec4 of pf_kv), summed over one part of the channels (PF_PARTS parts of
-//      PF_PC channels; PF_PN invocations per part): two 16-byte reads of workgroup memory per
-//      16 multiply-adds. It writes its tile to `pf_s` ([part][token][vector]); part 0 masks
-//      (its masked scores are NEG);
+//   2. invocation lid owns the scores of 4 vectors (vector quad lid % PF_Q4, a vec4) × 1
+//      token, summed over one part of the channels (PF_PARTS parts of PF_PC channels, PF_SN
+//      invocations per part): per channel a 16-byte and a 4-byte read of workgroup memory
+//      feed 4 multiply-adds. It writes them to `pf_s` ([part][token][vector]); part 0 masks
+//      (its masked scores are NEG). (4 × 4 tiles of vectors × tokens, two 16-byte reads per 16
+//      multiply-adds, measured 9.6 % slower on the H200: BENCHMARKS.md "Prefill chunks".)
 //   3. invocation v < PF_QB runs vector v's online softmax (base 2) over the tile's scores,
 //      summed over the parts (NEG where part 0 masked): its running max and sum stay in its
 //      registers, the weights go to part 0's scores and the factor that rescales the output
-//      to part 1's first token (both slots of vector v, which only it read); meanwhile every
+//      to its slot from PF_FS (slots of vector v, which only it reads); meanwhile every
 //      invocation decodes PF_VE values (the codec's space, four channels of a token at a
-//      time, pf_vquad; or the ring's rows: the output space) into `pf_kv`, token-major ([token][channel]: PF_TT rows of PF_WP; channels past
-//      the width repeat its last, into output channels that are never written; `pf_values`);
+//      time, pf_vquad; or the ring's rows: the output space) into `pf_kv`, token-major
+//      ([token][channel]: PF_TT rows of PF_WP; channels past the width repeat its last, into
+//      output channels that are never written; `pf_values`);
 //   4. invocation lid owns the output of 4 vectors (lid % PF_Q4) × PF_OC4 vec4 of channels
 //      (lid / PF_Q4): rescaled by the factors, then p·v̂ added token by token.
 // Four workgroup barriers per tile. A record (m, l, o) per (vector, split) goes to the
 // partials (never direct: the merge kernel finishes, as for the decode kernel's splits).
 //
-// Workgroup storage (f32): pf_q PF_DP·PF_QB, pf_kv PF_TT·PF_WP, pf_s 16·WORKGROUP_SIZE:
-// 32,768 bytes at D = 128 and at D = 256 (Metal's 32 KiB; src/attention/plan.rs
-// `prefill_workgroup_bytes`).
+// Workgroup storage (f32): pf_q PF_DP·PF_QB, pf_kv PF_TT·PF_WP, pf_s 4·(WORKGROUP_SIZE +
+// PF_Q4): 26,752 bytes at D = 128, 26,688 at D = 256 (within Metal's 32 KiB;
+// src/attention/plan.rs `prefill_workgroup_bytes`).
 
 // Output (and key) channels a row holds: the wider of the codec's value space and D.
 const PF_W: u32 = max(V_W, DIM);
@@ -57,16 +59,22 @@ const PF_Q4: u32 = PF_QB / 4u;
 // Output tiles: PF_Q4 vector quads × PF_CG channel groups of PF_OC4 vec4 each.
 const PF_CG: u32 = WORKGROUP_SIZE / PF_Q4;
 const PF_OC4: u32 = PF_WP / (4u * PF_CG);
-// Score tiles: PF_Q4 vector quads × PF_TQ token quads in each of PF_PARTS parts of PF_PC
-// channels (4 parts of D / 4 up to width 128, 16 parts of D / 16 beyond). Each part's
-// channels go PF_CU at a time (unrolled) inside a loop: at most 7 trips per tile (D = 112), so
+// Score tiles: 4 vectors (a vector quad) × 1 token per invocation, summed over one part of
+// the channels: PF_SN = PF_Q4 · PF_TT invocations per part, PF_PARTS parts of PF_PC channels
+// (one part, every channel, up to width 128; 4 parts of D / 4 beyond). A part's channels go
+// PF_CU at a time (unrolled) inside a loop: at most 8 trips per 16-token tile (D = 128), so
 // that a 65,536-token split stays within lavapipe's 65,535 loop iterations
-// (plan::LOOP_LIMITED_SPLIT).
+// (plan::LOOP_LIMITED_SPLIT: 4,096 × 9); with 8-token tiles a part is unrolled whole.
 const PF_TQ: u32 = PF_TT / 4u;
-const PF_PN: u32 = PF_Q4 * PF_TQ;
-const PF_PARTS: u32 = WORKGROUP_SIZE / PF_PN;
+const PF_SN: u32 = PF_Q4 * PF_TT;
+const PF_PARTS: u32 = WORKGROUP_SIZE / PF_SN;
 const PF_PC: u32 = PF_DP / PF_PARTS;
-const PF_CU: u32 = select(select(4u, 8u, PF_PC % 8u == 0u), PF_PC, PF_PARTS > 4u);
+const PF_CU: u32 = select(16u, PF_PC, PF_PARTS > 1u || ATT_PF_VARIANT == 2u);
+// pf_s's slots of the factors that rescale the output (a vec4 per vector quad, after the
+// parts' scores).
+const PF_FS: u32 = PF_PARTS * PF_TT * PF_Q4;
+// Parts the softmax adds to part 0.
+const PF_SUM1: u32 = PF_PARTS - 1u;
 // Elements each invocation decodes per tile (exact: the products are multiples of 128), and
 // quads of keys (the last step partly: at D = 48, 1.5 per invocation).
 const PF_KE: u32 = PF_TT * PF_DP / WORKGROUP_SIZE;
@@ -77,27 +85,25 @@ const PF_VQ: u32 = PF_VE / 4u;
 const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 
 // Measuring only (KVPACK_PF_VARIANT, src/attention/gpu.rs): 1, synthetic tiles instead of the
-// codecs' reads (the kernel's floor without memory traffic); 2, the former score step (4
-// vectors × 1 token per invocation over every channel, PF_SN invocations, masked there: a
-// loop of 16 unrolled channels with 16-token tiles, unrolled whole with 8-token tiles), whose
-// scores fill part 0 and are not summed. Phase floors (wrong results; each leaves one step
-// out, for its share of the time): 3, no softmax (the output step reads the scores as they
-// lie, factors of 1); 4, no score step (the softmax reads whatever pf_s holds); 5, no output
-// step (the tile's values are still staged).
+// codecs' reads (the kernel's floor without memory traffic); 2, loads in flight across steps
+// (the next tile's keys read through k_quad before the output step, the tile's values through
+// v_quad before the score step, held in registers and staged after the following barrier,
+// where the tile comes from the codec alone with quads aligned; the score step unrolled whole,
+// so that each step is one block the driver can schedule the loads' uses within). Phase
+// floors (wrong results; each leaves one step out, for its share of the time): 3, no softmax
+// (the output step reads the scores as they lie, factors of 1); 4, no score step (the softmax
+// reads whatever pf_s holds); 5, no output step (the tile's values are still staged).
 const PF_NOLOAD: bool = ATT_PF_VARIANT == 1u;
-const PF_FORMER: bool = ATT_PF_VARIANT == 2u;
+const PF_PREFETCH: bool = ATT_PF_VARIANT == 2u;
 const PF_NO_SOFTMAX: bool = ATT_PF_VARIANT == 3u;
 const PF_NO_SCORES: bool = ATT_PF_VARIANT == 4u;
 const PF_NO_OUTPUT: bool = ATT_PF_VARIANT == 5u;
-const PF_SN: u32 = PF_Q4 * PF_TT;
-// Parts the softmax adds to part 0.
-const PF_SUM1: u32 = select(PF_PARTS - 1u, 0u, PF_FORMER);
 
 var<workgroup> pf_q: array<vec4<f32>, PF_DP * PF_Q4>;
 var<workgroup> pf_kv: array<vec4<f32>, PF_TT * PF_WP / 4u>;
-// Scores by part, [part][token][vector quad]; after the softmax, the weights in part 0 and
-// the factors in part 1's first token.
-var<workgroup> pf_s: array<vec4<f32>, PF_PARTS * PF_TT * PF_Q4>;
+// Scores by part, [part][token][vector quad]; after the softmax, the weights in part 0; then
+// the factors, [vector quad] from PF_FS.
+var<workgroup> pf_s: array<vec4<f32>, PF_FS + PF_Q4>;
 
 // Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
 fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
@@ -232,6 +238,38 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
     }
 }
 
+// Variant 2's loads in flight: whether tile t0's keys come from the codec alone in aligned
+// quads (k_quad without pf_kquad's branch), the keys of tile t0 so (any t0: rows past the
+// segment are read but not staged), whether tile t0's values come from the codec alone in
+// whole quads, and its values so.
+fn pf_kpre(t0: u32) -> bool {
+    return PF_PREFETCH && K_QUAD && t0 + PF_TT <= AP.qk && (t0 - AP.tok0) % 4u == 0u;
+}
+
+fn pf_kload(lid: u32, t0: u32, h: u32) -> array<vec4<f32>, PF_KQ> {
+    var r: array<vec4<f32>, PF_KQ>;
+    // @unroll 8
+    for (var k = 0u; k < PF_KQ; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        r[k] = k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, min(u / PF_TQ, DIM - 1u), h);
+    }
+    return r;
+}
+
+fn pf_vpre(t0: u32, vring: bool) -> bool {
+    return PF_PREFETCH && V_QUAD && V_W == PF_WP && !vring && t0 + PF_TT <= AP.qv;
+}
+
+fn pf_vload(lid: u32, t0: u32, h: u32) -> array<vec4<f32>, PF_VQ> {
+    var r: array<vec4<f32>, PF_VQ>;
+    // @unroll 8
+    for (var k = 0u; k < PF_VQ; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        r[k] = v_quad(t0 + u / (PF_WP / 4u) - AP.tok0, 4u * (u % (PF_WP / 4u)), h);
+    }
+    return r;
+}
+
 // The scores of token pos for vectors v0 + 4·sq .. + 3, masked (NEG where hidden or past s1).
 fn pf_mask(a: vec4<f32>, pos: u32, s1: u32, h: u32, v0: u32, sq: u32) -> vec4<f32> {
     var s = vec4<f32>(NEG);
@@ -248,70 +286,30 @@ fn pf_mask(a: vec4<f32>, pos: u32, s1: u32, h: u32, v0: u32, sq: u32) -> vec4<f3
     return s;
 }
 
-// Step 2: invocation lid's 4 × 4 score tile, vector quad sq × token quad tq over the
-// channels of its part, into pf_s (part 0 masked).
+// Step 2: invocation lid's scores, vector quad sq × token st over the channels of its part,
+// into pf_s (part 0 masked). Per channel one 16-byte read of the queries and one 4-byte read
+// of the keys feed four multiply-adds.
 fn pf_scores(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
     let sq = lid % PF_Q4;
-    let tq = (lid % PF_PN) / PF_Q4;
-    let part = lid / PF_PN;
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
-    for (var cb = part * PF_PC; cb < (part + 1u) * PF_PC; cb += PF_CU) {
-        // @unroll 16 pfc
-        for (var i = 0u; i < PF_CU; i++) {
-            let qv = pf_q[(cb + i) * PF_Q4 + sq];
-            let kv = pf_kv[(cb + i) * PF_TQ + tq];
-            a0 += qv * kv.x;
-            a1 += qv * kv.y;
-            a2 += qv * kv.z;
-            a3 += qv * kv.w;
-        }
-    }
-    var s = array<vec4<f32>, 4>(a0, a1, a2, a3);
-    // @unroll 4
-    for (var i = 0u; i < 4u; i++) {
-        let t = 4u * tq + i;
-        var x = s[i];
-        if (part == 0u) {
-            x = pf_mask(x, t0 + t, s1, h, v0, sq);
-        }
-        pf_s[(part * PF_TT + t) * PF_Q4 + sq] = x;
-    }
-}
-
-// Step 2 in its former form (PF_FORMER, measuring only): invocation lid < PF_SN, vector quad
-// sq × token st over every channel, masked, into part 0.
-fn pf_scores_former(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
-    let sq = lid % PF_Q4;
-    let st = lid / PF_Q4;
-    if (lid >= PF_SN) {
-        return;
-    }
+    let st = (lid % PF_SN) / PF_Q4;
+    let part = lid / PF_SN;
     var a = vec4<f32>(0.0);
-    if (PF_TT == 16u) {
-        for (var c0 = 0u; c0 < PF_DP; c0 += 16u) {
-            // @unroll 16
-            for (var c = 0u; c < 16u; c++) {
-                let at = (c0 + c) * PF_TT + st;
-                a += pf_q[(c0 + c) * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
-            }
-        }
-    } else {
-        // @unroll 256
-        for (var c = 0u; c < PF_DP; c++) {
-            let at = c * PF_TT + st;
-            a += pf_q[c * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
+    for (var cb = part * PF_PC; cb < (part + 1u) * PF_PC; cb += PF_CU) {
+        // @unroll 256 pfc
+        for (var i = 0u; i < PF_CU; i++) {
+            let at = (cb + i) * PF_TT + st;
+            a += pf_q[(cb + i) * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
         }
     }
-    pf_s[st * PF_Q4 + sq] = pf_mask(a, t0 + st, s1, h, v0, sq);
+    if (part == 0u) {
+        a = pf_mask(a, t0 + st, s1, h, v0, sq);
+    }
+    pf_s[(part * PF_TT + st) * PF_Q4 + sq] = a;
 }
 
 // Step 3's softmax of vector v < PF_QB over the tile's scores, summed over the parts (NEG
 // where part 0 masked): updates its running max m and sum l, leaves the weights in part 0 and
-// the factor that rescales the output in part 1's first token (slots of vector v only, read
-// above by this invocation only).
+// the factor that rescales the output in its slot from PF_FS (slots of vector v only).
 fn pf_softmax(v: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
     let q4 = v / 4u;
     let j = v % 4u;
@@ -340,7 +338,7 @@ fn pf_softmax(v: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
         sum += p;
     }
     *l = *l * corr + sum;
-    pf_s[PF_TT * PF_Q4 + q4][j] = corr;
+    pf_s[PF_FS + q4][j] = corr;
 }
 
 fn prefill_main(lid: u32, wid: u32) {
@@ -373,15 +371,32 @@ fn prefill_main(lid: u32, wid: u32) {
     var o: array<vec4<f32>, 4u * PF_OC4>;
     var m = NEG;
     var l = 0.0;
+    // Variant 2's keys and values in flight.
+    var kr: array<vec4<f32>, PF_KQ>;
+    var vr: array<vec4<f32>, PF_VQ>;
+    if (PF_PREFETCH) {
+        kr = pf_kload(lid, s0, h);
+    }
     // (No barrier here: the first tile's barrier after its keys orders the query stores.)
     for (var t0 = s0; t0 < s1; t0 += PF_TT) {
         // 1. The tile's keys, channel-major.
-        pf_keys(lid, t0, s1, h);
+        if (pf_kpre(t0)) {
+            // @unroll 8
+            for (var k = 0u; k < PF_KQ; k++) {
+                let u = lid + k * WORKGROUP_SIZE;
+                if (u < PF_DP * PF_TQ) {
+                    pf_kv[u] = kr[k];
+                }
+            }
+        } else {
+            pf_keys(lid, t0, s1, h);
+        }
         workgroupBarrier();
-        // 2. Scores: 4 × 4 tiles by part of the channels.
-        if (PF_FORMER) {
-            pf_scores_former(lid, t0, s1, h, v0);
-        } else if (!PF_NO_SCORES) {
+        if (PF_PREFETCH) {
+            vr = pf_vload(lid, t0, h);
+        }
+        // 2. Scores: 4 vectors × 1 token per invocation, by part of the channels.
+        if (!PF_NO_SCORES) {
             pf_scores(lid, t0, s1, h, v0);
         }
         workgroupBarrier();
@@ -389,14 +404,24 @@ fn prefill_main(lid: u32, wid: u32) {
         if (lid < PF_QB && !PF_NO_SOFTMAX) {
             pf_softmax(lid, &m, &l);
         }
-        pf_values(lid, t0, s1, h, vring);
+        if (pf_vpre(t0, vring)) {
+            // @unroll 8
+            for (var k = 0u; k < PF_VQ; k++) {
+                pf_kv[lid + k * WORKGROUP_SIZE] = vr[k];
+            }
+        } else {
+            pf_values(lid, t0, s1, h, vring);
+        }
         workgroupBarrier();
+        if (PF_PREFETCH) {
+            kr = pf_kload(lid, t0 + PF_TT, h);
+        }
         // 4. The output tile: rescaled, then p·v̂ token by token.
         if (PF_NO_OUTPUT) {
             workgroupBarrier();
             continue;
         }
-        var corr = pf_s[PF_TT * PF_Q4 + sq];
+        var corr = pf_s[PF_FS + sq];
         if (PF_NO_SOFTMAX) {
             corr = vec4<f32>(1.0);
         }
