@@ -81,7 +81,7 @@ impl AttendOptions {
 #[non_exhaustive]
 pub enum AttendKernel {
     /// The faster kernel as measured: today the decode kernel for every call (on the H200 a
-    /// 64-row chunk of KIVI-4 at 32k tokens takes 2.9 ms on it, 5.8 ms on the f32 prefill
+    /// 64-row chunk of KIVI-4 at 32k tokens takes 2.9 ms on it, 5.4 ms on the f32 prefill
     /// kernel and 6.6 ms on the tensor-core kernel; chunks of 4–16 rows are 1.7–4× slower on
     /// the prefill kernel too: BENCHMARKS.md, "Prefill chunks").
     #[default]

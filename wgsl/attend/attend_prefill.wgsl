@@ -69,7 +69,7 @@ const PF_TQ: u32 = PF_TT / 4u;
 const PF_SN: u32 = PF_Q4 * PF_TT;
 const PF_PARTS: u32 = WORKGROUP_SIZE / PF_SN;
 const PF_PC: u32 = PF_DP / PF_PARTS;
-const PF_CU: u32 = select(16u, PF_PC, PF_PARTS > 1u || ATT_PF_VARIANT == 2u);
+const PF_CU: u32 = select(16u, PF_PC, PF_PARTS > 1u);
 // pf_s's slots of the factors that rescale the output (a vec4 per vector quad, after the
 // parts' scores).
 const PF_FS: u32 = PF_PARTS * PF_TT * PF_Q4;
@@ -85,16 +85,19 @@ const PF_VQ: u32 = PF_VE / 4u;
 const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 
 // Measuring only (KVPACK_PF_VARIANT, src/attention/gpu.rs): 1, synthetic tiles instead of the
-// codecs' reads (the kernel's floor without memory traffic); 2, loads in flight across steps
-// (the next tile's keys read through k_quad before the output step, the tile's values through
-// v_quad before the score step, held in registers and staged after the following barrier,
-// where the tile comes from the codec alone with quads aligned; the score step unrolled whole,
-// so that each step is one block the driver can schedule the loads' uses within). Phase
-// floors (wrong results; each leaves one step out, for its share of the time): 3, no softmax
-// (the output step reads the scores as they lie, factors of 1); 4, no score step (the softmax
-// reads whatever pf_s holds); 5, no output step (the tile's values are still staged).
+// codecs' reads (the kernel's floor without memory traffic); 2, the softmax spread over the
+// workgroup (PF_SM invocations per vector, PF_ST tokens each; their maxima meet in `pf_mx`
+// behind a fifth barrier, each keeps its part of the sum l, added up after the tile loop;
+// right results). (Loads held in registers across steps were variant 2 in d3f8c74: slower,
+// BENCHMARKS.md.) Phase floors (wrong results; each leaves one step out, for its share of
+// the time): 3, no softmax (the output step reads the scores as they lie, factors of 1); 4,
+// no score step (the softmax reads whatever pf_s holds); 5, no output step (the tile's values
+// are still staged).
 const PF_NOLOAD: bool = ATT_PF_VARIANT == 1u;
-const PF_PREFETCH: bool = ATT_PF_VARIANT == 2u;
+const PF_SPREAD: bool = ATT_PF_VARIANT == 2u;
+// Variant 2: invocations per vector and tokens per invocation in its softmax.
+const PF_SM: u32 = WORKGROUP_SIZE / PF_QB;
+const PF_ST: u32 = PF_TT / PF_SM;
 const PF_NO_SOFTMAX: bool = ATT_PF_VARIANT == 3u;
 const PF_NO_SCORES: bool = ATT_PF_VARIANT == 4u;
 const PF_NO_OUTPUT: bool = ATT_PF_VARIANT == 5u;
@@ -104,6 +107,9 @@ var<workgroup> pf_kv: array<vec4<f32>, PF_TT * PF_WP / 4u>;
 // Scores by part, [part][token][vector quad]; after the softmax, the weights in part 0; then
 // the factors, [vector quad] from PF_FS.
 var<workgroup> pf_s: array<vec4<f32>, PF_FS + PF_Q4>;
+// Variant 2: the softmax invocations' tile maxima ([invocation]), and after the tile loop
+// their sums (one unused slot in the kernel).
+var<workgroup> pf_mx: array<f32, select(1u, WORKGROUP_SIZE, ATT_PF_VARIANT == 2u)>;
 
 // Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
 fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
@@ -238,38 +244,6 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
     }
 }
 
-// Variant 2's loads in flight: whether tile t0's keys come from the codec alone in aligned
-// quads (k_quad without pf_kquad's branch), the keys of tile t0 so (any t0: rows past the
-// segment are read but not staged), whether tile t0's values come from the codec alone in
-// whole quads, and its values so.
-fn pf_kpre(t0: u32) -> bool {
-    return PF_PREFETCH && K_QUAD && t0 + PF_TT <= AP.qk && (t0 - AP.tok0) % 4u == 0u;
-}
-
-fn pf_kload(lid: u32, t0: u32, h: u32) -> array<vec4<f32>, PF_KQ> {
-    var r: array<vec4<f32>, PF_KQ>;
-    // @unroll 8
-    for (var k = 0u; k < PF_KQ; k++) {
-        let u = lid + k * WORKGROUP_SIZE;
-        r[k] = k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, min(u / PF_TQ, DIM - 1u), h);
-    }
-    return r;
-}
-
-fn pf_vpre(t0: u32, vring: bool) -> bool {
-    return PF_PREFETCH && V_QUAD && V_W == PF_WP && !vring && t0 + PF_TT <= AP.qv;
-}
-
-fn pf_vload(lid: u32, t0: u32, h: u32) -> array<vec4<f32>, PF_VQ> {
-    var r: array<vec4<f32>, PF_VQ>;
-    // @unroll 8
-    for (var k = 0u; k < PF_VQ; k++) {
-        let u = lid + k * WORKGROUP_SIZE;
-        r[k] = v_quad(t0 + u / (PF_WP / 4u) - AP.tok0, 4u * (u % (PF_WP / 4u)), h);
-    }
-    return r;
-}
-
 // The scores of token pos for vectors v0 + 4·sq .. + 3, masked (NEG where hidden or past s1).
 fn pf_mask(a: vec4<f32>, pos: u32, s1: u32, h: u32, v0: u32, sq: u32) -> vec4<f32> {
     var s = vec4<f32>(NEG);
@@ -295,7 +269,7 @@ fn pf_scores(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
     let part = lid / PF_SN;
     var a = vec4<f32>(0.0);
     for (var cb = part * PF_PC; cb < (part + 1u) * PF_PC; cb += PF_CU) {
-        // @unroll 256 pfc
+        // @unroll 64 pfc
         for (var i = 0u; i < PF_CU; i++) {
             let at = (cb + i) * PF_TT + st;
             a += pf_q[(cb + i) * PF_Q4 + sq] * pf_kv[at / 4u][at % 4u];
@@ -341,6 +315,54 @@ fn pf_softmax(v: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
     pf_s[PF_FS + q4][j] = corr;
 }
 
+// Variant 2's softmax: invocation lid serves vector lid % PF_QB over tokens (lid / PF_QB) ·
+// PF_ST .. + PF_ST − 1 of the tile. Pass 1 sums the parts and takes the maximum of its
+// tokens into pf_mx[lid]; after a barrier every invocation of the vector reads the vector's
+// PF_SM maxima (so all hold the same m), writes its tokens' weights to part 0 and adds them
+// to its own l; the vector's first invocation writes the factor.
+fn pf_softmax_spread(lid: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
+    let v = lid % PF_QB;
+    let q4 = v / 4u;
+    let j = v % 4u;
+    let tb = (lid / PF_QB) * PF_ST;
+    var mt = NEG;
+    // @unroll 4
+    for (var i = 0u; i < PF_ST; i++) {
+        let t = tb + i;
+        let p0 = pf_s[t * PF_Q4 + q4][j];
+        var s = p0;
+        // @unroll 16
+        for (var pt = 0u; pt < PF_SUM1; pt++) {
+            s += pf_s[((pt + 1u) * PF_TT + t) * PF_Q4 + q4][j];
+        }
+        s = select(NEG, s, p0 > NEG);
+        pf_s[t * PF_Q4 + q4][j] = s;
+        mt = max(mt, s);
+    }
+    pf_mx[lid] = mt;
+    workgroupBarrier();
+    // @unroll 8
+    for (var k = 0u; k < PF_SM; k++) {
+        mt = max(mt, pf_mx[k * PF_QB + v]);
+    }
+    let m_new = max(*m, mt);
+    let corr = exp2(*m - m_new);
+    *m = m_new;
+    var sum = 0.0;
+    // @unroll 4
+    for (var i = 0u; i < PF_ST; i++) {
+        let t = tb + i;
+        let s = pf_s[t * PF_Q4 + q4][j];
+        let p = select(0.0, exp2(s - m_new), s > NEG);
+        pf_s[t * PF_Q4 + q4][j] = p;
+        sum += p;
+    }
+    *l = *l * corr + sum;
+    if (lid < PF_QB) {
+        pf_s[PF_FS + q4][j] = corr;
+    }
+}
+
 fn prefill_main(lid: u32, wid: u32) {
     let w = split_work(wid);
     if (!w.live) {
@@ -371,51 +393,24 @@ fn prefill_main(lid: u32, wid: u32) {
     var o: array<vec4<f32>, 4u * PF_OC4>;
     var m = NEG;
     var l = 0.0;
-    // Variant 2's keys and values in flight.
-    var kr: array<vec4<f32>, PF_KQ>;
-    var vr: array<vec4<f32>, PF_VQ>;
-    if (PF_PREFETCH) {
-        kr = pf_kload(lid, s0, h);
-    }
     // (No barrier here: the first tile's barrier after its keys orders the query stores.)
     for (var t0 = s0; t0 < s1; t0 += PF_TT) {
         // 1. The tile's keys, channel-major.
-        if (pf_kpre(t0)) {
-            // @unroll 8
-            for (var k = 0u; k < PF_KQ; k++) {
-                let u = lid + k * WORKGROUP_SIZE;
-                if (u < PF_DP * PF_TQ) {
-                    pf_kv[u] = kr[k];
-                }
-            }
-        } else {
-            pf_keys(lid, t0, s1, h);
-        }
+        pf_keys(lid, t0, s1, h);
         workgroupBarrier();
-        if (PF_PREFETCH) {
-            vr = pf_vload(lid, t0, h);
-        }
         // 2. Scores: 4 vectors × 1 token per invocation, by part of the channels.
         if (!PF_NO_SCORES) {
             pf_scores(lid, t0, s1, h, v0);
         }
         workgroupBarrier();
         // 3. The softmax of vector lid; the tile's values.
-        if (lid < PF_QB && !PF_NO_SOFTMAX) {
+        if (PF_SPREAD) {
+            pf_softmax_spread(lid, &m, &l);
+        } else if (lid < PF_QB && !PF_NO_SOFTMAX) {
             pf_softmax(lid, &m, &l);
         }
-        if (pf_vpre(t0, vring)) {
-            // @unroll 8
-            for (var k = 0u; k < PF_VQ; k++) {
-                pf_kv[lid + k * WORKGROUP_SIZE] = vr[k];
-            }
-        } else {
-            pf_values(lid, t0, s1, h, vring);
-        }
+        pf_values(lid, t0, s1, h, vring);
         workgroupBarrier();
-        if (PF_PREFETCH) {
-            kr = pf_kload(lid, t0 + PF_TT, h);
-        }
         // 4. The output tile: rescaled, then p·v̂ token by token.
         if (PF_NO_OUTPUT) {
             workgroupBarrier();
@@ -448,6 +443,16 @@ fn prefill_main(lid: u32, wid: u32) {
     }
     // 5. The records of (vector, split): m and l from the softmax's invocation, o from the
     // output tile's.
+    if (PF_SPREAD) {
+        // Variant 2: the vector's PF_SM parts of l added up.
+        pf_mx[lid] = l;
+        workgroupBarrier();
+        l = 0.0;
+        // @unroll 8
+        for (var k = 0u; k < PF_SM; k++) {
+            l += pf_mx[k * PF_QB + lid % PF_QB];
+        }
+    }
     let base = (h * AP.vec_total) * AP.n_parts + w.part;
     if (lid < PF_QB && v0 + lid < AP.vec_total) {
         let b = (base + (v0 + lid) * AP.n_parts) * PW;
