@@ -19,6 +19,8 @@
 #define PF_PARTS (WORKGROUP_SIZE / PF_SN)
 #define PF_PC (PF_DP / PF_PARTS)
 #define PF_FS (PF_PARTS * PF_TT * PF_Q4)
+#define PF_SM (WORKGROUP_SIZE / PF_QB)
+#define PF_ST (PF_TT / PF_SM)
 
 static inline float pf_ring(constant AttendParams& A, device const uint* ring, uint pos, uint cap,
                             uint c, uint h) {
@@ -74,6 +76,8 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
     // Scores by part ([part][token][vector quad]); after the softmax, the weights in part 0;
     // then the rescale factors ([vector quad] from PF_FS).
     threadgroup float4 pf_s[PF_FS + PF_Q4];
+    // The softmax threads' maxima of the tile ([thread]); after the tile loop their sums.
+    threadgroup float pf_mx[WORKGROUP_SIZE];
     const uint wid = wg.y * nwg.x + wg.x;
     const uint nsplit = A.n_split_c + A.n_split_r;
     const uint per_h = A.vblocks * nsplit;
@@ -167,13 +171,18 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             pf_s[(part * PF_TT + tt) * PF_Q4 + sq] = a;
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
-        // 3. The softmax of vector lid over the scores summed by part (NEG where part 0
-        // masked); the tile's values, token-major.
-        if (lid < PF_QB) {
-            const uint q4 = lid / 4u;
-            const uint j = lid % 4u;
+        // 3. The softmax spread over the threadgroup (the WGSL's pf_softmax): thread lid
+        // serves vector lid % PF_QB over PF_ST tokens of the tile, scores summed by part (NEG
+        // where part 0 masked); the vector's maxima meet in pf_mx behind a barrier; each
+        // thread keeps its part of l; the vector's first thread writes the factor.
+        {
+            const uint v = lid % PF_QB;
+            const uint q4 = v / 4u;
+            const uint j = v % 4u;
+            const uint tb = (lid / PF_QB) * PF_ST;
             float mt = ATTEND_NEG;
-            for (uint t = 0u; t < PF_TT; ++t) {
+            for (uint i = 0u; i < PF_ST; ++i) {
+                const uint t = tb + i;
                 const float p0 = pf_s[t * PF_Q4 + q4][j];
                 float s = p0;
                 for (uint pt = 1u; pt < PF_PARTS; ++pt) {
@@ -183,18 +192,26 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
                 pf_s[t * PF_Q4 + q4][j] = s;
                 mt = max(mt, s);
             }
+            pf_mx[lid] = mt;
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            for (uint k = 0u; k < PF_SM; ++k) {
+                mt = max(mt, pf_mx[k * PF_QB + v]);
+            }
             const float m_new = max(m, mt);
             const float corr = precise::exp2(m - m_new);
             m = m_new;
             float sum = 0.0f;
-            for (uint t = 0u; t < PF_TT; ++t) {
+            for (uint i = 0u; i < PF_ST; ++i) {
+                const uint t = tb + i;
                 const float s = pf_s[t * PF_Q4 + q4][j];
                 const float p = s > ATTEND_NEG ? precise::exp2(s - m_new) : 0.0f;
                 pf_s[t * PF_Q4 + q4][j] = p;
                 sum += p;
             }
             l = l * corr + sum;
-            pf_s[PF_FS + q4][j] = corr;
+            if (lid < PF_QB) {
+                pf_s[PF_FS + q4][j] = corr;
+            }
         }
         // The tile's values, token-major (pf_values likewise: four channels of a token at a
         // time from the codec alone, pf_vquad).
@@ -234,6 +251,13 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             }
         }
         threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    // The vector's PF_SM parts of l added up (the last tile's barrier ordered pf_mx's reads).
+    pf_mx[lid] = l;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    l = 0.0f;
+    for (uint k = 0u; k < PF_SM; ++k) {
+        l += pf_mx[k * PF_QB + lid % PF_QB];
     }
     // 5. The records of (vector, split).
     const uint base = (h * A.vec_total) * A.n_parts + part;

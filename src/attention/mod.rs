@@ -81,7 +81,7 @@ impl AttendOptions {
 #[non_exhaustive]
 pub enum AttendKernel {
     /// The faster kernel as measured: today the decode kernel for every call (on the H200 a
-    /// 64-row chunk of KIVI-4 at 32k tokens takes 2.9 ms on it, 5.4 ms on the f32 prefill
+    /// 64-row chunk of KIVI-4 at 32k tokens takes 2.9 ms on it, 4.9 ms on the f32 prefill
     /// kernel and 6.6 ms on the tensor-core kernel; chunks of 4–16 rows are 1.7–4× slower on
     /// the prefill kernel too: BENCHMARKS.md, "Prefill chunks").
     #[default]
@@ -91,9 +91,9 @@ pub enum AttendKernel {
     Decode,
     /// 32 query vectors per workgroup (16 beyond a width of 128), every tile's keys and
     /// values read once into workgroup memory, an invocation's scores 4 vectors × 1 token
-    /// (summed over four parts of the channels past a width of 128), the output in register
-    /// tiles (`attend_prefill_<k>_<v>`: the GEMM form of a prefill chunk; correct on every
-    /// path; about 1.9× slower than the decode kernel on the H200 with 64-row chunks:
+    /// (summed over four parts of the channels past a width of 128), the softmax spread over
+    /// the workgroup, the output in register tiles (`attend_prefill_<k>_<v>`: the GEMM form of a prefill chunk; correct on every
+    /// path; about 1.7× slower than the decode kernel on the H200 with 64-row chunks:
     /// BENCHMARKS.md, "Prefill chunks"). An error for a key codec that transforms the query,
     /// or where the workgroup storage does not fit.
     Prefill,

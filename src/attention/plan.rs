@@ -93,13 +93,14 @@ pub fn prefill_vectors(width: usize) -> usize {
 
 /// Workgroup storage (bytes) of the prefill kernel for head width `dim` and rows `width`
 /// wide (the wider of D and the value space): the scaled queries (D rounded up to 16 ×
-/// `PF_QB`), a tile's keys or values (`PF_TT` × the width rounded up to 64) and the scores
-/// by part (4 per invocation, which also hold the weights) with the rescale factors (one per
-/// vector), all f32. 26,752 bytes at D = 128, 26,688 at D = 256: within Metal's 32 KiB.
+/// `PF_QB`), a tile's keys or values (`PF_TT` × the width rounded up to 64), the scores by
+/// part (4 per invocation, which also hold the weights) with the rescale factors (one per
+/// vector) and the softmax's maxima (one per invocation), all f32. 27,264 bytes at D = 128,
+/// 27,200 at D = 256: within Metal's 32 KiB.
 pub fn prefill_workgroup_bytes(dim: usize, width: usize) -> usize {
     let qb = prefill_vectors(width);
     let tt = if prefill_width(width) <= 128 { 16 } else { 8 };
-    let scores = 4 * super::kernel::WORKGROUP_SIZE as usize + qb;
+    let scores = 5 * super::kernel::WORKGROUP_SIZE as usize + qb;
     4 * (dim.div_ceil(16) * 16 * qb + tt * prefill_width(width) + scores)
 }
 
@@ -678,8 +679,8 @@ mod tests {
                 largest = largest.max(b);
             }
         }
-        assert_eq!(prefill_workgroup_bytes(128, 128), 26_752);
-        assert_eq!(prefill_workgroup_bytes(256, 256), 26_688);
-        assert_eq!(largest, 26_752);
+        assert_eq!(prefill_workgroup_bytes(128, 128), 27_264);
+        assert_eq!(prefill_workgroup_bytes(256, 256), 27_200);
+        assert_eq!(largest, 27_264);
     }
 }

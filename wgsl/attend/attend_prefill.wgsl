@@ -29,22 +29,24 @@
 //      feed 4 multiply-adds. It writes them to `pf_s` ([part][token][vector]); part 0 masks
 //      (its masked scores are NEG). (4 × 4 tiles of vectors × tokens, two 16-byte reads per 16
 //      multiply-adds, measured 9.6 % slower on the H200: BENCHMARKS.md "Prefill chunks".)
-//   3. invocation v < PF_QB runs vector v's online softmax (base 2) over the tile's scores,
-//      summed over the parts (NEG where part 0 masked): its running max and sum stay in its
-//      registers, the weights go to part 0's scores and the factor that rescales the output
-//      to its slot from PF_FS (slots of vector v, which only it reads); meanwhile every
+//   3. the online softmax (base 2) of each vector, spread over the workgroup (PF_SM
+//      invocations per vector, PF_ST tokens each; `pf_softmax`): scores summed over the
+//      parts (NEG where part 0 masked), the invocations' maxima met in `pf_mx` behind a
+//      barrier, so that each holds the vector's running max; each keeps its part of the sum
+//      (added up after the tile loop), the weights go to part 0's scores and the factor that
+//      rescales the output to its slot from PF_FS; then every
 //      invocation decodes PF_VE values (the codec's space, four channels of a token at a
 //      time, pf_vquad; or the ring's rows: the output space) into `pf_kv`, token-major
 //      ([token][channel]: PF_TT rows of PF_WP; channels past the width repeat its last, into
 //      output channels that are never written; `pf_values`);
 //   4. invocation lid owns the output of 4 vectors (lid % PF_Q4) × PF_OC4 vec4 of channels
 //      (lid / PF_Q4): rescaled by the factors, then p·v̂ added token by token.
-// Four workgroup barriers per tile. A record (m, l, o) per (vector, split) goes to the
+// Five workgroup barriers per tile. A record (m, l, o) per (vector, split) goes to the
 // partials (never direct: the merge kernel finishes, as for the decode kernel's splits).
 //
 // Workgroup storage (f32): pf_q PF_DP·PF_QB, pf_kv PF_TT·PF_WP, pf_s 4·(WORKGROUP_SIZE +
-// PF_Q4): 26,752 bytes at D = 128, 26,688 at D = 256 (within Metal's 32 KiB;
-// src/attention/plan.rs `prefill_workgroup_bytes`).
+// PF_Q4), pf_mx WORKGROUP_SIZE: 27,264 bytes at D = 128, 27,200 at D = 256 (within Metal's
+// 32 KiB; src/attention/plan.rs `prefill_workgroup_bytes`).
 
 // Output (and key) channels a row holds: the wider of the codec's value space and D.
 const PF_W: u32 = max(V_W, DIM);
@@ -75,6 +77,10 @@ const PF_CU: u32 = select(16u, PF_PC, PF_PARTS > 1u);
 const PF_FS: u32 = PF_PARTS * PF_TT * PF_Q4;
 // Parts the softmax adds to part 0.
 const PF_SUM1: u32 = PF_PARTS - 1u;
+// Softmax: invocations per vector and tokens per invocation (4 × 4 up to width 128, 8 × 1
+// beyond).
+const PF_SM: u32 = WORKGROUP_SIZE / PF_QB;
+const PF_ST: u32 = PF_TT / PF_SM;
 // Elements each invocation decodes per tile (exact: the products are multiples of 128), and
 // quads of keys (the last step partly: at D = 48, 1.5 per invocation).
 const PF_KE: u32 = PF_TT * PF_DP / WORKGROUP_SIZE;
@@ -85,19 +91,14 @@ const PF_VQ: u32 = PF_VE / 4u;
 const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 
 // Measuring only (KVPACK_PF_VARIANT, src/attention/gpu.rs): 1, synthetic tiles instead of the
-// codecs' reads (the kernel's floor without memory traffic); 2, the softmax spread over the
-// workgroup (PF_SM invocations per vector, PF_ST tokens each; their maxima meet in `pf_mx`
-// behind a fifth barrier, each keeps its part of the sum l, added up after the tile loop;
-// right results). (Loads held in registers across steps were variant 2 in d3f8c74: slower,
-// BENCHMARKS.md.) Phase floors (wrong results; each leaves one step out, for its share of
-// the time): 3, no softmax (the output step reads the scores as they lie, factors of 1); 4,
-// no score step (the softmax reads whatever pf_s holds); 5, no output step (the tile's values
-// are still staged).
+// codecs' reads (the kernel's floor without memory traffic). Phase floors (wrong results;
+// each leaves one step out, for its share of the time): 3, no softmax (the output step reads
+// the scores as they lie, factors of 1); 4, no score step (the softmax reads whatever pf_s
+// holds); 5, no output step (the tile's values are still staged). (2 was, in turn, loads held
+// in registers across steps (d3f8c74) and the spread softmax before it became the kernel's
+// (c91bceb): BENCHMARKS.md, "Prefill chunks".)
 const PF_NOLOAD: bool = ATT_PF_VARIANT == 1u;
-const PF_SPREAD: bool = ATT_PF_VARIANT == 2u;
-// Variant 2: invocations per vector and tokens per invocation in its softmax.
-const PF_SM: u32 = WORKGROUP_SIZE / PF_QB;
-const PF_ST: u32 = PF_TT / PF_SM;
+
 const PF_NO_SOFTMAX: bool = ATT_PF_VARIANT == 3u;
 const PF_NO_SCORES: bool = ATT_PF_VARIANT == 4u;
 const PF_NO_OUTPUT: bool = ATT_PF_VARIANT == 5u;
@@ -107,9 +108,8 @@ var<workgroup> pf_kv: array<vec4<f32>, PF_TT * PF_WP / 4u>;
 // Scores by part, [part][token][vector quad]; after the softmax, the weights in part 0; then
 // the factors, [vector quad] from PF_FS.
 var<workgroup> pf_s: array<vec4<f32>, PF_FS + PF_Q4>;
-// Variant 2: the softmax invocations' tile maxima ([invocation]), and after the tile loop
-// their sums (one unused slot in the kernel).
-var<workgroup> pf_mx: array<f32, select(1u, WORKGROUP_SIZE, ATT_PF_VARIANT == 2u)>;
+// The softmax invocations' maxima of the tile ([invocation]); after the tile loop their sums.
+var<workgroup> pf_mx: array<f32, WORKGROUP_SIZE>;
 
 // Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
 fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
@@ -281,46 +281,15 @@ fn pf_scores(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
     pf_s[(part * PF_TT + st) * PF_Q4 + sq] = a;
 }
 
-// Step 3's softmax of vector v < PF_QB over the tile's scores, summed over the parts (NEG
-// where part 0 masked): updates its running max m and sum l, leaves the weights in part 0 and
-// the factor that rescales the output in its slot from PF_FS (slots of vector v only).
-fn pf_softmax(v: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
-    let q4 = v / 4u;
-    let j = v % 4u;
-    var mt = NEG;
-    // @unroll 16 pft
-    for (var t = 0u; t < PF_TT; t++) {
-        let p0 = pf_s[t * PF_Q4 + q4][j];
-        var s = p0;
-        // @unroll 16
-        for (var pt = 0u; pt < PF_SUM1; pt++) {
-            s += pf_s[((pt + 1u) * PF_TT + t) * PF_Q4 + q4][j];
-        }
-        s = select(NEG, s, p0 > NEG);
-        pf_s[t * PF_Q4 + q4][j] = s;
-        mt = max(mt, s);
-    }
-    let m_new = max(*m, mt);
-    let corr = exp2(*m - m_new);
-    *m = m_new;
-    var sum = 0.0;
-    // @unroll 16 pft
-    for (var t = 0u; t < PF_TT; t++) {
-        let s = pf_s[t * PF_Q4 + q4][j];
-        let p = select(0.0, exp2(s - m_new), s > NEG);
-        pf_s[t * PF_Q4 + q4][j] = p;
-        sum += p;
-    }
-    *l = *l * corr + sum;
-    pf_s[PF_FS + q4][j] = corr;
-}
-
-// Variant 2's softmax: invocation lid serves vector lid % PF_QB over tokens (lid / PF_QB) ·
-// PF_ST .. + PF_ST − 1 of the tile. Pass 1 sums the parts and takes the maximum of its
-// tokens into pf_mx[lid]; after a barrier every invocation of the vector reads the vector's
-// PF_SM maxima (so all hold the same m), writes its tokens' weights to part 0 and adds them
-// to its own l; the vector's first invocation writes the factor.
-fn pf_softmax_spread(lid: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
+// Step 3's online softmax (base 2), spread over the workgroup: invocation lid serves vector
+// lid % PF_QB over tokens (lid / PF_QB) · PF_ST .. + PF_ST − 1 of the tile. It sums their
+// scores over the parts (NEG where part 0 masked) and puts its maximum in pf_mx[lid]; after
+// a barrier it reads the vector's PF_SM maxima, so every invocation of a vector holds the
+// same running max m; it writes its tokens' weights to part 0 and keeps its own part of the
+// sum l (the parts are added after the tile loop); the vector's first invocation writes the
+// factor that rescales the output to its slot from PF_FS. (One invocation per vector over
+// all the tile's tokens, a warp of four working, measured 9–11 % slower on the H200.)
+fn pf_softmax(lid: u32, m: ptr<function, f32>, l: ptr<function, f32>) {
     let v = lid % PF_QB;
     let q4 = v / 4u;
     let j = v % 4u;
@@ -404,9 +373,7 @@ fn prefill_main(lid: u32, wid: u32) {
         }
         workgroupBarrier();
         // 3. The softmax of vector lid; the tile's values.
-        if (PF_SPREAD) {
-            pf_softmax_spread(lid, &m, &l);
-        } else if (lid < PF_QB && !PF_NO_SOFTMAX) {
+        if (!PF_NO_SOFTMAX) {
             pf_softmax(lid, &m, &l);
         }
         pf_values(lid, t0, s1, h, vring);
@@ -443,15 +410,13 @@ fn prefill_main(lid: u32, wid: u32) {
     }
     // 5. The records of (vector, split): m and l from the softmax's invocation, o from the
     // output tile's.
-    if (PF_SPREAD) {
-        // Variant 2: the vector's PF_SM parts of l added up.
-        pf_mx[lid] = l;
-        workgroupBarrier();
-        l = 0.0;
-        // @unroll 8
-        for (var k = 0u; k < PF_SM; k++) {
-            l += pf_mx[k * PF_QB + lid % PF_QB];
-        }
+    // The vector's PF_SM parts of l added up (the last tile's barrier ordered pf_mx's reads).
+    pf_mx[lid] = l;
+    workgroupBarrier();
+    l = 0.0;
+    // @unroll 8
+    for (var k = 0u; k < PF_SM; k++) {
+        l += pf_mx[k * PF_QB + lid % PF_QB];
     }
     let base = (h * AP.vec_total) * AP.n_parts + w.part;
     if (lid < PF_QB && v0 + lid < AP.vec_total) {
