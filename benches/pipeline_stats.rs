@@ -3,7 +3,8 @@
 //! memory, instruction counts; on lavapipe: LLVM's) for the partial kernel of each method, with
 //! the `// @unroll` expansion on and off (src/gpu/unroll.rs), its tensor-core decode kernel
 //! and its prefill kernel (variants `tensor-decode`, `prefill`, and `prefill-but-pft-pfc` with its
-//! token and channel loops kept as loops). A measuring tool, not a test.
+//! output step's token loop and its score step's channel loop kept as loops). A measuring tool,
+//! not a test.
 //!
 //! ```text
 //! cargo bench --bench pipeline_stats [-- --dim 128 --methods f16,kivi-4,kivi-2 --dump DIR]
@@ -76,8 +77,8 @@ const PREFILL: &str = "prefill";
 const VARIANTS: [(&str, bool, &str); 8] = [
     (TENSOR_DECODE, false, ""),
     (PREFILL, false, ""),
-    // The prefill kernel with its token loops (softmax, output) and its score step's channel
-    // loop left as loops (a smaller tile loop body; src/gpu/unroll.rs tags).
+    // The prefill kernel with its output step's token loop and its score step's channel loop
+    // left as loops (a smaller tile loop body; src/gpu/unroll.rs tags).
     ("prefill-but-pft-pfc", false, "pft,pfc"),
     ("loops", true, ""),
     ("unroll", false, ""),
