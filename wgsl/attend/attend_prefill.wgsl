@@ -70,6 +70,8 @@ const PF_OC4: u32 = PF_WP / (4u * PF_CG);
 const PF_TQ: u32 = PF_TT / 4u;
 // Tokens per score invocation: 1; 2 in measuring variant 2 (then twice the parts).
 const PF_TPI: u32 = select(1u, 2u, ATT_PF_VARIANT == 2u);
+// Variant 2's channels per part (its loop's bound; 1 elsewhere, where it is not called).
+const PF_PCV: u32 = select(1u, PF_PC, PF_TPI == 2u);
 const PF_SN: u32 = PF_Q4 * PF_TT / PF_TPI;
 const PF_PARTS: u32 = WORKGROUP_SIZE / PF_SN;
 const PF_PC: u32 = PF_DP / PF_PARTS;
@@ -293,7 +295,7 @@ fn pf_scores_pairs(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
     // @unroll 64
-    for (var i = 0u; i < PF_PC; i++) {
+    for (var i = 0u; i < PF_PCV; i++) {
         let c = part * PF_PC + i;
         let qv = pf_q[c * PF_Q4 + sq];
         let at = c * PF_TT + 2u * sp;
