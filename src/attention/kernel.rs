@@ -77,6 +77,7 @@ const WORKGROUP_MAIN: &str = concat!(
 const MERGE: &str = include_str!("../../wgsl/attend/attend_merge.wgsl");
 const PREFILL: &str = include_str!("../../wgsl/attend/attend_prefill.wgsl");
 const TENSOR: &str = include_str!("../../wgsl/attend/attend_prefill_tc.wgsl");
+const STAGE: &str = include_str!("../../wgsl/attend/attend_stage.wgsl");
 /// The prefill kernel's hooks `k_quad` / `v_quad` for a codec that has none (never called).
 const NO_K_QUAD: &str = "const K_QUAD: bool = false;\nfn k_quad(row: u32, c: u32, h: u32) -> vec4<f32> {\n    return vec4<f32>(0.0);\n}\n";
 const NO_V_QUAD: &str = "const V_QUAD: bool = false;\nfn v_quad(row: u32, c: u32, h: u32) -> vec4<f32> {\n    return vec4<f32>(0.0);\n}\n";
@@ -180,15 +181,16 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
     }
     msl.push(MSL_CORE);
     wgsl.extend([k.wgsl_k, v.wgsl_v, CORE]);
-    if kind == Kind::Prefill {
-        // The prefill kernel's four-element reads (wgsl/attend/attend_prefill.wgsl): a codec
-        // without its own is read element by element.
+    if kind == Kind::Prefill || kind == Kind::Tensor {
+        // The prefill kernels' tile staging and its four-element reads
+        // (wgsl/attend/attend_stage.wgsl): a codec without its own is read element by element.
         if !k.wgsl_k.contains("fn k_quad(") {
             wgsl.push(NO_K_QUAD);
         }
         if !v.wgsl_v.contains("fn v_quad(") {
             wgsl.push(NO_V_QUAD);
         }
+        wgsl.push(STAGE);
     }
     if kind == Kind::Tensor || kind == Kind::TensorDecode {
         wgsl.push(TENSOR_COMMON);

@@ -1,7 +1,8 @@
 // attend_prefill: attention of many query vectors per KV head (a prefill chunk: Tq rows × the
 // grouped heads), in GEMM form with register tiles. Composed after the core
 // (wgsl/attend/attend_core.wgsl: its bindings, uniform, `split_work`, `visible`, `key_pos`, PW)
-// and the codecs' hooks, of which it uses only the element readers:
+// and the codecs' hooks, of which it uses only the element and four-element readers (through
+// the prefill kernels' tile staging, wgsl/attend/attend_stage.wgsl, composed before it):
 //   key codec:   fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32   (k̂ of segment row
 //                `row` (rows past `last` read row `last`), channel c < D, KV head h)
 //                optionally const K_QUAD: bool, fn k_quad(row: u32, c: u32, h: u32) -> vec4<f32>
@@ -67,7 +68,6 @@ const PF_OC4: u32 = PF_WP / (4u * PF_CG);
 // PF_CU at a time (unrolled) inside a loop: at most 8 trips per 16-token tile (D = 128), so
 // that a 65,536-token split stays within lavapipe's 65,535 loop iterations
 // (plan::LOOP_LIMITED_SPLIT: 4,096 × 9); with 8-token tiles a part is unrolled whole.
-const PF_TQ: u32 = PF_TT / 4u;
 // Tokens per score invocation: 1; 2 in measuring variant 2 (then twice the parts).
 const PF_TPI: u32 = select(1u, 2u, ATT_PF_VARIANT == 2u);
 // Variant 2's channels per part (its loop's bound; 1 elsewhere, where it is not called).
@@ -85,12 +85,6 @@ const PF_SUM1: u32 = PF_PARTS - 1u;
 // beyond).
 const PF_SM: u32 = WORKGROUP_SIZE / PF_QB;
 const PF_ST: u32 = PF_TT / PF_SM;
-// Elements each invocation decodes per tile (exact: the products are multiples of 128), and
-// quads of keys (the last step partly: at D = 48, 1.5 per invocation).
-const PF_KE: u32 = PF_TT * PF_DP / WORKGROUP_SIZE;
-const PF_KQ: u32 = (PF_TQ * PF_DP + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
-const PF_VE: u32 = PF_TT * PF_WP / WORKGROUP_SIZE;
-const PF_VQ: u32 = PF_VE / 4u;
 // Query elements each invocation stores before the tile loop.
 const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 
@@ -116,137 +110,22 @@ var<workgroup> pf_s: array<vec4<f32>, PF_FS + PF_Q4>;
 // The softmax invocations' maxima of the tile ([invocation]); after the tile loop their sums.
 var<workgroup> pf_mx: array<f32, WORKGROUP_SIZE>;
 
-// Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
-fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
-    let e = h * DIM + c;
-    let at = (pos % cap) * AP.row_words + (e >> 1u);
-    var w: u32;
-    if (keys) {
-        w = ringk[at];
-    } else {
-        w = ringv[at];
-    }
-    return unpack2x16float(w)[e & 1u];
+// The staging's stores (wgsl/attend/attend_stage.wgsl): keys channel-major, values
+// token-major, both in pf_kv.
+fn pf_put_kquad(u: u32, x: vec4<f32>) {
+    pf_kv[u] = x;
 }
 
-// Step 1: the keys of tile t0 (split end s1) into pf_kv, channel-major. A tile whose tokens
-// all come from one source (the codec or the ring: all but at most one tile of a split) reads
-// without a branch per element, so that an invocation's loads are in flight together: rows
-// past the split's end read its last row and channels past D read channel D − 1 (finite
-// values that are masked or meet a zero query); the one mixed tile branches per element.
-fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
-    let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
-    let tend = min(t0 + PF_TT, s1);
-    if (PF_NOLOAD) {
-        // @unroll 32
-        for (var k = 0u; k < PF_KE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            pf_kv[e / 4u][e % 4u] = f32((e + t0) & 7u) * 0.125;
-        }
-    } else if (tend <= AP.qk) {
-        // Four tokens of a channel at a time (pf_kquad).
-        // @unroll 8
-        for (var k = 0u; k < PF_KQ; k++) {
-            let u = lid + k * WORKGROUP_SIZE;
-            if (u < PF_DP * PF_TQ) {
-                pf_kv[u] = pf_kquad(t0 + 4u * (u % PF_TQ) - AP.tok0, kl, min(u / PF_TQ, DIM - 1u), h);
-            }
-        }
-    } else if (RING && t0 >= AP.qk) {
-        // @unroll 32
-        for (var k = 0u; k < PF_KE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            let pos = min(t0 + e % PF_TT, s1 - 1u);
-            pf_kv[e / 4u][e % 4u] = pf_ring(true, pos, AP.ring_cap_k, min(e / PF_TT, DIM - 1u), h);
-        }
-    } else {
-        // @unroll 32
-        for (var k = 0u; k < PF_KE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            let c = min(e / PF_TT, DIM - 1u);
-            let pos = min(t0 + e % PF_TT, s1 - 1u);
-            var x = 0.0;
-            if (pos < AP.qk) {
-                x = k_value(pos - AP.tok0, kl, c, h);
-            } else if (RING) {
-                x = pf_ring(true, pos, AP.ring_cap_k, c, h);
-            }
-            pf_kv[e / 4u][e % 4u] = x;
-        }
-    }
+fn pf_put_k(e: u32, x: f32) {
+    pf_kv[e / 4u][e % 4u] = x;
 }
 
-// Four keys of channel c, rows row .. row + 3 (clamped to `last`), and four values of row
-// `row` (clamped to `last`), channels c .. c + 3 (c a multiple of 4; channels past the value
-// space read its last, as the element reads do): through the codec's k_quad / v_quad where it
-// has one and the elements allow (K_QUAD / V_QUAD), else element by element.
-fn pf_kquad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32> {
-    if (K_QUAD && row % 4u == 0u && row + 3u <= last) {
-        return k_quad(row, c, h);
-    }
-    return vec4<f32>(
-        k_value(row, last, c, h),
-        k_value(row + 1u, last, c, h),
-        k_value(row + 2u, last, c, h),
-        k_value(row + 3u, last, c, h),
-    );
+fn pf_put_vquad(u: u32, x: vec4<f32>) {
+    pf_kv[u] = x;
 }
 
-fn pf_vquad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32> {
-    if (V_QUAD && c + 3u < V_W) {
-        return v_quad(min(row, last), c, h);
-    }
-    return vec4<f32>(
-        v_value(row, last, min(c, V_W - 1u), h),
-        v_value(row, last, min(c + 1u, V_W - 1u), h),
-        v_value(row, last, min(c + 2u, V_W - 1u), h),
-        v_value(row, last, min(c + 3u, V_W - 1u), h),
-    );
-}
-
-// Step 3's values of tile t0 into pf_kv, token-major: the codec's space, or on a ring split
-// (`vring`) the ring's rows (the output space). As for the keys: one source per tile reads
-// without a branch per element (channels past the width read the width's last channel: they
-// accumulate into output channels that are never written).
-fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
-    let vl = min(s1, AP.qv) - 1u - AP.tok0;
-    let width = select(V_W, DIM, vring);
-    let tend = min(t0 + PF_TT, s1);
-    if (PF_NOLOAD) {
-        // @unroll 32
-        for (var k = 0u; k < PF_VE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            pf_kv[e / 4u][e % 4u] = f32((e + t0) & 7u) * 0.125;
-        }
-    } else if (!vring && tend <= AP.qv) {
-        // Four channels of a token at a time (pf_vquad).
-        // @unroll 8
-        for (var k = 0u; k < PF_VQ; k++) {
-            let u = lid + k * WORKGROUP_SIZE;
-            pf_kv[u] = pf_vquad(t0 + u / (PF_WP / 4u) - AP.tok0, vl, 4u * (u % (PF_WP / 4u)), h);
-        }
-    } else if (RING && (vring || t0 >= AP.qv)) {
-        // @unroll 32
-        for (var k = 0u; k < PF_VE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            let pos = min(t0 + e / PF_WP, s1 - 1u);
-            pf_kv[e / 4u][e % 4u] = pf_ring(false, pos, AP.ring_cap_v, min(e % PF_WP, width - 1u), h);
-        }
-    } else {
-        // @unroll 32
-        for (var k = 0u; k < PF_VE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            let c = min(e % PF_WP, width - 1u);
-            let pos = min(t0 + e / PF_WP, s1 - 1u);
-            var x = 0.0;
-            if (!vring && pos < AP.qv) {
-                x = v_value(pos - AP.tok0, vl, c, h);
-            } else if (RING) {
-                x = pf_ring(false, pos, AP.ring_cap_v, c, h);
-            }
-            pf_kv[e / 4u][e % 4u] = x;
-        }
-    }
+fn pf_put_v(e: u32, x: f32) {
+    pf_kv[e / 4u][e % 4u] = x;
 }
 
 // The scores of token pos for vectors v0 + 4·sq .. + 3, masked (NEG where hidden or past s1).

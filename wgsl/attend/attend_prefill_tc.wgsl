@@ -5,16 +5,19 @@ diagnostic(off, derivative_uniformity);
 // wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX, 16×16×16 f16 operands with an f32 accumulator, the
 // only configuration this kernel uses; the host builds it only where the adapter lists it and
 // every subgroup is 32 wide). Composed like attend_prefill.wgsl: after the core
-// (wgsl/attend/attend_core.wgsl: bindings, uniform, `visible`, PW) and the codecs' hooks, of
-// which it uses only the element readers k_value / v_value (see attend_prefill.wgsl).
+// (wgsl/attend/attend_core.wgsl: bindings, uniform, `visible`, PW), the codecs' hooks, of
+// which it uses only the element and four-element readers (see attend_prefill.wgsl), and the
+// prefill kernels' tile staging (wgsl/attend/attend_stage.wgsl).
 //
 // **Mapping.** A workgroup of 4 subgroups × 32 serves one KV head h, TC_QB = 64 query vectors
 // and one split (dispatch index ((h · splits) + split) · vblocks + vb, as the other kernels).
 // Subgroup sg owns vectors vb·64 + 16·sg .. + 15: their scaled queries as A-matrices (f16,
 // loaded once) and their output as TC_NO C-matrices (f32) live in its registers. Per tile of
 // TC_TT tokens (32; 16 where D > 128, for workgroup storage) every invocation decodes its share
-// of the tile's keys and values (k_value / v_value, or the ring's f16 rows; 0 past the split
-// and past the row's width) into workgroup memory as f16; then
+// of the tile's keys and values (pf_keys / pf_values: the codec's four tokens of a channel or
+// four channels of a token at a time, or the ring's f16 rows; rows past the split read its
+// last row, channels past D or the width repeat its last: masked, met by a zero query, or
+// never written) into workgroup memory as f16; then
 //   S (16 × TC_TT, per subgroup) = Q·K̂ᵀ     3 × TC_KD MMAs per 16 tokens, stored (f32)
 //   softmax: lane pair (sl, sl ^ 1) owns a vector, TC_TT / 2 tokens each: masks, the tile's
 //     max; weights p = 2^(s − m) against a reference max m that moves only when the tile's
@@ -35,7 +38,7 @@ diagnostic(off, derivative_uniformity);
 // region a cooperative matrix is loaded from or stored to starts 32-byte aligned whatever
 // order the driver lays the arrays out in (a 4-byte atomic declared on its own shifted the
 // matrices' view of the arrays against the plain accesses' on the H200):
-//   tch (f16): [K̂_hi: TC_TT × TC_DP][K̂_lo: TC_TT × TC_DP][V̂: TC_TT × TC_WP]
+//   tch (f16): [K̂_hi: TC_DP × TC_TT, channel-major][K̂_lo: likewise][V̂: TC_TT × TC_WP]
 //              [P_hi: TC_QB × TC_TT][P_lo: TC_QB × TC_TT]
 //              (before the tile loop its first TC_OP elements stage the queries, in
 //              TC_QH slices of TC_QS channels)
@@ -56,9 +59,6 @@ const TC_TB: u32 = TC_TT / 16u;   // token blocks of a tile
 const TC_LT: u32 = TC_TT / 2u;    // tokens of a lane in the softmax
 const TC_KD: u32 = TC_DP / 16u;
 const TC_NO: u32 = TC_WP / 16u;
-// Elements of a tile's keys (values) each invocation decodes (exact: TC_TT·16 ≥ 2·128).
-const TC_KE: u32 = TC_TT * TC_DP / WORKGROUP_SIZE;
-const TC_VE: u32 = TC_TT * TC_WP / WORKGROUP_SIZE;
 const TC_TAU: f32 = 8.0;
 // The scale of the low parts (2^11) and its inverse.
 const TC_ILO: f32 = 1.0 / 2048.0;
@@ -82,17 +82,39 @@ var<workgroup> tch: array<f16, TC_OPL + TC_QB * TC_TT>;
 var<workgroup> tcs: array<f32, TC_OR + TC_QB>;
 var<workgroup> tcflag: array<atomic<u32>, 4>;
 
-// Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
-fn tc_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
-    let e = h * DIM + c;
-    let at = (pos % cap) * AP.row_words + (e >> 1u);
-    var w: u32;
-    if (keys) {
-        w = ringk[at];
-    } else {
-        w = ringv[at];
+// The staging's tile (wgsl/attend/attend_stage.wgsl) and its stores: keys channel-major as
+// hi and lo parts (tc_split), values token-major.
+const PF_TT: u32 = TC_TT;
+const PF_DP: u32 = TC_DP;
+const PF_WP: u32 = TC_WP;
+const PF_NOLOAD: bool = TC_NOLOAD;
+
+fn tc_put_key(at: u32, x: f32) {
+    let p = tc_split(x);
+    tch[at] = p.x;
+    tch[TC_OKL + at] = p.y;
+}
+
+fn pf_put_kquad(u: u32, x: vec4<f32>) {
+    // @unroll 4
+    for (var j = 0u; j < 4u; j++) {
+        tc_put_key(4u * u + j, x[j]);
     }
-    return unpack2x16float(w)[e & 1u];
+}
+
+fn pf_put_k(e: u32, x: f32) {
+    tc_put_key(e, x);
+}
+
+fn pf_put_vquad(u: u32, x: vec4<f32>) {
+    // @unroll 4
+    for (var j = 0u; j < 4u; j++) {
+        tch[TC_OV + 4u * u + j] = f16(x[j]);
+    }
+}
+
+fn pf_put_v(e: u32, x: f32) {
+    tch[TC_OV + e] = f16(x);
 }
 
 // Stages slice `r` of the workgroup's queries (scaled by scale·log2(e); 0 past D and for
@@ -187,46 +209,9 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         if (lid == 0u) {
             atomicStore(&tcflag[0], 0u); // every invocation read the last tile's flag
         }
-        // 2. The tile's keys (hi and lo parts) and values, in f16 (0 past the split and the
-        //    width).
-        // @unroll 32
-        for (var k = 0u; k < TC_KE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            let t = e / TC_DP;
-            let c = e - t * TC_DP;
-            let pos = t0 + t;
-            var x = 0.0;
-            if (TC_NOLOAD) {
-                x = f32((e + t0) & 7u) * 0.125;
-            } else if (pos < s1 && c < DIM) {
-                if (pos < AP.qk) {
-                    x = k_value(pos - AP.tok0, kl, c, h);
-                } else if (RING) {
-                    x = tc_ring(true, pos, AP.ring_cap_k, c, h);
-                }
-            }
-            let p = tc_split(x);
-            tch[e] = p.x;
-            tch[TC_OKL + e] = p.y;
-        }
-        // @unroll 64
-        for (var k = 0u; k < TC_VE; k++) {
-            let e = lid + k * WORKGROUP_SIZE;
-            let t = e / TC_WP;
-            let c = e - t * TC_WP;
-            let pos = t0 + t;
-            var x = 0.0;
-            if (TC_NOLOAD) {
-                x = f32((e + t0) & 7u) * 0.125;
-            } else if (pos < s1 && c < width) {
-                if (!vring && pos < AP.qv) {
-                    x = v_value(pos - AP.tok0, vl, c, h);
-                } else if (RING) {
-                    x = tc_ring(false, pos, AP.ring_cap_v, c, h);
-                }
-            }
-            tch[TC_OV + e] = f16(x);
-        }
+        // 2. The tile's keys (hi and lo parts) and values, in f16 (wgsl/attend/attend_stage.wgsl).
+        pf_keys(lid, t0, s1, h);
+        pf_values(lid, t0, s1, h, vring);
         workgroupBarrier();
         // 3. Scores of the subgroup's 16 vectors × TC_TT tokens.
         // @unroll 2
@@ -235,9 +220,9 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             var sl2 = TcC();
             // @unroll 16
             for (var k = 0u; k < TC_KD; k++) {
-                let at = tb * 16u * TC_DP + k * 16u;
-                let kh = coopLoad<TcB>(&tch[at], TC_DP);
-                let klo = coopLoad<TcB>(&tch[TC_OKL + at], TC_DP);
+                let at = k * 16u * TC_TT + tb * 16u;
+                let kh = coopLoadT<TcB>(&tch[at], TC_TT);
+                let klo = coopLoadT<TcB>(&tch[TC_OKL + at], TC_TT);
                 s = coopMultiplyAdd(qh[k], kh, s);
                 sl2 = coopMultiplyAdd(ql[k], kh, sl2);
                 sl2 = coopMultiplyAdd(qh[k], klo, sl2);

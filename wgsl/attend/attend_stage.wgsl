@@ -1,0 +1,158 @@
+// attend_stage: the prefill kernels' tile staging (attend_prefill.wgsl on the f32 pipe,
+// attend_prefill_tc.wgsl on cooperative matrices): the codecs' (or the ring's) keys and values
+// of one tile, read into the kernel's workgroup memory. Composed after the core and the codecs'
+// element and four-element readers (k_value / k_quad / K_QUAD, v_value / v_quad / V_QUAD; see
+// attend_prefill.wgsl), before the kernel, which supplies its tile and its stores:
+//   const PF_TT: u32      tokens per tile (a multiple of 4)
+//   const PF_DP: u32      key channels staged per token (D rounded up to 16)
+//   const PF_WP: u32      value channels staged per token (a multiple of 16, ≥ the widths)
+//   const PF_NOLOAD: bool synthetic tiles instead of the reads (measuring only)
+//   fn pf_put_kquad(u: u32, x: vec4<f32>)  keys of tokens 4·(u % PF_TQ) .. + 3, channel u / PF_TQ
+//   fn pf_put_k(e: u32, x: f32)            key of token e % PF_TT, channel e / PF_TT
+//   fn pf_put_vquad(u: u32, x: vec4<f32>)  values of token u / PF_VW4, channels 4·(u % PF_VW4) .. + 3
+//   fn pf_put_v(e: u32, x: f32)            value of token e / PF_WP, channel e % PF_WP
+// (token and channel indices within the tile). A tile whose tokens all come from one source
+// (the codec or the ring: all but at most one tile of a split) reads without a branch per
+// element, so that an invocation's loads are in flight together: rows past the split's end
+// read its last row, key channels past D read channel D − 1 and value channels past the width
+// read the width's last (finite values that are masked, meet a zero query, or accumulate into
+// output channels that are never written); the one mixed tile branches per element.
+
+// Quads of tokens per tile and of channels per value row.
+const PF_TQ: u32 = PF_TT / 4u;
+const PF_VW4: u32 = PF_WP / 4u;
+// Elements each invocation stages per tile (exact: PF_TT · 16 is a multiple of 128), and
+// quads (the last step partly: at D = 48, 1.5 key quads per invocation).
+const PF_KE: u32 = PF_TT * PF_DP / WORKGROUP_SIZE;
+const PF_KQ: u32 = (PF_TQ * PF_DP + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
+const PF_VE: u32 = PF_TT * PF_WP / WORKGROUP_SIZE;
+const PF_VQ: u32 = (PF_TT * PF_VW4 + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
+
+// Element c of token pos's f16 row in a ring (keys or values) of `cap` rows.
+fn pf_ring(keys: bool, pos: u32, cap: u32, c: u32, h: u32) -> f32 {
+    let e = h * DIM + c;
+    let at = (pos % cap) * AP.row_words + (e >> 1u);
+    var w: u32;
+    if (keys) {
+        w = ringk[at];
+    } else {
+        w = ringv[at];
+    }
+    return unpack2x16float(w)[e & 1u];
+}
+
+// Four keys of channel c, rows row .. row + 3 (clamped to `last`), and four values of row
+// `row` (clamped to `last`), channels c .. c + 3 (c a multiple of 4; channels past the value
+// space read its last, as the element reads do): through the codec's k_quad / v_quad where it
+// has one and the elements allow (K_QUAD / V_QUAD), else element by element.
+fn pf_kquad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32> {
+    if (K_QUAD && row % 4u == 0u && row + 3u <= last) {
+        return k_quad(row, c, h);
+    }
+    return vec4<f32>(
+        k_value(row, last, c, h),
+        k_value(row + 1u, last, c, h),
+        k_value(row + 2u, last, c, h),
+        k_value(row + 3u, last, c, h),
+    );
+}
+
+fn pf_vquad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32> {
+    if (V_QUAD && c + 3u < V_W) {
+        return v_quad(min(row, last), c, h);
+    }
+    return vec4<f32>(
+        v_value(row, last, min(c, V_W - 1u), h),
+        v_value(row, last, min(c + 1u, V_W - 1u), h),
+        v_value(row, last, min(c + 2u, V_W - 1u), h),
+        v_value(row, last, min(c + 3u, V_W - 1u), h),
+    );
+}
+
+// The keys of tile t0 (split end s1) of KV head h.
+fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
+    let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
+    let tend = min(t0 + PF_TT, s1);
+    if (PF_NOLOAD) {
+        // @unroll 32
+        for (var k = 0u; k < PF_KE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            pf_put_k(e, f32((e + t0) & 7u) * 0.125);
+        }
+    } else if (tend <= AP.qk) {
+        // Four tokens of a channel at a time (pf_kquad).
+        // @unroll 8
+        for (var k = 0u; k < PF_KQ; k++) {
+            let u = lid + k * WORKGROUP_SIZE;
+            if (u < PF_DP * PF_TQ) {
+                pf_put_kquad(u, pf_kquad(t0 + 4u * (u % PF_TQ) - AP.tok0, kl, min(u / PF_TQ, DIM - 1u), h));
+            }
+        }
+    } else if (RING && t0 >= AP.qk) {
+        // @unroll 32
+        for (var k = 0u; k < PF_KE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let pos = min(t0 + e % PF_TT, s1 - 1u);
+            pf_put_k(e, pf_ring(true, pos, AP.ring_cap_k, min(e / PF_TT, DIM - 1u), h));
+        }
+    } else {
+        // @unroll 32
+        for (var k = 0u; k < PF_KE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let c = min(e / PF_TT, DIM - 1u);
+            let pos = min(t0 + e % PF_TT, s1 - 1u);
+            var x = 0.0;
+            if (pos < AP.qk) {
+                x = k_value(pos - AP.tok0, kl, c, h);
+            } else if (RING) {
+                x = pf_ring(true, pos, AP.ring_cap_k, c, h);
+            }
+            pf_put_k(e, x);
+        }
+    }
+}
+
+// The values of tile t0 (split end s1) of KV head h: the codec's space, or on a ring split
+// (`vring`) the ring's rows (the output space).
+fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
+    let vl = min(s1, AP.qv) - 1u - AP.tok0;
+    let width = select(V_W, DIM, vring);
+    let tend = min(t0 + PF_TT, s1);
+    if (PF_NOLOAD) {
+        // @unroll 32
+        for (var k = 0u; k < PF_VE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            pf_put_v(e, f32((e + t0) & 7u) * 0.125);
+        }
+    } else if (!vring && tend <= AP.qv) {
+        // Four channels of a token at a time (pf_vquad).
+        // @unroll 8
+        for (var k = 0u; k < PF_VQ; k++) {
+            let u = lid + k * WORKGROUP_SIZE;
+            if (u < PF_TT * PF_VW4) {
+                pf_put_vquad(u, pf_vquad(t0 + u / PF_VW4 - AP.tok0, vl, 4u * (u % PF_VW4), h));
+            }
+        }
+    } else if (RING && (vring || t0 >= AP.qv)) {
+        // @unroll 32
+        for (var k = 0u; k < PF_VE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let pos = min(t0 + e / PF_WP, s1 - 1u);
+            pf_put_v(e, pf_ring(false, pos, AP.ring_cap_v, min(e % PF_WP, width - 1u), h));
+        }
+    } else {
+        // @unroll 32
+        for (var k = 0u; k < PF_VE; k++) {
+            let e = lid + k * WORKGROUP_SIZE;
+            let c = min(e % PF_WP, width - 1u);
+            let pos = min(t0 + e / PF_WP, s1 - 1u);
+            var x = 0.0;
+            if (!vring && pos < AP.qv) {
+                x = v_value(pos - AP.tok0, vl, c, h);
+            } else if (RING) {
+                x = pf_ring(false, pos, AP.ring_cap_v, c, h);
+            }
+            pf_put_v(e, x);
+        }
+    }
+}
