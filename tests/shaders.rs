@@ -100,7 +100,9 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_SG_WIDE", wide),
                     ("ATT_RING", ring),
                     ("ATT_POS", u32::from(dim == 64 || dim == 128)),
-                    ("ATT_TC_NOLOAD", 0),
+                    // The tensor-core kernels' measuring floors (0 to 3 over D, width
+                    // class and codec pair): all compile.
+                    ("ATT_TC_NOLOAD", (dim / 64 + wide + i as u32) % 4),
                     ("ATT_TC_PAD", u32::from(dim == 128)),
                     ("ATT_TC_PF", (dim / 64) % 3),
                     // The prefill kernel's measuring variants (0 to 5 over D, width class

@@ -122,7 +122,8 @@ pub fn specialization(
         // (`plan::KeyPositions`), fixed for the layer's life.
         ("ATT_POS", u32::from(positions)),
         // Measuring only: the tensor-core kernels without the codecs' reads (1; the decode
-        // kernel: 2, without staging the tiles either; 3, without its MMAs), for the kernels'
+        // kernel: 2, without staging the tiles either; 3, without its MMAs; the prefill
+        // kernel: 2, without its score step either; 3, without its softmax), for the kernels'
         // floor. The decode kernel for f16 rows (wgsl/attend/attend_decode_tc_rows.wgsl): 1,
         // zero rows staged instead of loaded.
         ("ATT_TC_NOLOAD", measuring_knob("KVPACK_TC_NOLOAD", 3)),

@@ -62,9 +62,13 @@ const TC_NO: u32 = TC_WP / 16u;
 const TC_TAU: f32 = 8.0;
 // The scale of the low parts (2^11) and its inverse.
 const TC_ILO: f32 = 1.0 / 2048.0;
-// Measuring only (ATT_TC_NOLOAD = 1, KVPACK_TC_NOLOAD=1): tiles of synthetic values instead of
-// the codecs' reads, for the kernel's floor without memory traffic.
-const TC_NOLOAD: bool = ATT_TC_NOLOAD == 1u;
+// Measuring only (KVPACK_TC_NOLOAD, src/attention/gpu.rs): 1, tiles of synthetic values
+// instead of the codecs' reads (the kernel's floor without memory traffic); phase floors of
+// that floor (wrong results; each leaves one more step out, for its share of the time): 2,
+// no score step (the softmax reads S as it lies); 3, no softmax (P·V̂ reads P as it lies).
+const TC_NOLOAD: bool = ATT_TC_NOLOAD >= 1u;
+const TC_NO_SCORES: bool = ATT_TC_NOLOAD == 2u;
+const TC_NO_SOFTMAX: bool = ATT_TC_NOLOAD == 3u;
 
 // Regions of tch (f16 elements) and of tcs.
 const TC_OKL: u32 = TC_TT * TC_DP;
@@ -214,53 +218,57 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         pf_values(lid, t0, s1, h, vring);
         workgroupBarrier();
         // 3. Scores of the subgroup's 16 vectors × TC_TT tokens.
-        // @unroll 2
-        for (var tb = 0u; tb < TC_TB; tb++) {
-            var s = TcC();
-            var sl2 = TcC();
-            // @unroll 16
-            for (var k = 0u; k < TC_KD; k++) {
-                let at = k * 16u * TC_TT + tb * 16u;
-                let kh = coopLoadT<TcB>(&tch[at], TC_TT);
-                let klo = coopLoadT<TcB>(&tch[TC_OKL + at], TC_TT);
-                s = coopMultiplyAdd(qh[k], kh, s);
-                sl2 = coopMultiplyAdd(ql[k], kh, sl2);
-                sl2 = coopMultiplyAdd(qh[k], klo, sl2);
+        if (!TC_NO_SCORES) {
+            // @unroll 2
+            for (var tb = 0u; tb < TC_TB; tb++) {
+                var s = TcC();
+                var sl2 = TcC();
+                // @unroll 16
+                for (var k = 0u; k < TC_KD; k++) {
+                    let at = k * 16u * TC_TT + tb * 16u;
+                    let kh = coopLoadT<TcB>(&tch[at], TC_TT);
+                    let klo = coopLoadT<TcB>(&tch[TC_OKL + at], TC_TT);
+                    s = coopMultiplyAdd(qh[k], kh, s);
+                    sl2 = coopMultiplyAdd(ql[k], kh, sl2);
+                    sl2 = coopMultiplyAdd(qh[k], klo, sl2);
+                }
+                coopStoreT(s + sl2 * TC_ILO, &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
             }
-            coopStoreT(s + sl2 * TC_ILO, &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
         }
         workgroupBarrier();
         // 4. Masks, the tile's max, weights (lane pair: TC_LT tokens each).
-        var sv: array<f32, 16>;
-        var mt = NEG;
-        // @unroll 16
-        for (var j = 0u; j < TC_LT; j++) {
-            let t = half * TC_LT + j;
-            let pos = t0 + t;
-            let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
-            sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
-            mt = max(mt, sv[j]);
-        }
-        mt = max(mt, subgroupShuffleXor(mt, 1u));
-        var corr = 1.0;
-        if (mt > m + TC_TAU) {
-            corr = exp2(m - mt);
-            if (m > NEG) {
-                atomicOr(&tcflag[0], 1u);
+        if (!TC_NO_SOFTMAX) {
+            var sv: array<f32, 16>;
+            var mt = NEG;
+            // @unroll 16
+            for (var j = 0u; j < TC_LT; j++) {
+                let t = half * TC_LT + j;
+                let pos = t0 + t;
+                let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
+                sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
+                mt = max(mt, sv[j]);
             }
-            m = mt;
-        }
-        l *= corr;
-        // @unroll 16
-        for (var j = 0u; j < TC_LT; j++) {
-            let p = select(0.0, exp2(sv[j] - m), sv[j] > NEG);
-            l += p;
-            let ps = tc_split(p);
-            tch[TC_OP + row * TC_TT + half * TC_LT + j] = ps.x;
-            tch[TC_OPL + row * TC_TT + half * TC_LT + j] = ps.y;
-        }
-        if (half == 0u) {
-            tcs[TC_OR + row] = corr;
+            mt = max(mt, subgroupShuffleXor(mt, 1u));
+            var corr = 1.0;
+            if (mt > m + TC_TAU) {
+                corr = exp2(m - mt);
+                if (m > NEG) {
+                    atomicOr(&tcflag[0], 1u);
+                }
+                m = mt;
+            }
+            l *= corr;
+            // @unroll 16
+            for (var j = 0u; j < TC_LT; j++) {
+                let p = select(0.0, exp2(sv[j] - m), sv[j] > NEG);
+                l += p;
+                let ps = tc_split(p);
+                tch[TC_OP + row * TC_TT + half * TC_LT + j] = ps.x;
+                tch[TC_OPL + row * TC_TT + half * TC_LT + j] = ps.y;
+            }
+            if (half == 0u) {
+                tcs[TC_OR + row] = corr;
+            }
         }
         // (a barrier: S, P, the factors and the flag are complete for everyone)
         if (workgroupUniformLoad(&tcflag[0]) != 0u) {
