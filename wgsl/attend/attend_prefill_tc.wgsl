@@ -195,7 +195,8 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         workgroupBarrier();
     }
     // The vector of this lane pair and its state (both lanes keep m; l is per lane).
-    let row = sg * 16u + sl / 2u;
+    let rs = sl / 2u;
+    let row = sg * 16u + rs;
     let half = sl % 2u;
     let v = vb * TC_QB + row;
     let live = v < AP.vec_total;
@@ -236,13 +237,15 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             }
         }
         workgroupBarrier();
-        // 4. Masks, the tile's max, weights (lane pair: TC_LT tokens each).
+        // 4. Masks, the tile's max, weights (lane pair: TC_LT tokens each, in an order rotated
+        //    by the vector's row, so that the subgroup's reads of S and writes of P at step j
+        //    fall in 32 different banks: rows are TC_TT words (f32) or TC_TT / 2 (f16) apart).
         if (!TC_NO_SOFTMAX) {
             var sv: array<f32, 16>;
             var mt = NEG;
             // @unroll 16
             for (var j = 0u; j < TC_LT; j++) {
-                let t = half * TC_LT + j;
+                let t = half * TC_LT + (j + rs) % TC_LT;
                 let pos = t0 + t;
                 let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
                 sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
@@ -263,8 +266,9 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 let p = select(0.0, exp2(sv[j] - m), sv[j] > NEG);
                 l += p;
                 let ps = tc_split(p);
-                tch[TC_OP + row * TC_TT + half * TC_LT + j] = ps.x;
-                tch[TC_OPL + row * TC_TT + half * TC_LT + j] = ps.y;
+                let t = half * TC_LT + (j + rs) % TC_LT;
+                tch[TC_OP + row * TC_TT + t] = ps.x;
+                tch[TC_OPL + row * TC_TT + t] = ps.y;
             }
             if (half == 0u) {
                 tcs[TC_OR + row] = corr;
