@@ -9,7 +9,7 @@
 //! --decode-only (no prefill-chunk and append arms: a quicker A/B of decode kernels)
 //! --prefill-only (prefill chunks only, the A-vs-A twins kept for the noise floor; the prefill
 //! kernel beside the decode kernel at every method and T, and for KIVI-4 at the variant T also
-//! at a quarter of its automatic split; chunks of 4, 8 and 16 rows on both kernels for f16 and
+//! at a quarter of its automatic split; chunks of 4, 8 and 16 rows on every kernel for f16 and
 //! KIVI-4 at the variant T)
 //! ```
 //!
@@ -740,15 +740,20 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                     }
                 }
             }
-            // With --prefill-only: shorter chunks (4, 8 and 16 rows) on both kernels at the
-            // variant T, for where Auto should switch from the decode kernel to the prefill
-            // kernel.
+            // With --prefill-only: shorter chunks (4, 8 and 16 rows) on every kernel at the
+            // variant T (the tensor-core one where the device has it), for where Auto should
+            // switch from the decode kernel.
             if o.prefill_only && t == variant_t && (m == "kivi-4" || m == "f16") {
+                let tensor = ctx.tensor_cores().is_ok();
                 for tq in [4, 8, 16] {
                     for (kernel, what) in [
                         (AttendKernel::Decode, "decode kernel"),
                         (AttendKernel::Prefill, "prefill kernel"),
+                        (AttendKernel::Tensor, "tensor cores"),
                     ] {
+                        if kernel == AttendKernel::Tensor && !tensor {
+                            continue;
+                        }
                         let a = attend_arm(ctx, m, PathChoice::Wgsl, t, tq, k, v, &mut rng)?;
                         let suffix = format!(" ({what})");
                         attend_arms.push(retarget(ctx, a, &suffix, Some(what), |o| {

@@ -62,6 +62,36 @@ fn tensor_kernel_refusals_are_typed() {
             .expect("auto"),
         kvpack::attention::plan::SplitKernel::Decode
     );
+    // Auto's choice for keys that do not transform the query: the tensor-core kernel where the
+    // device runs it, its storage fits and the call has at least TENSOR_AUTO_VECTORS query
+    // vectors per KV head; the decode kernel otherwise.
+    use kvpack::attention::plan::{SplitKernel, TENSOR_AUTO_VECTORS};
+    let plain = kvpack::attention::plan::CacheShape {
+        key_prep: false,
+        ..shape
+    };
+    let need = kvpack::attention::plan::tensor_workgroup_bytes(64, 64);
+    let rows = TENSOR_AUTO_VECTORS / 2; // hq / hkv = 2 vectors per row
+    for (tq, tensor, limit, want) in [
+        (rows, Ok(()), 1 << 16, SplitKernel::Tensor),
+        (rows + 3, Ok(()), 1 << 16, SplitKernel::Tensor),
+        (rows - 1, Ok(()), 1 << 16, SplitKernel::Decode),
+        (1, Ok(()), 1 << 16, SplitKernel::Decode),
+        (rows, Err("no cooperative matrices".to_string()), 1 << 16, SplitKernel::Decode),
+        (rows, Ok(()), need - 1, SplitKernel::Decode),
+    ] {
+        let c = kvpack::attention::plan::Call {
+            tq,
+            opts: opts(AttendKernel::Auto),
+            ..call
+        };
+        assert_eq!(
+            c.split_kernel(&plain, limit, &tensor, &Err("no tiles".into()))
+                .expect("auto"),
+            want,
+            "Auto at Tq {tq}, tensor cores {tensor:?}, storage {limit}"
+        );
+    }
     drop(tq);
     // No GPU: the reason says so.
     assert_eq!(cpu.tensor_cores(), Err("no GPU device".to_string()));
@@ -90,18 +120,31 @@ fn tensor_kernel_refusals_are_typed() {
         }
         other => panic!("tensor kernel on wgsl-workgroup: {other:?}"),
     }
-    // Auto runs the decode kernel for a 64-row chunk on every device (the tensor-core kernel
-    // is slower where it runs: BENCHMARKS.md).
-    let logged = ctx.with_dispatch_log();
-    let mut a = Layer::new(&logged, hkv, d, &m, PathChoice::WgslSubgroup).expect("layer");
-    a.append(Input::F32(&k), Input::F32(&k)).expect("append");
-    a.attend(&q, hq, &opts(AttendKernel::Auto)).expect("auto");
-    let ran = logged.dispatches();
-    assert!(
-        ran.iter()
-            .all(|(k, _, _)| !k.starts_with("attend_prefill_tc")),
-        "Auto dispatched the tensor kernel: {ran:?}"
-    );
+    // Auto runs a 64-row chunk (256 vectors per KV head) on the tensor-core kernel where the
+    // device has tensor cores, within the f16-product bound of the CPU path, and a 4-row
+    // chunk (16 vectors) on the decode kernel; without tensor cores, neither on it.
+    let has = ctx.tensor_cores().is_ok();
+    for (rows, want_tc) in [(64, has), (4, false)] {
+        let q = &q[(64 - rows) * hq * d..];
+        let (err, ran) = common::gpu_vs_cpu(
+            &ctx,
+            "kivi-4",
+            hkv,
+            d,
+            hq,
+            &k,
+            &k,
+            q,
+            &opts(AttendKernel::Auto),
+        );
+        let tc = ran.iter().any(|k| k.starts_with("attend_prefill_tc"));
+        assert_eq!(tc, want_tc, "Auto at {rows} rows (tensor cores: {has}): {ran:?}");
+        assert!(err <= 1e-3, "Auto at {rows} rows: worst row rel L2 {err:e}");
+        eprintln!(
+            "tensor_kernel_refusals_are_typed: Auto at {rows} rows ran the {} kernel, worst row rel L2 {err:e}",
+            if tc { "tensor-core" } else { "decode" }
+        );
+    }
     match ctx.tensor_cores() {
         Ok(()) => eprintln!("tensor_kernel_refusals_are_typed: this device has tensor cores"),
         Err(why) => {

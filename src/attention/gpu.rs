@@ -131,9 +131,9 @@ pub fn specialization(
         ("ATT_TC_PAD", plan::tensor_decode_pad()),
         // Measuring only: the f32 prefill kernel (wgsl/attend/attend_prefill.wgsl) without
         // the codecs' reads (`KVPACK_PF_VARIANT=1`: synthetic tiles, for its floor without
-        // memory traffic), with 4 vectors × 2 tokens per score invocation (2; right
-        // results), or with one step left out (3: the softmax, 4: the scores, 5: the output;
-        // wrong results, for each step's share of the time). 0, the default, is the kernel.
+        // memory traffic), or with one step left out (3: the softmax, 4: the scores, 5: the
+        // output; wrong results, for each step's share of the time). 0, the default, is the
+        // kernel; 2 is unused (formerly measured variants).
         ("ATT_PF_VARIANT", measuring_knob("KVPACK_PF_VARIANT", 5)),
         // Measuring only: the decode kernel (wgsl/attend/attend_core.wgsl) with the ring's
         // rows read one row per loop trip (`KVPACK_DEC_VARIANT=1`), for their share of its

@@ -364,9 +364,16 @@ impl Call {
         let width = shape.value_dim.max(self.dim);
         let fits = prefill_workgroup_bytes(self.dim, width) <= wg_limit;
         let tc_bytes = tensor_workgroup_bytes(self.dim, shape.value_dim);
-        // Auto never picks the tensor-core kernel: measured on the H200 it is slower than the
-        // decode kernel on a 64-row chunk (BENCHMARKS.md, "Prefill chunks").
+        // Auto picks the tensor-core prefill kernel where the device runs it, the key codec
+        // does not transform the query, its storage fits and the call fills at least one of
+        // its workgroups (TENSOR_AUTO_VECTORS query vectors per KV head); else the decode
+        // kernel (BENCHMARKS.md, "Prefill chunks": the measurements behind both).
+        let auto_tensor = tensor.is_ok()
+            && !shape.key_prep
+            && tc_bytes <= wg_limit
+            && self.vectors() >= TENSOR_AUTO_VECTORS;
         Ok(match self.opts.kernel {
+            AttendKernel::Auto if auto_tensor => SplitKernel::Tensor,
             AttendKernel::Decode | AttendKernel::Auto => SplitKernel::Decode,
             AttendKernel::Tensor if shape.key_prep => {
                 return Err(Error::Config(
@@ -466,6 +473,12 @@ impl Call {
         }
     }
 }
+
+/// The fewest query vectors per KV head (rows × grouped heads) for which Auto runs the
+/// tensor-core prefill kernel where the device has it: one of its workgroups' worth (64).
+/// Measured on an H100 (BENCHMARKS.md, "Prefill chunks"): at 64 vectors it is 7–18 % faster
+/// than the decode kernel at 32k tokens.
+pub const TENSOR_AUTO_VECTORS: usize = 64;
 
 /// The base of every dispatch's uniform (`per_wg` query vectors per workgroup).
 fn base(call: &Call, shape: &CacheShape, per_wg: usize) -> AttendParams {

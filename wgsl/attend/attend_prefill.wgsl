@@ -68,11 +68,7 @@ const PF_OC4: u32 = PF_WP / (4u * PF_CG);
 // PF_CU at a time (unrolled) inside a loop: at most 8 trips per 16-token tile (D = 128), so
 // that a 65,536-token split stays within lavapipe's 65,535 loop iterations
 // (plan::LOOP_LIMITED_SPLIT: 4,096 × 9); with 8-token tiles a part is unrolled whole.
-// Tokens per score invocation: 1; 2 in measuring variant 2 (then twice the parts).
-const PF_TPI: u32 = select(1u, 2u, ATT_PF_VARIANT == 2u);
-// Variant 2's channels per part (its loop's bound; 1 elsewhere, where it is not called).
-const PF_PCV: u32 = select(1u, PF_PC, PF_TPI == 2u);
-const PF_SN: u32 = PF_Q4 * PF_TT / PF_TPI;
+const PF_SN: u32 = PF_Q4 * PF_TT;
 const PF_PARTS: u32 = WORKGROUP_SIZE / PF_SN;
 const PF_PC: u32 = PF_DP / PF_PARTS;
 const PF_CU: u32 = select(16u, PF_PC, PF_PARTS > 1u);
@@ -92,11 +88,10 @@ const PF_QE: u32 = PF_DP * PF_QB / WORKGROUP_SIZE;
 // codecs' reads (the kernel's floor without memory traffic). Phase floors (wrong results;
 // each leaves one step out, for its share of the time): 3, no softmax (the output step reads
 // the scores as they lie, factors of 1); 4, no score step (the softmax reads whatever pf_s
-// holds); 5, no output step (the tile's values are still staged). Variant 2 (right results):
-// the score step with 4 vectors × 2 tokens per invocation over twice the parts (PF_TPI;
-// `pf_scores_pairs`: per channel a 16-byte and two 4-byte reads feed 8 multiply-adds). (2 was
-// before, in turn, loads held in registers across steps (d3f8c74) and the spread softmax
-// before it became the kernel's (c91bceb): BENCHMARKS.md, "Prefill chunks".)
+// holds); 5, no output step (the tile's values are still staged). 2 is unused: it was, in
+// turn, loads held in registers across steps (d3f8c74), the spread softmax before it became
+// the kernel's (c91bceb), and 4 vectors × 2 tokens per score invocation (1da5cd5; 13 % slower
+// at 245 registers on an H100): BENCHMARKS.md, "Prefill chunks".
 const PF_NOLOAD: bool = ATT_PF_VARIANT == 1u;
 const PF_NO_SOFTMAX: bool = ATT_PF_VARIANT == 3u;
 const PF_NO_SCORES: bool = ATT_PF_VARIANT == 4u;
@@ -163,30 +158,6 @@ fn pf_scores(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
         a = pf_mask(a, t0 + st, s1, h, v0, sq);
     }
     pf_s[(part * PF_TT + st) * PF_Q4 + sq] = a;
-}
-
-// Step 2 in measuring variant 2: invocation lid's scores, vector quad sq × tokens 2·sp and
-// 2·sp + 1 over the channels of its part (unrolled whole), into pf_s (part 0 masked).
-fn pf_scores_pairs(lid: u32, t0: u32, s1: u32, h: u32, v0: u32) {
-    let sq = lid % PF_Q4;
-    let sp = (lid % PF_SN) / PF_Q4;
-    let part = lid / PF_SN;
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    // @unroll 64
-    for (var i = 0u; i < PF_PCV; i++) {
-        let c = part * PF_PC + i;
-        let qv = pf_q[c * PF_Q4 + sq];
-        let at = c * PF_TT + 2u * sp;
-        a0 += qv * pf_kv[at / 4u][at % 4u];
-        a1 += qv * pf_kv[at / 4u][at % 4u + 1u];
-    }
-    if (part == 0u) {
-        a0 = pf_mask(a0, t0 + 2u * sp, s1, h, v0, sq);
-        a1 = pf_mask(a1, t0 + 2u * sp + 1u, s1, h, v0, sq);
-    }
-    pf_s[(part * PF_TT + 2u * sp) * PF_Q4 + sq] = a0;
-    pf_s[(part * PF_TT + 2u * sp + 1u) * PF_Q4 + sq] = a1;
 }
 
 // Step 3's online softmax (base 2), spread over the workgroup: invocation lid serves vector
@@ -276,9 +247,7 @@ fn prefill_main(lid: u32, wid: u32) {
         pf_keys(lid, t0, s1, h);
         workgroupBarrier();
         // 2. Scores: 4 vectors × 1 token per invocation, by part of the channels.
-        if (PF_TPI == 2u) {
-            pf_scores_pairs(lid, t0, s1, h, v0);
-        } else if (!PF_NO_SCORES) {
+        if (!PF_NO_SCORES) {
             pf_scores(lid, t0, s1, h, v0);
         }
         workgroupBarrier();
