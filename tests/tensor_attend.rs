@@ -63,25 +63,30 @@ fn tensor_kernel_refusals_are_typed() {
         kvpack::attention::plan::SplitKernel::Decode
     );
     // Auto's choice for keys that do not transform the query: the tensor-core kernel where the
-    // device runs it, its storage fits and the call has at least TENSOR_AUTO_VECTORS query
-    // vectors per KV head; the decode kernel otherwise.
-    use kvpack::attention::plan::{SplitKernel, TENSOR_AUTO_VECTORS};
+    // device runs it, its storage fits, the call has at least TENSOR_AUTO_VECTORS query
+    // vectors per KV head and the cache at least TENSOR_AUTO_TOKENS tokens; the decode kernel
+    // otherwise.
+    use kvpack::attention::plan::{SplitKernel, TENSOR_AUTO_TOKENS, TENSOR_AUTO_VECTORS};
+    let long = TENSOR_AUTO_TOKENS;
     let plain = kvpack::attention::plan::CacheShape {
         key_prep: false,
         ..shape
     };
     let need = kvpack::attention::plan::tensor_workgroup_bytes(64, 64);
     let rows = TENSOR_AUTO_VECTORS / 2; // hq / hkv = 2 vectors per row
-    for (tq, tensor, limit, want) in [
-        (rows, Ok(()), 1 << 16, SplitKernel::Tensor),
-        (rows + 3, Ok(()), 1 << 16, SplitKernel::Tensor),
-        (rows - 1, Ok(()), 1 << 16, SplitKernel::Decode),
-        (1, Ok(()), 1 << 16, SplitKernel::Decode),
-        (rows, Err("no cooperative matrices".to_string()), 1 << 16, SplitKernel::Decode),
-        (rows, Ok(()), need - 1, SplitKernel::Decode),
+    let no = || Err("no cooperative matrices".to_string());
+    for (tq, tokens, tensor, limit, want) in [
+        (rows, long, Ok(()), 1 << 16, SplitKernel::Tensor),
+        (rows + 3, long * 2, Ok(()), 1 << 16, SplitKernel::Tensor),
+        (rows - 1, long, Ok(()), 1 << 16, SplitKernel::Decode),
+        (rows, long - 1, Ok(()), 1 << 16, SplitKernel::Decode),
+        (1, long, Ok(()), 1 << 16, SplitKernel::Decode),
+        (rows, long, no(), 1 << 16, SplitKernel::Decode),
+        (rows, long, Ok(()), need - 1, SplitKernel::Decode),
     ] {
         let c = kvpack::attention::plan::Call {
             tq,
+            tokens,
             opts: opts(AttendKernel::Auto),
             ..call
         };
@@ -89,7 +94,7 @@ fn tensor_kernel_refusals_are_typed() {
             c.split_kernel(&plain, limit, &tensor, &Err("no tiles".into()))
                 .expect("auto"),
             want,
-            "Auto at Tq {tq}, tensor cores {tensor:?}, storage {limit}"
+            "Auto at Tq {tq}, T {tokens}, tensor cores {tensor:?}, storage {limit}"
         );
     }
     drop(tq);
@@ -120,28 +125,43 @@ fn tensor_kernel_refusals_are_typed() {
         }
         other => panic!("tensor kernel on wgsl-workgroup: {other:?}"),
     }
-    // Auto runs a 64-row chunk (256 vectors per KV head) on the tensor-core kernel where the
-    // device has tensor cores, within the f16-product bound of the CPU path, and a 4-row
-    // chunk (16 vectors) on the decode kernel; without tensor cores, neither on it.
+    // Auto runs a 64-row chunk (256 vectors per KV head) over TENSOR_AUTO_TOKENS tokens on the
+    // tensor-core kernel where the device has tensor cores, within the f16-product bound of
+    // the CPU path; a 4-row chunk (16 vectors) there, and the 64-row chunk over 96 tokens, on
+    // the decode kernel. (Without tensor cores the long case is not run: it would only show
+    // the decode kernel again, at the cost of a 32k-token CPU reference.)
     let has = ctx.tensor_cores().is_ok();
-    for (rows, want_tc) in [(64, has), (4, false)] {
+    let mut rng = common::rng("tensor_auto");
+    let kl: Vec<f32> = (0..long * hkv * d)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
+    if !has {
+        eprintln!(
+            "tensor_kernel_refusals_are_typed: Auto over {long} tokens not run here (no tensor cores)"
+        );
+    }
+    for (rows, k, want_tc) in [(64, &kl, has), (4, &kl, false), (64, &k, false)] {
+        if !has && k.len() == kl.len() {
+            continue;
+        }
         let q = &q[(64 - rows) * hq * d..];
+        let t = k.len() / (hkv * d);
         let (err, ran) = common::gpu_vs_cpu(
             &ctx,
             "kivi-4",
             hkv,
             d,
             hq,
-            &k,
-            &k,
+            k,
+            k,
             q,
             &opts(AttendKernel::Auto),
         );
         let tc = ran.iter().any(|k| k.starts_with("attend_prefill_tc"));
-        assert_eq!(tc, want_tc, "Auto at {rows} rows (tensor cores: {has}): {ran:?}");
-        assert!(err <= 1e-3, "Auto at {rows} rows: worst row rel L2 {err:e}");
+        assert_eq!(tc, want_tc, "Auto at {rows} rows, T {t} (tensor cores: {has}): {ran:?}");
+        assert!(err <= 1e-3, "Auto at {rows} rows, T {t}: worst row rel L2 {err:e}");
         eprintln!(
-            "tensor_kernel_refusals_are_typed: Auto at {rows} rows ran the {} kernel, worst row rel L2 {err:e}",
+            "tensor_kernel_refusals_are_typed: Auto at {rows} rows, T {t} ran the {} kernel, worst row rel L2 {err:e}",
             if tc { "tensor-core" } else { "decode" }
         );
     }

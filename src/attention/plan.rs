@@ -365,13 +365,15 @@ impl Call {
         let fits = prefill_workgroup_bytes(self.dim, width) <= wg_limit;
         let tc_bytes = tensor_workgroup_bytes(self.dim, shape.value_dim);
         // Auto picks the tensor-core prefill kernel where the device runs it, the key codec
-        // does not transform the query, its storage fits and the call fills at least one of
-        // its workgroups (TENSOR_AUTO_VECTORS query vectors per KV head); else the decode
-        // kernel (BENCHMARKS.md, "Prefill chunks": the measurements behind both).
+        // does not transform the query, its storage fits, the call fills at least one of its
+        // workgroups (TENSOR_AUTO_VECTORS query vectors per KV head) and the cache is long
+        // (TENSOR_AUTO_TOKENS); else the decode kernel (BENCHMARKS.md, "Prefill chunks": the
+        // measurements behind both).
         let auto_tensor = tensor.is_ok()
             && !shape.key_prep
             && tc_bytes <= wg_limit
-            && self.vectors() >= TENSOR_AUTO_VECTORS;
+            && self.vectors() >= TENSOR_AUTO_VECTORS
+            && self.tokens >= TENSOR_AUTO_TOKENS;
         Ok(match self.opts.kernel {
             AttendKernel::Auto if auto_tensor => SplitKernel::Tensor,
             AttendKernel::Decode | AttendKernel::Auto => SplitKernel::Decode,
@@ -475,10 +477,20 @@ impl Call {
 }
 
 /// The fewest query vectors per KV head (rows × grouped heads) for which Auto runs the
-/// tensor-core prefill kernel where the device has it: one of its workgroups' worth (64).
-/// Measured on an H100 (BENCHMARKS.md, "Prefill chunks"): at 64 vectors it is 7–18 % faster
-/// than the decode kernel at 32k tokens.
-pub const TENSOR_AUTO_VECTORS: usize = 64;
+/// tensor-core prefill kernel where the device has it. Measured on an H100 at 32k tokens
+/// (BENCHMARKS.md, "Prefill chunks"): with 256 vectors (64 rows, GQA 4) it is 7–17 % faster
+/// than the decode kernel; with 64 (16 rows: one of its workgroups' worth) 8–16 % slower,
+/// with 16 or 32 two to three times slower. Between 64 and 256 untested, so Auto asks for the
+/// measured point.
+pub const TENSOR_AUTO_VECTORS: usize = 256;
+
+/// The fewest cached tokens for which Auto runs the tensor-core prefill kernel (with
+/// [`TENSOR_AUTO_VECTORS`]). Measured on an H100 with 64-row chunks: at 32k tokens it is
+/// faster than the decode kernel, at 1k and 4k slower (its fixed cost per workgroup: the
+/// queries' and the output's trips through workgroup memory); between them untested, so Auto
+/// asks for the measured point. A choice between two built kernels by the call's size, not a
+/// pipeline specialized on it.
+pub const TENSOR_AUTO_TOKENS: usize = 32768;
 
 /// The base of every dispatch's uniform (`per_wg` query vectors per workgroup).
 fn base(call: &Call, shape: &CacheShape, per_wg: usize) -> AttendParams {
