@@ -158,8 +158,14 @@ fn tensor_kernel_refusals_are_typed() {
             &opts(AttendKernel::Auto),
         );
         let tc = ran.iter().any(|k| k.starts_with("attend_prefill_tc"));
-        assert_eq!(tc, want_tc, "Auto at {rows} rows, T {t} (tensor cores: {has}): {ran:?}");
-        assert!(err <= 1e-3, "Auto at {rows} rows, T {t}: worst row rel L2 {err:e}");
+        assert_eq!(
+            tc, want_tc,
+            "Auto at {rows} rows, T {t} (tensor cores: {has}): {ran:?}"
+        );
+        assert!(
+            err <= 1e-3,
+            "Auto at {rows} rows, T {t}: worst row rel L2 {err:e}"
+        );
         eprintln!(
             "tensor_kernel_refusals_are_typed: Auto at {rows} rows, T {t} ran the {} kernel, worst row rel L2 {err:e}",
             if tc { "tensor-core" } else { "decode" }

@@ -80,10 +80,14 @@ impl AttendOptions {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AttendKernel {
-    /// The faster kernel as measured: today the decode kernel for every call (on the H200 a
-    /// 64-row chunk of KIVI-4 at 32k tokens takes 2.9 ms on it, 4.9 ms on the f32 prefill
-    /// kernel and 6.6 ms on the tensor-core kernel; chunks of 4–16 rows are 1.7–4× slower on
-    /// the prefill kernel too: BENCHMARKS.md, "Prefill chunks").
+    /// The faster kernel as measured: the tensor-core prefill kernel ([`AttendKernel::Tensor`])
+    /// where the device has it, the key codec does not transform the query and the call has
+    /// at least [`plan::TENSOR_AUTO_VECTORS`] query vectors per KV head over at least
+    /// [`plan::TENSOR_AUTO_TOKENS`] cached tokens (on an H100 a 64-row chunk of KIVI-4 at 32k
+    /// tokens takes 2.56 ms there against 2.84 on the decode kernel; f16 products, the 1e-3
+    /// bound); the decode kernel for every other call (at 1k and 4k tokens, and with 4–16
+    /// rows, the tensor-core and f32 prefill kernels are slower: BENCHMARKS.md, "Prefill
+    /// chunks").
     #[default]
     Auto,
     /// Four query vectors per workgroup, a lane owning 8 tokens × a slice of the stored
