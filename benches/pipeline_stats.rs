@@ -1,8 +1,9 @@
 //! What the Vulkan driver made of kvpack's attention kernels: the statistics of
 //! `VK_KHR_pipeline_executable_properties` (on NVIDIA: registers, local memory (spills), shared
 //! memory, instruction counts; on lavapipe: LLVM's) for the partial kernel of each method, with
-//! the `// @unroll` expansion on and off (src/gpu/unroll.rs), its tensor-core decode kernel
-//! and its prefill kernel (variants `tensor-decode`, `prefill`, and `prefill-but-pft-pfc` with its
+//! the `// @unroll` expansion on and off (src/gpu/unroll.rs), its tensor-core decode and
+//! prefill kernels and its prefill kernel (variants `tensor-decode`, `tensor-prefill`,
+//! `prefill`, and `prefill-but-pft-pfc` with its
 //! output step's token loop and its score step's channel loop kept as loops). A measuring tool,
 //! not a test.
 //!
@@ -72,10 +73,13 @@ fn parse() -> Result<Opts, String> {
 /// The variant name under which the tensor-core decode kernel (`attend_decode_tc`, unrolled)
 /// is reported, where the device offers cooperative matrices.
 const TENSOR_DECODE: &str = "tensor-decode";
+/// Likewise the tensor-core prefill kernel (`attend_prefill_tc`).
+const TENSOR_PREFILL: &str = "tensor-prefill";
 const PREFILL: &str = "prefill";
 
-const VARIANTS: [(&str, bool, &str); 8] = [
+const VARIANTS: [(&str, bool, &str); 9] = [
     (TENSOR_DECODE, false, ""),
+    (TENSOR_PREFILL, false, ""),
     (PREFILL, false, ""),
     // The prefill kernel with its output step's token loop and its score step's channel loop
     // left as loops (a smaller tile loop body; src/gpu/unroll.rs tags).
@@ -109,6 +113,9 @@ fn kernel_source(
     let def = if name == TENSOR_DECODE {
         kernel::tensor_decode(k.attend_hooks(), v.attend_hooks())
             .ok_or("no tile hooks for the tensor-core decode kernel")?
+    } else if name == TENSOR_PREFILL {
+        kernel::tensor(k.attend_hooks(), v.attend_hooks())
+            .ok_or("the tensor-core prefill kernel does not serve this key codec")?
     } else if name.starts_with(PREFILL) {
         kernel::prefill(k.attend_hooks(), v.attend_hooks())
             .ok_or("the prefill kernel does not serve this key codec")?
