@@ -1,11 +1,10 @@
 //! What the Vulkan driver made of kvpack's attention kernels: the statistics of
 //! `VK_KHR_pipeline_executable_properties` (on NVIDIA: registers, local memory (spills), shared
 //! memory, instruction counts; on lavapipe: LLVM's) for the partial kernel of each method, with
-//! the `// @unroll` expansion on and off (src/gpu/unroll.rs), its tensor-core decode and
-//! prefill kernels and its prefill kernel (variants `tensor-decode`, `tensor-prefill`,
-//! `prefill`, and `prefill-but-pft-pfc` with its
-//! output step's token loop and its score step's channel loop kept as loops). A measuring tool,
-//! not a test.
+//! the `// @unroll` expansion on and off (src/gpu/unroll.rs), its two tensor-core kernels and
+//! its f32 prefill kernel (variants `tensor-decode`, `tensor-prefill`, `prefill`, and
+//! `prefill-but-pft-pfc` with its output step's token loop and its score step's channel loop
+//! kept as loops). A measuring tool, not a test.
 //!
 //! ```text
 //! cargo bench --bench pipeline_stats [-- --dim 128 --methods f16,kivi-4,kivi-2 --dump DIR]

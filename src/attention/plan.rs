@@ -365,10 +365,10 @@ impl Call {
         let fits = prefill_workgroup_bytes(self.dim, width) <= wg_limit;
         let tc_bytes = tensor_workgroup_bytes(self.dim, shape.value_dim);
         // Auto picks the tensor-core prefill kernel where the device runs it, the key codec
-        // does not transform the query, its storage fits, the call fills at least one of its
-        // workgroups (TENSOR_AUTO_VECTORS query vectors per KV head) and the cache is long
-        // (TENSOR_AUTO_TOKENS); else the decode kernel (BENCHMARKS.md, "Prefill chunks": the
-        // measurements behind both).
+        // does not transform the query, its storage fits, the call has at least
+        // TENSOR_AUTO_VECTORS query vectors per KV head (four of its workgroups' worth) and
+        // the cache at least TENSOR_AUTO_TOKENS tokens; else the decode kernel (BENCHMARKS.md,
+        // "Prefill chunks": the measurements behind both).
         let auto_tensor = tensor.is_ok()
             && !shape.key_prep
             && tc_bytes <= wg_limit
