@@ -89,12 +89,14 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
     const TC: &[&str] = &["wgsl_tensor"];
     vec![
         // ---- attention, the tensor-core prefill kernel (attend_prefill_tc) ----
-        (m("wgsl tensor attend: P·V̂ reads the first 16 tokens' values for both blocks", Wgsl, "attend_prefill_tc", "&tch[TC_OV + kb * 16u * TC_WP + j * 16u]", None, "&tch[TC_OV + j * 16u]"), Attend, TC),
+        (m("wgsl tensor attend: P·V̂ reads the first 16 tokens' values for both blocks", Wgsl, "attend_prefill_tc", "&tch[TC_OV + kb * 16u * TC_VS + j * 16u]", None, "&tch[TC_OV + j * 16u]"), Attend, TC),
         (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TC),
         (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(key_pos(pos, h), pv);", None, "let ok = live && pos < s1 && key_pos(pos, h) <= pv;"), Attend, TC),
         (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TC),
         (m("wgsl tensor attend: the weights written in token order while the scores were read rotated", Wgsl, "attend_prefill_tc", "let ps = tc_split(p);\n                let t = half * TC_LT + (j + rs) % TC_LT;", None, "let ps = tc_split(p);\n                let t = half * TC_LT + j;"), Attend, TC),
-        (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_TT + tb * 16u;", None, "let at = k * 16u * TC_TT + (1u - tb) * 16u;"), Attend, TC),
+        (m("wgsl tensor attend: the high weights loaded with the unpadded row stride", Wgsl, "attend_prefill_tc", "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_KS);", None, "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_TT);"), Attend, TC),
+        (m("wgsl tensor attend: the low weights' product added unscaled", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()) * TC_ILO", None, "coopMultiplyAdd(pl, vm, TcC())"), Attend, TC),
+        (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TC),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----
         (m("wgsl tensor decode: the keys' Σ q·lo never added", Wgsl, "attend_decode_tc", "kbias = subgroupAdd(kb4);", None, "kbias = vec4<f32>(0.0);"), Attend, TC),
         (m("wgsl tensor decode: the values' Σ p·lo never added", Wgsl, "attend_decode_tc", "ob[g] += p * vp[g].y;", None, ""), Attend, TC),

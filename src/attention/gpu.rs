@@ -128,7 +128,7 @@ pub fn specialization(
         // zero rows staged instead of loaded.
         ("ATT_TC_NOLOAD", measuring_knob("KVPACK_TC_NOLOAD", 3)),
         // Measuring only: the tensor-core decode kernels' padded rows.
-        ("ATT_TC_PAD", plan::tensor_decode_pad()),
+        ("ATT_TC_PAD", plan::tensor_pad()),
         // Measuring only: the f32 prefill kernel (wgsl/attend/attend_prefill.wgsl) without
         // the codecs' reads (`KVPACK_PF_VARIANT=1`: synthetic tiles, for its floor without
         // memory traffic), or with one step left out (3: the softmax, 4: the scores, 5: the

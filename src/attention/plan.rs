@@ -110,28 +110,31 @@ pub const TENSOR_VECTORS: usize = 64;
 
 /// Workgroup storage (bytes) of the tensor-core prefill kernel for head width `dim` and a
 /// value space `value_dim` wide (wgsl/attend/attend_prefill_tc.wgsl): in f16 a tile's keys
-/// (two parts) and values (32 tokens, 16 where D > 128; widths rounded up to 16) and the
-/// weights of 64 vectors (two parts); in f32 their scores and 64 factors; a 16-byte flag.
-/// 41,232 bytes at D = 128, 33,040 at D = 256.
+/// (two parts, channel-major) and values (32 tokens, 16 where D > 128; widths rounded up to
+/// 16) and the weights of 64 vectors (two parts); in f32 their scores and 64 factors; a
+/// 16-byte flag. Unless [`tensor_pad`] is off, every f16 row is 8 elements longer and every
+/// f32 row 4. 48,912 bytes at D = 128 (41,232 unpadded), 44,560 at D = 256.
 pub fn tensor_workgroup_bytes(dim: usize, value_dim: usize) -> usize {
     let dp = dim.div_ceil(16) * 16;
     let wp = value_dim.max(dim).div_ceil(16) * 16;
     let tt = if dp > 128 { 16 } else { 32 };
+    let pad = tensor_pad() as usize;
+    let (ks, vs, ss) = (tt + 8 * pad, wp + 8 * pad, tt + 4 * pad);
     let v = TENSOR_VECTORS;
-    2 * (tt * (2 * dp + wp) + 2 * v * tt) + 4 * (v * tt + v) + 16
+    2 * (2 * dp * ks + tt * vs + 2 * v * ks) + 4 * (v * ss + v) + 16
 }
 
 /// Workgroup storage (bytes) of the tensor-core decode kernel for head width `dim`, a value
 /// space `value_dim` wide and `groups` value groups (wgsl/attend/attend_decode_tc.wgsl): in
 /// f16 a tile's keys and values (32 tokens, 16 where D > 128; widths rounded up to 16), the
 /// query's two parts (16 rows) and the weights (16 rows per group), every row 8 f16 longer
-/// where D ≤ 128 unless [`tensor_decode_pad`] is off; in f32 the scores and a pass of the
+/// where D ≤ 128 unless [`tensor_pad`] is off; in f32 the scores and a pass of the
 /// tile's output (two passes where the value width is above 128). 40,960 bytes at D = 128
 /// with 4 groups.
 pub fn tensor_decode_workgroup_bytes(dim: usize, value_dim: usize, groups: usize) -> usize {
     let dp = dim.div_ceil(16) * 16;
     let pad = if dp <= 128 {
-        8 * tensor_decode_pad() as usize
+        8 * tensor_pad() as usize
     } else {
         0
     };
@@ -152,20 +155,20 @@ pub fn tensor_decode_workgroup_bytes(dim: usize, value_dim: usize, groups: usize
 /// values (32 tokens, 16 where D > 128; the width rounded up to 16), the query's two parts
 /// (16 rows) and the weights (16 rows); in f32 the four subgroups' score blocks or a flush
 /// pass of the output (up to 128 columns), and 8 words. Rows of K, V and Q″ are 8 f16 longer
-/// than D (rounded up to 16) unless [`tensor_decode_pad`] is off. 35,360 bytes at
+/// than D (rounded up to 16) unless [`tensor_pad`] is off. 35,360 bytes at
 /// D = 128.
 pub fn tensor_decode_rows_workgroup_bytes(dim: usize) -> usize {
     let dp = dim.div_ceil(16) * 16;
-    let rs = dp + 8 * tensor_decode_pad() as usize;
+    let rs = dp + 8 * tensor_pad() as usize;
     let tt = if dp > 128 { 16 } else { 32 };
     2 * (2 * tt * rs + 32 * rs + 16 * tt) + 4 * 1024usize.max(16 * dp.min(128)) + 32
 }
 
-/// Whether the tensor-core decode kernels pad their workgroup rows by 8 f16 (their
-/// `ATT_TC_PAD`): yes, unless `KVPACK_TC_PAD=0` (measuring only; read once). Unpadded, the
-/// rows of a matrix all start on the same banks: the f16-rows kernel took 211 against 132 µs
-/// for the f16 cache at 32k on the H200 (benches/results/h200-2026-12-04-tcrows).
-pub fn tensor_decode_pad() -> u32 {
+/// Whether the tensor-core kernels (decode and prefill) pad their workgroup rows by 8 f16
+/// (their `ATT_TC_PAD`): yes, unless `KVPACK_TC_PAD=0` (measuring only; read once). Unpadded,
+/// the rows of a matrix all start on the same banks: the f16-rows decode kernel took 211
+/// against 132 µs for the f16 cache at 32k on the H200 (benches/results/h200-2026-12-04-tcrows).
+pub fn tensor_pad() -> u32 {
     static PAD: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *PAD.get_or_init(|| u32::from(std::env::var("KVPACK_TC_PAD").map_or(true, |v| v != "0")))
 }

@@ -38,14 +38,19 @@ diagnostic(off, derivative_uniformity);
 // region a cooperative matrix is loaded from or stored to starts 32-byte aligned whatever
 // order the driver lays the arrays out in (a 4-byte atomic declared on its own shifted the
 // matrices' view of the arrays against the plain accesses' on the H200):
-//   tch (f16): [K̂_hi: TC_DP × TC_TT, channel-major][K̂_lo: likewise][V̂: TC_TT × TC_WP]
-//              [P_hi: TC_QB × TC_TT][P_lo: TC_QB × TC_TT]
+//   tch (f16): [K̂_hi: TC_DP rows of TC_KS (TC_TT tokens), channel-major][K̂_lo: likewise]
+//              [V̂: TC_TT rows of TC_VS (TC_WP channels)]
+//              [P_hi: TC_QB rows of TC_KS (TC_TT tokens)][P_lo: likewise]
 //              (before the tile loop its first TC_OP elements stage the queries, in
-//              TC_QH slices of TC_QS channels)
-//   tcs (f32): [S: TC_QB × TC_TT (then staging of O and of rescales)][factors: TC_QB]
+//              TC_QH slices of TC_QS channels, rows TC_QSP apart)
+//   Every f16 row is 8 elements longer than its content (TC_PAD, unless ATT_TC_PAD is off:
+//   measuring only), so that the 8 rows of a matrix's 8×8 quarter start on 8 different
+//   16-byte bank groups instead of 2 or 1; row strides stay multiples of 16 bytes.
+//   tcs (f32): [S: TC_QB rows of TC_SS (TC_TT tokens; then staging of O and of rescales)]
+//              [factors: TC_QB]
 //   tcflag: a rescale flag (atomic, padded to 16 bytes).
 // The record (m, l, o) of every (vector, split) goes to the partials (always: the merge
-// kernel finishes). Workgroup storage: 2·(TC_OP + 2·TC_QB·TC_TT) + 4·(TC_QB·TC_TT + TC_QB) + 16
+// kernel finishes). Workgroup storage: 2·(TC_OPL + TC_QB·TC_KS) + 4·(TC_QB·TC_SS + TC_QB) + 16
 // bytes (plan::tensor_workgroup_bytes).
 
 // (TcA, TcB, TcC and tc_split: wgsl/attend/attend_tc_common.wgsl)
@@ -70,19 +75,31 @@ const TC_NOLOAD: bool = ATT_TC_NOLOAD >= 1u;
 const TC_NO_SCORES: bool = ATT_TC_NOLOAD == 2u;
 const TC_NO_SOFTMAX: bool = ATT_TC_NOLOAD == 3u;
 
+// Row strides of tch (f16 elements): keys' and weights' rows (tokens), values' rows
+// (channels).
+const TC_PAD: u32 = 8u * ATT_TC_PAD;
+const TC_KS: u32 = TC_TT + TC_PAD;
+const TC_VS: u32 = TC_WP + TC_PAD;
+// Row stride of tcs (f32 elements): 4 words longer than a tile where padded, so that a score
+// block's 8-byte stores take 2 wavefronts instead of 8 (rows 36 words apart at 32 tokens:
+// every bank holds two of a store's eight rows); the softmax's rotated reads stay on 32
+// different banks.
+const TC_SS: u32 = TC_TT + 4u * ATT_TC_PAD;
 // Regions of tch (f16 elements) and of tcs.
-const TC_OKL: u32 = TC_TT * TC_DP;
-const TC_OV: u32 = 2u * TC_TT * TC_DP;
-const TC_OP: u32 = TC_OV + TC_TT * TC_WP;
-const TC_OPL: u32 = TC_OP + TC_QB * TC_TT;
-const TC_OR: u32 = TC_QB * TC_TT;
-// Query staging: TC_QH slices of TC_QS channels (64 · TC_QS ≤ TC_OP), TC_QKD k-steps each.
-const TC_QH: u32 = select(1u, 2u, TC_QB * TC_DP > TC_OP);
+const TC_OKL: u32 = TC_DP * TC_KS;
+const TC_OV: u32 = 2u * TC_DP * TC_KS;
+const TC_OP: u32 = TC_OV + TC_TT * TC_VS;
+const TC_OPL: u32 = TC_OP + TC_QB * TC_KS;
+const TC_OR: u32 = TC_QB * TC_SS;
+// Query staging: TC_QH slices of TC_QS channels in rows TC_QSP apart (64 · TC_QSP ≤ TC_OP),
+// TC_QKD k-steps each.
+const TC_QH: u32 = select(1u, 2u, TC_QB * (TC_DP + TC_PAD) > TC_OP);
 const TC_QS: u32 = TC_DP / TC_QH;
+const TC_QSP: u32 = TC_QS + TC_PAD;
 const TC_QKD: u32 = TC_QS / 16u;
 const TC_QE: u32 = TC_QB * TC_QS / WORKGROUP_SIZE;
 
-var<workgroup> tch: array<f16, TC_OPL + TC_QB * TC_TT>;
+var<workgroup> tch: array<f16, TC_OPL + TC_QB * TC_KS>;
 var<workgroup> tcs: array<f32, TC_OR + TC_QB>;
 var<workgroup> tcflag: array<atomic<u32>, 4>;
 
@@ -100,30 +117,32 @@ fn tc_put_key(at: u32, x: f32) {
 }
 
 fn pf_put_kquad(u: u32, x: vec4<f32>) {
+    let at = (u / PF_TQ) * TC_KS + 4u * (u % PF_TQ);
     // @unroll 4
     for (var j = 0u; j < 4u; j++) {
-        tc_put_key(4u * u + j, x[j]);
+        tc_put_key(at + j, x[j]);
     }
 }
 
 fn pf_put_k(e: u32, x: f32) {
-    tc_put_key(e, x);
+    tc_put_key((e / TC_TT) * TC_KS + e % TC_TT, x);
 }
 
 fn pf_put_vquad(u: u32, x: vec4<f32>) {
+    let at = TC_OV + (u / PF_VW4) * TC_VS + 4u * (u % PF_VW4);
     // @unroll 4
     for (var j = 0u; j < 4u; j++) {
-        tch[TC_OV + 4u * u + j] = f16(x[j]);
+        tch[at + j] = f16(x[j]);
     }
 }
 
 fn pf_put_v(e: u32, x: f32) {
-    tch[TC_OV + e] = f16(x);
+    tch[TC_OV + (e / TC_WP) * TC_VS + e % TC_WP] = f16(x);
 }
 
 // Stages slice `r` of the workgroup's queries (scaled by scale·log2(e); 0 past D and for
 // vectors past the call): their f16 part (lo = false) or the f16 rounding of what that part
-// leaves (lo = true), rows of TC_QS channels at the start of tch.
+// leaves (lo = true), rows of TC_QS channels TC_QSP apart at the start of tch.
 fn tc_stage_q(lid: u32, h: u32, vb: u32, r: u32, lo: bool) {
     // @unroll 64
     for (var k = 0u; k < TC_QE; k++) {
@@ -136,7 +155,7 @@ fn tc_stage_q(lid: u32, h: u32, vb: u32, r: u32, lo: bool) {
             x = q[((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM + c] * AP.scale_log2;
         }
         let p = tc_split(x);
-        tch[e] = select(p.x, p.y, lo);
+        tch[row * TC_QSP + e - row * TC_QS] = select(p.x, p.y, lo);
     }
 }
 
@@ -144,20 +163,20 @@ fn tc_stage_q(lid: u32, h: u32, vb: u32, r: u32, lo: bool) {
 // 16·sg + r (tcs[TC_OR + ·]), through the subgroup's rows of `tcs` (called uniformly by the
 // whole workgroup: it has barriers).
 fn tc_rescale(o: ptr<function, array<TcC, TC_NO>>, sg: u32, sl: u32) {
-    let base = sg * 16u * TC_TT;
+    let base = sg * 16u * TC_SS;
     let rr = sl / 2u;
     let f = tcs[TC_OR + sg * 16u + rr];
     // @unroll 16
     for (var j = 0u; j < TC_NO; j++) {
-        coopStoreT((*o)[j], &tcs[base], TC_TT);
+        coopStoreT((*o)[j], &tcs[base], TC_SS);
         workgroupBarrier();
         // @unroll 8
         for (var i = 0u; i < 8u; i++) {
-            let a = base + rr * TC_TT + (sl % 2u) * 8u + i;
+            let a = base + rr * TC_SS + (sl % 2u) * 8u + i;
             tcs[a] = tcs[a] * f;
         }
         workgroupBarrier();
-        (*o)[j] = coopLoadT<TcC>(&tcs[base], TC_TT);
+        (*o)[j] = coopLoadT<TcC>(&tcs[base], TC_SS);
         workgroupBarrier();
     }
 }
@@ -183,14 +202,14 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         workgroupBarrier();
         // @unroll 16
         for (var k = 0u; k < TC_QKD; k++) {
-            qh[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QS + k * 16u], TC_QS);
+            qh[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QSP + k * 16u], TC_QSP);
         }
         workgroupBarrier();
         tc_stage_q(lid, h, vb, r, true);
         workgroupBarrier();
         // @unroll 16
         for (var k = 0u; k < TC_QKD; k++) {
-            ql[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QS + k * 16u], TC_QS);
+            ql[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QSP + k * 16u], TC_QSP);
         }
         workgroupBarrier();
     }
@@ -226,20 +245,21 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 var sl2 = TcC();
                 // @unroll 16
                 for (var k = 0u; k < TC_KD; k++) {
-                    let at = k * 16u * TC_TT + tb * 16u;
-                    let kh = coopLoadT<TcB>(&tch[at], TC_TT);
-                    let klo = coopLoadT<TcB>(&tch[TC_OKL + at], TC_TT);
+                    let at = k * 16u * TC_KS + tb * 16u;
+                    let kh = coopLoadT<TcB>(&tch[at], TC_KS);
+                    let klo = coopLoadT<TcB>(&tch[TC_OKL + at], TC_KS);
                     s = coopMultiplyAdd(qh[k], kh, s);
                     sl2 = coopMultiplyAdd(ql[k], kh, sl2);
                     sl2 = coopMultiplyAdd(qh[k], klo, sl2);
                 }
-                coopStoreT(s + sl2 * TC_ILO, &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
+                coopStoreT(s + sl2 * TC_ILO, &tcs[sg * 16u * TC_SS + tb * 16u], TC_SS);
             }
         }
         workgroupBarrier();
         // 4. Masks, the tile's max, weights (lane pair: TC_LT tokens each, in an order rotated
-        //    by the vector's row, so that the subgroup's reads of S and writes of P at step j
-        //    fall in 32 different banks: rows are TC_TT words (f32) or TC_TT / 2 (f16) apart).
+        //    by the vector's row, so that the subgroup's reads of S at step j fall in 32
+        //    different banks (rows TC_SS words apart), and its writes of P in 32 unpadded
+        //    (rows TC_TT / 2 words apart) or at most 2 ways deep padded (TC_KS / 2 words)).
         if (!TC_NO_SOFTMAX) {
             var sv: array<f32, 16>;
             var mt = NEG;
@@ -248,7 +268,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 let t = half * TC_LT + (j + rs) % TC_LT;
                 let pos = t0 + t;
                 let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
-                sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
+                sv[j] = select(NEG, tcs[row * TC_SS + t], ok);
                 mt = max(mt, sv[j]);
             }
             mt = max(mt, subgroupShuffleXor(mt, 1u));
@@ -267,8 +287,8 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 l += p;
                 let ps = tc_split(p);
                 let t = half * TC_LT + (j + rs) % TC_LT;
-                tch[TC_OP + row * TC_TT + t] = ps.x;
-                tch[TC_OPL + row * TC_TT + t] = ps.y;
+                tch[TC_OP + row * TC_KS + t] = ps.x;
+                tch[TC_OPL + row * TC_KS + t] = ps.y;
             }
             if (half == 0u) {
                 tcs[TC_OR + row] = corr;
@@ -278,20 +298,18 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         if (workgroupUniformLoad(&tcflag[0]) != 0u) {
             tc_rescale(&o, sg, sl);
         }
-        // 5. O += P·V̂ for the subgroup's 16 vectors (the low parts' products summed apart,
-        //    then scaled in).
-        // @unroll 16
-        for (var j = 0u; j < TC_NO; j++) {
-            var ol = TcC();
-            // @unroll 2
-            for (var kb = 0u; kb < TC_TB; kb++) {
-                let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_TT + kb * 16u], TC_TT);
-                let pl = coopLoadT<TcA>(&tch[TC_OPL + sg * 16u * TC_TT + kb * 16u], TC_TT);
-                let vm = coopLoadT<TcB>(&tch[TC_OV + kb * 16u * TC_WP + j * 16u], TC_WP);
-                o[j] = coopMultiplyAdd(pa, vm, o[j]);
-                ol = coopMultiplyAdd(pl, vm, ol);
+        // 5. O += P·V̂ for the subgroup's 16 vectors (the low parts' product of each token
+        //    block apart, then scaled in): each block's weights are loaded once for all
+        //    output blocks.
+        // @unroll 2
+        for (var kb = 0u; kb < TC_TB; kb++) {
+            let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_KS);
+            let pl = coopLoadT<TcA>(&tch[TC_OPL + sg * 16u * TC_KS + kb * 16u], TC_KS);
+            // @unroll 16
+            for (var j = 0u; j < TC_NO; j++) {
+                let vm = coopLoadT<TcB>(&tch[TC_OV + kb * 16u * TC_VS + j * 16u], TC_VS);
+                o[j] = coopMultiplyAdd(pa, vm, o[j]) + coopMultiplyAdd(pl, vm, TcC()) * TC_ILO;
             }
-            o[j] = o[j] + ol * TC_ILO;
         }
         workgroupBarrier();
     }
@@ -302,16 +320,16 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         partials[b] = m;
         partials[b + 1u] = l;
     }
-    let base = sg * 16u * TC_TT;
+    let base = sg * 16u * TC_SS;
     // @unroll 16
     for (var j = 0u; j < TC_NO; j++) {
-        coopStoreT(o[j], &tcs[base], TC_TT);
+        coopStoreT(o[j], &tcs[base], TC_SS);
         workgroupBarrier();
         // @unroll 8
         for (var i = 0u; i < 8u; i++) {
             let c = j * 16u + half * 8u + i;
             if (live && c < width) {
-                partials[b + 2u + c] = tcs[base + (sl / 2u) * TC_TT + half * 8u + i];
+                partials[b + 2u + c] = tcs[base + (sl / 2u) * TC_SS + half * 8u + i];
             }
         }
         workgroupBarrier();
