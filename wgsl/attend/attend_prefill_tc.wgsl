@@ -17,8 +17,7 @@ diagnostic(off, derivative_uniformity);
 // of the tile's keys and values (pf_keys / pf_values: the codec's four tokens of a channel or
 // four channels of a token at a time, or the ring's f16 rows; rows past the split read its
 // last row, channels past D or the width repeat its last: masked, met by a zero query, or
-// never written) into workgroup memory as f16 (the keys of tile t + 1 between the softmax
-// and P·V̂ of tile t, its values after that P·V̂: three barriers per tile); then
+// never written) into workgroup memory as f16; then
 //   S (16 × TC_TT, per subgroup) = Q·K̂ᵀ     3 × TC_KD MMAs per 16 tokens, stored (f32)
 //   softmax: lane pair (sl, sl ^ 1) owns a vector, TC_TT / 2 tokens each: masks, the tile's
 //     max; weights p = 2^(s − m) against a reference max m that moves only when the tile's
@@ -230,18 +229,14 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     var l = 0.0;
     let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
     let vl = min(s1, AP.qv) - 1u - AP.tok0;
-    // 2. The first tile's keys (hi and lo parts) and values, in f16
-    //    (wgsl/attend/attend_stage.wgsl); each later tile's keys are staged once the scores
-    //    of the tile before are complete (before its P·V̂), its values once that P·V̂ is
-    //    (after the tile's last barrier): three barriers per tile.
-    pf_keys(lid, s0, s1, h);
-    pf_values(lid, s0, s1, h, vring);
-    workgroupBarrier();
     for (var t0 = s0; t0 < s1; t0 += TC_TT) {
         if (lid == 0u) {
             atomicStore(&tcflag[0], 0u); // every invocation read the last tile's flag
         }
-        let more = t0 + TC_TT < s1; // uniform
+        // 2. The tile's keys (hi and lo parts) and values, in f16 (wgsl/attend/attend_stage.wgsl).
+        pf_keys(lid, t0, s1, h);
+        pf_values(lid, t0, s1, h, vring);
+        workgroupBarrier();
         // 3. Scores of the subgroup's 16 vectors × TC_TT tokens.
         if (!TC_NO_SCORES) {
             // @unroll 2
@@ -303,11 +298,6 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         if (workgroupUniformLoad(&tcflag[0]) != 0u) {
             tc_rescale(&o, sg, sl);
         }
-        // The next tile's keys, over this tile's: their one reader, the score step, ended in
-        // every subgroup before the barrier after it.
-        if (more) {
-            pf_keys(lid, t0 + TC_TT, s1, h);
-        }
         // 5. O += P·V̂ for the subgroup's 16 vectors (the low parts' product of each token
         //    block apart, then scaled in): each block's weights are loaded once for all
         //    output blocks.
@@ -322,11 +312,6 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             }
         }
         workgroupBarrier();
-        // The next tile's values (read after the next score step's barrier), over this
-        // tile's, which every subgroup has used now.
-        if (more) {
-            pf_values(lid, t0 + TC_TT, s1, h, vring);
-        }
     }
     // 6. The record of (vector, split): m, l (the lane pair's sum), o through workgroup memory.
     l += subgroupShuffleXor(l, 1u);
