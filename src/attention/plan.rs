@@ -111,17 +111,17 @@ pub const TENSOR_VECTORS: usize = 64;
 /// Workgroup storage (bytes) of the tensor-core prefill kernel for head width `dim` and a
 /// value space `value_dim` wide (wgsl/attend/attend_prefill_tc.wgsl): in f16 a tile's keys
 /// (two parts, channel-major) and values (32 tokens, 16 where D > 128; widths rounded up to
-/// 16) and the weights of 64 vectors (two parts); in f32 their scores and 64 factors; a
-/// 16-byte flag. Unless [`tensor_pad`] is off, every f16 row is 8 elements longer and every
-/// f32 row 4. 48,912 bytes at D = 128 (41,232 unpadded), 44,560 at D = 256.
+/// 16) and the weights of 64 vectors (two parts), every row 8 f16 longer unless
+/// [`tensor_pad`] is off; in f32 their scores and 64 factors; a 16-byte flag. 47,888 bytes at
+/// D = 128 (41,232 unpadded), 43,536 at D = 256.
 pub fn tensor_workgroup_bytes(dim: usize, value_dim: usize) -> usize {
     let dp = dim.div_ceil(16) * 16;
     let wp = value_dim.max(dim).div_ceil(16) * 16;
     let tt = if dp > 128 { 16 } else { 32 };
     let pad = tensor_pad() as usize;
-    let (ks, vs, ss) = (tt + 8 * pad, wp + 8 * pad, tt + 4 * pad);
+    let (ks, vs) = (tt + 8 * pad, wp + 8 * pad);
     let v = TENSOR_VECTORS;
-    2 * (2 * dp * ks + tt * vs + 2 * v * ks) + 4 * (v * ss + v) + 16
+    2 * (2 * dp * ks + tt * vs + 2 * v * ks) + 4 * (v * tt + v) + 16
 }
 
 /// Workgroup storage (bytes) of the tensor-core decode kernel for head width `dim`, a value

@@ -46,11 +46,10 @@ diagnostic(off, derivative_uniformity);
 //   Every f16 row is 8 elements longer than its content (TC_PAD, unless ATT_TC_PAD is off:
 //   measuring only), so that the 8 rows of a matrix's 8×8 quarter start on 8 different
 //   16-byte bank groups instead of 2 or 1; row strides stay multiples of 16 bytes.
-//   tcs (f32): [S: TC_QB rows of TC_SS (TC_TT tokens; then staging of O and of rescales)]
-//              [factors: TC_QB]
+//   tcs (f32): [S: TC_QB × TC_TT (then staging of O and of rescales)][factors: TC_QB]
 //   tcflag: a rescale flag (atomic, padded to 16 bytes).
 // The record (m, l, o) of every (vector, split) goes to the partials (always: the merge
-// kernel finishes). Workgroup storage: 2·(TC_OPL + TC_QB·TC_KS) + 4·(TC_QB·TC_SS + TC_QB) + 16
+// kernel finishes). Workgroup storage: 2·(TC_OPL + TC_QB·TC_KS) + 4·(TC_QB·TC_TT + TC_QB) + 16
 // bytes (plan::tensor_workgroup_bytes).
 
 // (TcA, TcB, TcC and tc_split: wgsl/attend/attend_tc_common.wgsl)
@@ -80,17 +79,12 @@ const TC_NO_SOFTMAX: bool = ATT_TC_NOLOAD == 3u;
 const TC_PAD: u32 = 8u * ATT_TC_PAD;
 const TC_KS: u32 = TC_TT + TC_PAD;
 const TC_VS: u32 = TC_WP + TC_PAD;
-// Row stride of tcs (f32 elements): 4 words longer than a tile where padded, so that a score
-// block's 8-byte stores take 2 wavefronts instead of 8 (rows 36 words apart at 32 tokens:
-// every bank holds two of a store's eight rows); the softmax's rotated reads stay on 32
-// different banks.
-const TC_SS: u32 = TC_TT + 4u * ATT_TC_PAD;
 // Regions of tch (f16 elements) and of tcs.
 const TC_OKL: u32 = TC_DP * TC_KS;
 const TC_OV: u32 = 2u * TC_DP * TC_KS;
 const TC_OP: u32 = TC_OV + TC_TT * TC_VS;
 const TC_OPL: u32 = TC_OP + TC_QB * TC_KS;
-const TC_OR: u32 = TC_QB * TC_SS;
+const TC_OR: u32 = TC_QB * TC_TT;
 // Query staging: TC_QH slices of TC_QS channels in rows TC_QSP apart (64 · TC_QSP ≤ TC_OP),
 // TC_QKD k-steps each.
 const TC_QH: u32 = select(1u, 2u, TC_QB * (TC_DP + TC_PAD) > TC_OP);
@@ -163,20 +157,20 @@ fn tc_stage_q(lid: u32, h: u32, vb: u32, r: u32, lo: bool) {
 // 16·sg + r (tcs[TC_OR + ·]), through the subgroup's rows of `tcs` (called uniformly by the
 // whole workgroup: it has barriers).
 fn tc_rescale(o: ptr<function, array<TcC, TC_NO>>, sg: u32, sl: u32) {
-    let base = sg * 16u * TC_SS;
+    let base = sg * 16u * TC_TT;
     let rr = sl / 2u;
     let f = tcs[TC_OR + sg * 16u + rr];
     // @unroll 16
     for (var j = 0u; j < TC_NO; j++) {
-        coopStoreT((*o)[j], &tcs[base], TC_SS);
+        coopStoreT((*o)[j], &tcs[base], TC_TT);
         workgroupBarrier();
         // @unroll 8
         for (var i = 0u; i < 8u; i++) {
-            let a = base + rr * TC_SS + (sl % 2u) * 8u + i;
+            let a = base + rr * TC_TT + (sl % 2u) * 8u + i;
             tcs[a] = tcs[a] * f;
         }
         workgroupBarrier();
-        (*o)[j] = coopLoadT<TcC>(&tcs[base], TC_SS);
+        (*o)[j] = coopLoadT<TcC>(&tcs[base], TC_TT);
         workgroupBarrier();
     }
 }
@@ -252,13 +246,13 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                     sl2 = coopMultiplyAdd(ql[k], kh, sl2);
                     sl2 = coopMultiplyAdd(qh[k], klo, sl2);
                 }
-                coopStoreT(s + sl2 * TC_ILO, &tcs[sg * 16u * TC_SS + tb * 16u], TC_SS);
+                coopStoreT(s + sl2 * TC_ILO, &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
             }
         }
         workgroupBarrier();
         // 4. Masks, the tile's max, weights (lane pair: TC_LT tokens each, in an order rotated
         //    by the vector's row, so that the subgroup's reads of S at step j fall in 32
-        //    different banks (rows TC_SS words apart), and its writes of P in 32 unpadded
+        //    different banks (rows TC_TT words apart), and its writes of P in 32 unpadded
         //    (rows TC_TT / 2 words apart) or at most 2 ways deep padded (TC_KS / 2 words)).
         if (!TC_NO_SOFTMAX) {
             var sv: array<f32, 16>;
@@ -268,7 +262,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 let t = half * TC_LT + (j + rs) % TC_LT;
                 let pos = t0 + t;
                 let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
-                sv[j] = select(NEG, tcs[row * TC_SS + t], ok);
+                sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
                 mt = max(mt, sv[j]);
             }
             mt = max(mt, subgroupShuffleXor(mt, 1u));
@@ -320,16 +314,16 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         partials[b] = m;
         partials[b + 1u] = l;
     }
-    let base = sg * 16u * TC_SS;
+    let base = sg * 16u * TC_TT;
     // @unroll 16
     for (var j = 0u; j < TC_NO; j++) {
-        coopStoreT(o[j], &tcs[base], TC_SS);
+        coopStoreT(o[j], &tcs[base], TC_TT);
         workgroupBarrier();
         // @unroll 8
         for (var i = 0u; i < 8u; i++) {
             let c = j * 16u + half * 8u + i;
             if (live && c < width) {
-                partials[b + 2u + c] = tcs[base + (sl / 2u) * TC_SS + half * 8u + i];
+                partials[b + 2u + c] = tcs[base + (sl / 2u) * TC_TT + half * 8u + i];
             }
         }
         workgroupBarrier();
