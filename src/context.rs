@@ -219,6 +219,9 @@ pub(crate) struct Gpu {
     /// `EXPERIMENTAL_COOPERATIVE_MATRIX` for it (false on application devices: kvpack cannot
     /// see their adapter's list).
     pub coop16: bool,
+    /// Whether the tensor-core prefill kernel runs with its cooperative matrices emulated
+    /// ([`Context::with_emulated_tensor_cores`]).
+    pub coop_emulated: bool,
     /// wgpu's reason once the device is lost (set by the device-lost callback kvpack installs
     /// on devices it creates; an application's own device keeps its own callback, which
     /// forwards the loss through [`Context::report_device_lost`]: until then kvpack sees the
@@ -302,6 +305,7 @@ impl Context {
             msl: Arc::default(),
             uniforms: Arc::default(),
             coop16: false,
+            coop_emulated: false,
         };
         Ok(Self::build(Origin::AppDevice, Some(gpu), PathChoice::Auto))
     }
@@ -438,6 +442,7 @@ impl Context {
             msl: Arc::default(),
             uniforms: Arc::default(),
             coop16,
+            coop_emulated: false,
         };
         let lost = gpu.lost.clone();
         gpu.device.set_device_lost_callback(move |reason, message| {
@@ -596,6 +601,29 @@ impl Context {
                 v.push((kernel, x, y));
             }
         }
+    }
+
+    /// A handle to the same device on which the tensor-core prefill kernel
+    /// ([`crate::AttendKernel::Tensor`]) runs with its cooperative matrices **emulated**: every
+    /// invocation computes whole 16 × 16 products on the f32 pipe (src/gpu/coop_emulation.rs).
+    /// Correct and far slower than any other kernel: for testing that kernel's logic on a
+    /// device without tensor cores (lavapipe in CI), never for speed. It needs f16 shaders and
+    /// subgroups laid out in invocation order (any width); the tensor-core decode kernels are
+    /// not emulated (refused where the device has no cooperative matrices). The handle has a
+    /// pipeline cache of its own (its kernels differ from the real ones of the same name);
+    /// `Auto` never picks the emulated kernel. The same handle on a CPU context.
+    #[doc(hidden)]
+    pub fn with_emulated_tensor_cores(&self) -> Self {
+        self.with_gpu_edit(|g| {
+            g.coop_emulated = true;
+            g.pipelines = Arc::default();
+            g.built = Arc::default();
+        })
+    }
+
+    /// Whether this handle emulates cooperative matrices ([`Self::with_emulated_tensor_cores`]).
+    pub fn tensor_cores_emulated(&self) -> bool {
+        self.gpu().is_some_and(|g| g.coop_emulated)
     }
 
     /// A handle to the same device with a pipeline cache of its own (empty), shared by its
@@ -799,6 +827,22 @@ impl Context {
         let Some(g) = self.gpu() else {
             return Err("no GPU device".into());
         };
+        if g.coop_emulated {
+            for (f, name) in [
+                (wgpu::Features::SHADER_F16, "SHADER_F16"),
+                (wgpu::Features::SUBGROUP, "SUBGROUP"),
+            ] {
+                if !g.features.contains(f) {
+                    return Err(format!(
+                        "{name} is not enabled on the device (emulated tensor cores)"
+                    ));
+                }
+            }
+            if !self.subgroups_in_order() {
+                return Err("subgroups are not laid out in invocation order".into());
+            }
+            return Ok(());
+        }
         if !g.coop16 {
             return Err(
                 if g.features

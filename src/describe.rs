@@ -42,7 +42,14 @@ impl Context {
                     u64::from(g.limits.max_storage_buffers_per_shader_stage),
                 ),
             ],
-            tensor_cores: self.tensor_cores(),
+            tensor_cores: match self.tensor_cores() {
+                // Emulated (Context::with_emulated_tensor_cores): named as such, never Auto's.
+                Ok(()) if self.tensor_cores_emulated() => Err(
+                    "emulated on this handle (Context::with_emulated_tensor_cores): attend_prefill_tc runs only when asked for (AttendKernel::Tensor), on the f32 pipe, for tests"
+                        .into(),
+                ),
+                r => r,
+            },
         });
         let kernels = crate::kernels::all()
             .into_iter()

@@ -23,7 +23,7 @@ use common::mutate::{Lang, Mutant, with_mutant};
 use kvpack::{AttendOptions, Context, Input, KvLayer, Layer, Method, PathChoice};
 
 /// Which parity check a mutant must break.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Check {
     /// Attention cases on the decode and prefill kernels (with merges, windows, sinks, rings).
     Attend,
@@ -87,16 +87,18 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
     const SW: &[&str] = &["wgsl_subgroup", "wgsl_workgroup"];
     // The tensor-core kernel: only where the device runs it (the H200 runs; not lavapipe).
     const TC: &[&str] = &["wgsl_tensor"];
+    // The tensor-core prefill kernel: there, and emulated (lavapipe in CI).
+    const TCP: &[&str] = &["wgsl_tensor", "wgsl_tensor_emulated"];
     vec![
         // ---- attention, the tensor-core prefill kernel (attend_prefill_tc) ----
-        (m("wgsl tensor attend: P·V̂ reads the first 16 tokens' values for both blocks", Wgsl, "attend_prefill_tc", "&tch[TC_OV + kb * 16u * TC_VS + j * 16u]", None, "&tch[TC_OV + j * 16u]"), Attend, TC),
-        (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TC),
-        (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(key_pos(pos, h), pv);", None, "let ok = live && pos < s1 && key_pos(pos, h) <= pv;"), Attend, TC),
-        (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TC),
-        (m("wgsl tensor attend: the weights written in token order while the scores were read rotated", Wgsl, "attend_prefill_tc", "let ps = tc_split(p);\n                let t = half * TC_LT + (j + rs) % TC_LT;", None, "let ps = tc_split(p);\n                let t = half * TC_LT + j;"), Attend, TC),
-        (m("wgsl tensor attend: the high weights loaded with the unpadded row stride", Wgsl, "attend_prefill_tc", "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_KS);", None, "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_TT);"), Attend, TC),
-        (m("wgsl tensor attend: the low weights' product added unscaled", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()) * TC_ILO", None, "coopMultiplyAdd(pl, vm, TcC())"), Attend, TC),
-        (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TC),
+        (m("wgsl tensor attend: P·V̂ reads the first 16 tokens' values for both blocks", Wgsl, "attend_prefill_tc", "&tch[TC_OV + kb * 16u * TC_VS + j * 16u]", None, "&tch[TC_OV + j * 16u]"), Attend, TCP),
+        (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TCP),
+        (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(key_pos(pos, h), pv);", None, "let ok = live && pos < s1 && key_pos(pos, h) <= pv;"), Attend, TCP),
+        (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TCP),
+        (m("wgsl tensor attend: the weights written in token order while the scores were read rotated", Wgsl, "attend_prefill_tc", "let ps = tc_split(p);\n                let t = half * TC_LT + (j + rs) % TC_LT;", None, "let ps = tc_split(p);\n                let t = half * TC_LT + j;"), Attend, TCP),
+        (m("wgsl tensor attend: the high weights loaded with the unpadded row stride", Wgsl, "attend_prefill_tc", "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_KS);", None, "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_TT);"), Attend, TCP),
+        (m("wgsl tensor attend: the low weights' product added unscaled", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()), TC_ILO)", None, "coopMultiplyAdd(pl, vm, TcC()), 1.0)"), Attend, TCP),
+        (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TCP),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----
         (m("wgsl tensor decode: the keys' Σ q·lo never added", Wgsl, "attend_decode_tc", "kbias = subgroupAdd(kb4);", None, "kbias = vec4<f32>(0.0);"), Attend, TC),
         (m("wgsl tensor decode: the values' Σ p·lo never added", Wgsl, "attend_decode_tc", "ob[g] += p * vp[g].y;", None, ""), Attend, TC),
@@ -495,6 +497,14 @@ fn run_vecinfer(t: &Target) {
 }
 
 fn run(check: Check, t: &Target, seed: u64) {
+    if t.ctx().tensor_cores_emulated() {
+        // The emulated tensor-core prefill kernel's own cases (every other kernel runs on
+        // the plain targets).
+        if check == Check::Attend {
+            run_attend_cases(t, seed, common::tc_emulated::plan_cases());
+        }
+        return;
+    }
     match check {
         Check::Attend => run_attend(t, seed),
         Check::WideAttend => run_attend_cases(t, seed, wide_cases()),

@@ -8,7 +8,8 @@
 //!
 //! Where the device has no tensor cores (lavapipe in CI: wgpu's cooperative matrices are not
 //! offered there) the refusals are checked and the rest says why it did not run;
-//! `KVPACK_REQUIRE_TENSOR=1` (the H200 runs) makes that a failure.
+//! `KVPACK_REQUIRE_TENSOR=1` (the H200 runs) makes that a failure. There the kernel's logic is
+//! tested with its cooperative matrices emulated (tests/tensor_emulated.rs).
 
 mod common;
 
@@ -351,24 +352,7 @@ fn tensor_kernel_rescales_when_scores_grow() {
     let mut rng = common::rng("tensor_rescale");
     // Key t points along the query's direction with a length growing with t: its score grows
     // by ~17 (log2 units: 2·8·6/√64·log2 e) over the context, twice the rescale threshold.
-    let q: Vec<f32> = (0..tq * hq * d)
-        .map(|i| if i % d < 8 { 2.0 } else { 0.0 })
-        .collect();
-    let k: Vec<f32> = (0..t * hkv * d)
-        .map(|i| {
-            let tok = i / (hkv * d);
-            let c = i % d;
-            let base = if c < 8 {
-                tok as f32 / t as f32 * 6.0
-            } else {
-                0.0
-            };
-            base + rng.random_range(-0.05f32..0.05)
-        })
-        .collect();
-    let v: Vec<f32> = (0..t * hkv * d)
-        .map(|_| rng.random_range(-1.0f32..1.0))
-        .collect();
+    let (q, k, v) = common::rising_scores_qkv(&mut rng, (hkv, d, hq, t, tq), 6.0);
     for method in ["f16", "kivi-4"] {
         let (err, ran) = common::gpu_vs_cpu(
             &ctx,

@@ -243,6 +243,12 @@ pub fn plan_for(
 ) -> Result<Plan> {
     let limit = ctx.max_workgroup_storage_size() as usize;
     let tensor = match &paths.tensor {
+        // Emulated tensor cores run only where asked for by name (Auto never picks them).
+        Some(Ok(_))
+            if ctx.tensor_cores_emulated() && call.opts.kernel == super::AttendKernel::Auto =>
+        {
+            Err("the tensor-core kernel is emulated on this handle (asked for by name only)".into())
+        }
         Some(Ok(_)) => Ok(()),
         Some(Err(reason)) => Err(reason.clone()),
         None => Err(format!(

@@ -146,7 +146,23 @@ fn build(
             )
         }
         _ => {
-            let src = compose_wgsl(def, path, spec);
+            let src = if gpu.coop_emulated && super::registry::needs_cooperative_matrix(def) {
+                // Context::with_emulated_tensor_cores: the kernel without cooperative matrices.
+                match super::registry::compose_wgsl_emulated(def, path, spec) {
+                    Ok(s) => s,
+                    Err(message) => {
+                        let _ = pollster::block_on(internal.pop());
+                        let _ = pollster::block_on(validation.pop());
+                        return Err(Error::Shader {
+                            kernel: def.name,
+                            path,
+                            message: format!("emulated cooperative matrices: {message}"),
+                        });
+                    }
+                }
+            } else {
+                compose_wgsl(def, path, spec)
+            };
             let desc = wgpu::ShaderModuleDescriptor {
                 label: Some(def.name),
                 source: wgpu::ShaderSource::Wgsl(Cow::Owned(src)),

@@ -91,6 +91,39 @@ pub static COPY: KernelDef = KernelDef {
 
 /// The WGSL that is compiled for `def` on `path` with `spec`.
 pub fn compose_wgsl(def: &KernelDef, path: KernelPath, spec: &Specialization) -> String {
+    let s = compose_wgsl_pieces(def, path, spec);
+    if needs_cooperative_matrix(def) {
+        // The tensor-core kernels' `tc_axpy(x, y, a)` (src/gpu/coop_emulation.rs).
+        unroll_loops(&super::coop_emulation::expand_axpy(&s))
+    } else {
+        unroll_loops(&s)
+    }
+}
+
+/// What [`compose_wgsl`] gives with the kernel's cooperative matrices emulated
+/// ([`super::coop_emulation::emulate`]), or why it cannot be. Its loops stay loops: unrolled,
+/// the emulation's whole-matrix operations made lavapipe's compiler run out of memory.
+pub fn compose_wgsl_emulated(
+    def: &KernelDef,
+    path: KernelPath,
+    spec: &Specialization,
+) -> std::result::Result<String, String> {
+    super::coop_emulation::emulate(&compose_wgsl_pieces(def, path, spec))
+}
+
+/// `// @unroll N` loops expanded (src/gpu/unroll.rs); KVPACK_NO_UNROLL=1 keeps them loops
+/// (for measuring what unrolling buys).
+fn unroll_loops(s: &str) -> String {
+    if std::env::var("KVPACK_NO_UNROLL").is_ok_and(|v| v == "1") {
+        s.to_string()
+    } else {
+        super::unroll::unroll(s)
+    }
+}
+
+/// The kernel's pieces in order, directives hoisted, loops not yet unrolled (what
+/// [`super::coop_emulation::emulate`] rewrites; the mutation harness edits this text first).
+pub fn compose_wgsl_pieces(def: &KernelDef, path: KernelPath, spec: &Specialization) -> String {
     let body = match path {
         KernelPath::WgslSubgroup => def.wgsl_subgroup.unwrap_or(def.wgsl),
         _ => def.wgsl,
@@ -108,14 +141,7 @@ pub fn compose_wgsl(def: &KernelDef, path: KernelPath, spec: &Specialization) ->
         s.push('\n');
     }
     s.push_str(body);
-    let s = hoist_directives(s);
-    // `// @unroll N` loops (src/gpu/unroll.rs); KVPACK_NO_UNROLL=1 keeps them loops (for
-    // measuring what unrolling buys).
-    if std::env::var("KVPACK_NO_UNROLL").is_ok_and(|v| v == "1") {
-        s
-    } else {
-        super::unroll::unroll(&s)
-    }
+    hoist_directives(s)
 }
 
 /// Moves WGSL's global directives (`enable …;`, `diagnostic(…);`, which must precede every

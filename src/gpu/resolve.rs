@@ -17,6 +17,12 @@ impl Context {
         };
         let has_subgroup = self.features().contains(wgpu::Features::SUBGROUP);
         if super::registry::needs_cooperative_matrix(kernel) {
+            if self.tensor_cores_emulated() && !kernel.name.starts_with("attend_prefill_tc_") {
+                return Err(unavailable(
+                    "emulated cooperative matrices (Context::with_emulated_tensor_cores) serve the tensor-core prefill kernel only"
+                        .into(),
+                ));
+            }
             // One WGSL source, subgroups and cooperative matrices: only where the device has
             // both, on a choice that allows WGSL with subgroups (the CPU path, which has one
             // form of attention, serves it as every kernel).

@@ -312,7 +312,11 @@ pub fn check_case_at(
     // widths and segments are its as much as the decode kernel's), and on the tensor-core
     // kernel where the target's device runs it (f16 products: spec/attention.md's 1e-3).
     let mut kernels = vec![AttendKernel::Decode, AttendKernel::Prefill];
-    if tensor_cores(t).is_ok() {
+    if t.ctx().tensor_cores_emulated() {
+        // An emulating handle (Context::with_emulated_tensor_cores): the tensor-core prefill
+        // kernel only (the other kernels run on the plain targets).
+        kernels = vec![AttendKernel::Tensor];
+    } else if tensor_cores(t).is_ok() {
         kernels.push(AttendKernel::Tensor);
         kernels.push(AttendKernel::TensorDecode);
     }

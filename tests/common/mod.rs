@@ -19,6 +19,7 @@ pub mod scores;
 pub mod select;
 pub mod st;
 pub mod tc_decode;
+pub mod tc_emulated;
 pub mod vecinfer_calib;
 
 use std::sync::OnceLock;
@@ -139,6 +140,35 @@ pub fn gpu_vs_cpu(
     (rel_l2_rows(&got, &reference, d), kernels)
 }
 
+/// Inputs whose scores grow along the context (the tensor-core kernels' rescale path):
+/// queries 2 on their first 8 channels, key t those channels at `top`·t / T (± 0.05 noise),
+/// random values. Returns (q, k, v) for `tq` rows × `hq` heads over `t` tokens × `hkv`.
+pub fn rising_scores_qkv(
+    rng: &mut rand::rngs::StdRng,
+    (hkv, d, hq, t, tq): (usize, usize, usize, usize, usize),
+    top: f32,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    use rand::Rng;
+    let q: Vec<f32> = (0..tq * hq * d)
+        .map(|i| if i % d < 8 { 2.0 } else { 0.0 })
+        .collect();
+    let k: Vec<f32> = (0..t * hkv * d)
+        .map(|i| {
+            let tok = i / (hkv * d);
+            let base = if i % d < 8 {
+                tok as f32 / t as f32 * top
+            } else {
+                0.0
+            };
+            base + rng.random_range(-0.05f32..0.05)
+        })
+        .collect();
+    let v: Vec<f32> = (0..t * hkv * d)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    (q, k, v)
+}
+
 /// A random-q/k/v attention case of the tensor-kernel tests: (method, hkv, d, hq, t, tq,
 /// window, sinks, scale, chunk tokens).
 pub type ShapeCase = (
@@ -237,6 +267,13 @@ pub fn target(kind: &str, test: &str) -> Option<Target> {
             }
             made
         }
+        // The subgroup path with the tensor-core prefill kernel's cooperative matrices
+        // emulated (Context::with_emulated_tensor_cores): lavapipe in CI.
+        "wgsl_tensor_emulated" => gpu_context().and_then(|c| {
+            let c = c.with_emulated_tensor_cores();
+            c.tensor_cores()?;
+            Ok(Target::Wgsl(c, PathChoice::WgslSubgroup))
+        }),
         other => Err(format!("unknown target {other}")),
     };
     match made {
@@ -476,9 +513,27 @@ pub fn run_plan(
             let refs: Vec<&wgpu::Buffer> = bufs.iter().collect();
             if let Some(m) = mutate::active_for(plan.kernel.name, mutate::Lang::Wgsl) {
                 // The mutation harness: this kernel from its mutated composed source.
-                let composed = kvpack::gpu::registry::compose_wgsl(plan.kernel, path, &plan.spec);
+                let emulated = ctx.tensor_cores_emulated()
+                    && kvpack::gpu::registry::needs_cooperative_matrix(plan.kernel);
+                let composed = if emulated {
+                    kvpack::gpu::registry::compose_wgsl_pieces(plan.kernel, path, &plan.spec)
+                } else {
+                    kvpack::gpu::registry::compose_wgsl(plan.kernel, path, &plan.spec)
+                };
                 let (src, n) = m.apply(&composed);
                 mutate::record(n);
+                // On an emulating handle the mutated kernel is emulated like the real one.
+                let src = if emulated {
+                    kvpack::gpu::coop_emulation::emulate(&src).map_err(|message| {
+                        kvpack::Error::Shader {
+                            kernel: plan.kernel.name,
+                            path,
+                            message,
+                        }
+                    })?
+                } else {
+                    src
+                };
                 let pipeline = mutate::wgsl_pipeline(ctx, plan.kernel, &src)?;
                 let uni = gpu::uniform_buffer(ctx, "mutant uniform", &plan.uniform)?;
                 let all: Vec<&wgpu::Buffer> = std::iter::once(&uni).chain(refs).collect();

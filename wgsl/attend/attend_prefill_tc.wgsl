@@ -246,7 +246,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                     sl2 = coopMultiplyAdd(ql[k], kh, sl2);
                     sl2 = coopMultiplyAdd(qh[k], klo, sl2);
                 }
-                coopStoreT(s + sl2 * TC_ILO, &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
+                coopStoreT(tc_axpy(s, sl2, TC_ILO), &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
             }
         }
         workgroupBarrier();
@@ -302,7 +302,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             // @unroll 16
             for (var j = 0u; j < TC_NO; j++) {
                 let vm = coopLoadT<TcB>(&tch[TC_OV + kb * 16u * TC_VS + j * 16u], TC_VS);
-                o[j] = coopMultiplyAdd(pa, vm, o[j]) + coopMultiplyAdd(pl, vm, TcC()) * TC_ILO;
+                o[j] = tc_axpy(coopMultiplyAdd(pa, vm, o[j]), coopMultiplyAdd(pl, vm, TcC()), TC_ILO);
             }
         }
         workgroupBarrier();

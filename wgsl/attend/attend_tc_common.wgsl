@@ -2,6 +2,9 @@
 // the cooperative-matrix types they use (16×16×16, f16 operands, f32 accumulator: the one
 // configuration the host checks the adapter lists) and the f16 split of an f32 operand.
 
+// `tc_axpy(x, y, a)` in a kernel is x + y·a on accumulators: written as a call, expanded to
+// the expression before compiling (src/gpu/coop_emulation.rs, which also emulates these
+// types on devices without them, for tests).
 alias TcA = coop_mat16x16<f16, A>;
 alias TcB = coop_mat16x16<f16, B>;
 alias TcC = coop_mat16x16<f32, C>;
