@@ -24,6 +24,10 @@
 //!   cross-lane step, `subgroupShuffleXor(x, 1u)`, pairs neighbouring invocations, which share
 //!   a subgroup on any device that lays subgroups out in invocation order).
 //!
+//! What it cannot show: the emulated products' own barriers synchronize the workgroup at every
+//! product, so a barrier missing between the kernel's subgroups (a race on a staged tile) goes
+//! unseen here; only a device with cooperative matrices (tests/tensor_attend.rs) tests those.
+//!
 //! Anything the rewrite does not understand is an error, and so is a `coop` name left after
 //! it: a kernel that uses more (the tensor-core decode kernels' wide reductions) is refused
 //! ([`crate::Context::resolve`]), never run half-emulated.
