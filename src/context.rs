@@ -604,8 +604,9 @@ impl Context {
     }
 
     /// A handle to the same device on which the tensor-core prefill kernel
-    /// ([`crate::AttendKernel::Tensor`]) runs with its cooperative matrices **emulated**: every
-    /// invocation computes whole 16 × 16 products on the f32 pipe (src/gpu/coop_emulation.rs).
+    /// ([`crate::AttendKernel::Tensor`]) runs with its cooperative matrices **emulated**: 8
+    /// elements of each 16 × 16 matrix per invocation, products on the f32 pipe through
+    /// workgroup scratch between barriers (src/gpu/coop_emulation.rs).
     /// Correct and far slower than any other kernel: for testing that kernel's logic on a
     /// device without tensor cores (lavapipe in CI), never for speed. It needs f16 shaders and
     /// subgroups laid out in invocation order (any width); the tensor-core decode kernels are
@@ -827,23 +828,9 @@ impl Context {
         let Some(g) = self.gpu() else {
             return Err("no GPU device".into());
         };
-        if g.coop_emulated {
-            for (f, name) in [
-                (wgpu::Features::SHADER_F16, "SHADER_F16"),
-                (wgpu::Features::SUBGROUP, "SUBGROUP"),
-            ] {
-                if !g.features.contains(f) {
-                    return Err(format!(
-                        "{name} is not enabled on the device (emulated tensor cores)"
-                    ));
-                }
-            }
-            if !self.subgroups_in_order() {
-                return Err("subgroups are not laid out in invocation order".into());
-            }
-            return Ok(());
-        }
-        if !g.coop16 {
+        // An emulating handle (Context::with_emulated_tensor_cores) needs no cooperative
+        // matrices and subgroups of any width, the rest alike.
+        if !g.coop16 && !g.coop_emulated {
             return Err(
                 if g.features
                     .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
@@ -865,7 +852,7 @@ impl Context {
                 return Err(format!("{name} is not enabled on the device"));
             }
         }
-        if g.info.subgroup_min_size != 32 || g.info.subgroup_max_size != 32 {
+        if !g.coop_emulated && (g.info.subgroup_min_size != 32 || g.info.subgroup_max_size != 32) {
             return Err(format!(
                 "subgroups are {}..{} wide; the tensor-core kernel's mapping needs exactly 32",
                 g.info.subgroup_min_size, g.info.subgroup_max_size

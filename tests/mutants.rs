@@ -97,7 +97,10 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TCP),
         (m("wgsl tensor attend: the weights written in token order while the scores were read rotated", Wgsl, "attend_prefill_tc", "let ps = tc_split(p);\n                let t = half * TC_LT + (j + rs) % TC_LT;", None, "let ps = tc_split(p);\n                let t = half * TC_LT + j;"), Attend, TCP),
         (m("wgsl tensor attend: the high weights loaded with the unpadded row stride", Wgsl, "attend_prefill_tc", "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_KS);", None, "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_TT);"), Attend, TCP),
-        (m("wgsl tensor attend: the low weights' product added unscaled", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()), TC_ILO)", None, "coopMultiplyAdd(pl, vm, TcC()), 1.0)"), Attend, TCP),
+        // (The device's kernel is mutated as compiled, `tc_axpy` expanded; the emulated one
+        // before its rewrite, where `tc_axpy` is a call: one text for each form.)
+        (m("wgsl tensor attend: the low weights' product added unscaled", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()) * TC_ILO", None, "coopMultiplyAdd(pl, vm, TcC())"), Attend, TC),
+        (m("wgsl tensor attend (emulated): the low weights' product added unscaled", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()), TC_ILO)", None, "coopMultiplyAdd(pl, vm, TcC()), 1.0)"), Attend, &["wgsl_tensor_emulated"]),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TCP),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----
         (m("wgsl tensor decode: the keys' Σ q·lo never added", Wgsl, "attend_decode_tc", "kbias = subgroupAdd(kb4);", None, "kbias = vec4<f32>(0.0);"), Attend, TC),
