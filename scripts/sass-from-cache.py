@@ -13,7 +13,7 @@ does not fit.
     scripts/sass-from-cache.py extract DIR OUT    # every DIR/*/pipeline-cache.bin -> OUT/<variant>.bin
     nvdisasm -b SM90 -hex OUT/<variant>.bin > OUT/<variant>.sass   # CUDA toolkit (the device has it)
     scripts/sass-from-cache.py segments SASS      # the loop body split at its branches, op counts
-    scripts/sass-from-cache.py names BIN          # the same from OUT/<variant>.bin, no nvdisasm
+    scripts/sass-from-cache.py names BIN          # the same from OUT/<variant>.bin(.gz), no nvdisasm
 
 `extract` decompresses with the `zstd` command, or where that is missing (the H100 image of
 2026-12-05 had `nvdisasm` but no `zstd`) with the system's libzstd through ctypes (a
@@ -166,7 +166,7 @@ def branch_offset(lo):
 def names(path):
     here = os.path.dirname(os.path.abspath(__file__))
     known = learned_names(os.path.join(here, "..", "benches", "results"))
-    code = open(path, "rb").read()
+    code = (gzip.open if path.endswith(".gz") else open)(path, "rb").read()
     ins, unknown = [], 0
     for a in range(0, len(code) - 15, 16):
         lo = struct.unpack_from("<Q", code, a)[0]
