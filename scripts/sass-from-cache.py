@@ -18,11 +18,12 @@ does not fit.
 `extract` decompresses with the `zstd` command, or where that is missing (the H100 image of
 2026-12-05 had `nvdisasm` but no `zstd`) with the system's libzstd through ctypes (a
 dependency of dpkg, so on every Debian or Ubuntu image); it says which it used. `segments`
-(a .sass file, or one gzipped) finds the longest backward branch (the tile loop), cuts it at every branch and branch target, and prints
-each piece's instruction count, the highest register it names (the allocator hands out low
-numbers first, so a piece naming R244 holds far more values live than one naming at most
-R169: a hint of where the kernel's register count comes from, not a liveness analysis) and
-its most frequent opcodes: what one trip through a given path issues per warp.
+(a .sass file, or one gzipped) finds the longest backward branch (the tile loop), cuts it at
+every branch and branch target, and prints each piece's instruction count, the highest
+register it names (the allocator hands out low numbers first, so a piece naming R244 holds far
+more values live than one naming at most R169: a hint of where the kernel's register count
+comes from, not a liveness analysis) and its most frequent opcodes: what one trip through a
+given path issues per warp. `names` prints the same from the raw stream, without registers.
 """
 import collections
 import ctypes
@@ -177,7 +178,7 @@ def names(path):
         if name == "BRA":
             name = f"BRA {a + 16 + branch_offset(lo):#x}"
         ins.append((a, name))
-    print(f"{path}: {len(ins)} instructions, {unknown} of codes not in the learned map")
+    print(f"{path}: {len(ins)} instructions, {unknown} with a code not in the learned map")
     print_segments(path, ins)
 
 
