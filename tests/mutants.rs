@@ -101,6 +101,9 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // before its rewrite, where `tc_axpy` is a call: one text for each form.)
         (m("wgsl tensor attend: the low weights' product added unscaled", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()) * TC_ILO", None, "coopMultiplyAdd(pl, vm, TcC())"), Attend, TC),
         (m("wgsl tensor attend (emulated): the low weights' product added unscaled", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()), TC_ILO)", None, "coopMultiplyAdd(pl, vm, TcC()), 1.0)"), Attend, &["wgsl_tensor_emulated"]),
+        // Caught only where the f16 cache's rows are held to 1e-5 (emulated: tests/common/tc_emulated.rs).
+        (m("wgsl tensor attend (emulated): the queries' low part never multiplied", Wgsl, "attend_prefill_tc", "sl2 = coopMultiplyAdd(ql[k], kh, sl2);", None, ""), Attend, &["wgsl_tensor_emulated"]),
+        (m("wgsl tensor attend (emulated): the low weights' product dropped", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()), TC_ILO)", None, "TcC(), TC_ILO)"), Attend, &["wgsl_tensor_emulated"]),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TCP),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----
         (m("wgsl tensor decode: the keys' Σ q·lo never added", Wgsl, "attend_decode_tc", "kbias = subgroupAdd(kb4);", None, "kbias = vec4<f32>(0.0);"), Attend, TC),

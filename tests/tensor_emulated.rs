@@ -58,7 +58,11 @@ fn emulated_tensor_kernel_rescales_when_scores_grow() {
         let (err, ran) = common::gpu_vs_cpu(&ctx, method, hkv, d, hq, &k, &v, &q, &o);
         eprintln!("emulated tensor kernel rescale {method}: worst row rel L2 {err:e}");
         assert!(ran.iter().any(|k| k.starts_with("attend_prefill_tc")));
-        assert!(err <= 1e-3, "{method}: worst row rel L2 {err:e}");
+        let tol = common::tc_emulated::bound(&ctx, method);
+        assert!(
+            err <= tol,
+            "{method}: worst row rel L2 {err:e} (bound {tol:e})"
+        );
     }
 }
 

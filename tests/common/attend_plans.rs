@@ -323,7 +323,7 @@ pub fn check_case_at(
     let tiles = kvpack::attention::gpu::tiles(layer.codec(Side::Keys), layer.codec(Side::Values));
     for kernel in kernels {
         let tol = if matches!(kernel, AttendKernel::Tensor | AttendKernel::TensorDecode) {
-            tol.max(1e-3)
+            super::tc_emulated::bound(t.ctx(), c.method).max(tol)
         } else {
             tol
         };

@@ -3,7 +3,7 @@
 //! `wgsl_tensor_emulated` target): random q/k/v at head widths lavapipe's 32 KiB of workgroup
 //! storage holds (16, 32), with windows, sinks, a custom scale, rings, a part-empty vector
 //! block and several splits, against the CPU path on the same stored words (relative L2 ≤
-//! 1e-3 per row, spec/attention.md's f16-product bound).
+//! 1e-3 per row, spec/attention.md's f16-product bound; f16 caches 1e-5: [`bound`]).
 
 use kvpack::AttendKernel;
 
@@ -41,6 +41,20 @@ pub fn cases() -> Vec<super::ShapeCase> {
     ]
 }
 
+/// The bound of a tensor-core kernel's rows: spec/attention.md's f16-product rule (1e-3),
+/// except for f16 caches on an emulating handle: there keys and values are exact in f16 and
+/// the emulation's products are exact, so the only differences from the CPU path are the
+/// remainders of the queries' and weights' hi / lo splits (2^-22 relative) and the order of
+/// f32 sums; such rows agree within ~1e-6 (4e-7 to 9e-7 measured). 1e-5 there catches a
+/// dropped low part (~1e-4), which the f16-product bound cannot.
+pub fn bound(ctx: &kvpack::Context, method: &str) -> f64 {
+    if ctx.tensor_cores_emulated() && method.split(':').next() == Some("f16") {
+        1e-5
+    } else {
+        1e-3
+    }
+}
+
 /// Runs every case on `ctx` (an emulating handle) with `seed`; panics on the first row past
 /// the bound or a call that did not run the tensor-core kernel.
 pub fn check(ctx: &kvpack::Context, seed: u64, verbose: bool) {
@@ -60,7 +74,11 @@ pub fn check(ctx: &kvpack::Context, seed: u64, verbose: bool) {
             ran.iter().any(|k| k.starts_with("attend_prefill_tc")),
             "{method} D {d}: {ran:?}"
         );
-        assert!(err <= 1e-3, "{method} D {d}: worst row rel L2 {err:e}");
+        let tol = bound(ctx, method);
+        assert!(
+            err <= tol,
+            "{method} D {d}: worst row rel L2 {err:e} (bound {tol:e})"
+        );
     }
 }
 
