@@ -79,8 +79,21 @@ fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
             let e = lid + k * WORKGROUP_SIZE;
             pf_put_k(e, f32((e + t0) & 7u) * 0.125);
         }
+    } else if (K_QUAD && t0 + PF_TT <= AP.qk) {
+        // Every quad whole (the tile inside the codec's rows; its rows are four-aligned, since
+        // t0 − tok0 is a multiple of the split size, itself of 32, and of PF_TT): the codec's
+        // k_quad without a check per quad, so that an invocation's quads load together (with
+        // a check per quad each quad's loads sat in a branch with their use, and the NVIDIA
+        // driver's code waited for memory once per quad: 8 times per tile at D = 128).
+        // @unroll 8
+        for (var k = 0u; k < PF_KQ; k++) {
+            let u = lid + k * WORKGROUP_SIZE;
+            if (u < PF_DP * PF_TQ) {
+                pf_put_kquad(u, k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, min(u / PF_TQ, DIM - 1u), h));
+            }
+        }
     } else if (tend <= AP.qk) {
-        // Four tokens of a channel at a time (pf_kquad).
+        // Four tokens of a channel at a time where the rows allow (pf_kquad).
         // @unroll 8
         for (var k = 0u; k < PF_KQ; k++) {
             let u = lid + k * WORKGROUP_SIZE;
