@@ -104,6 +104,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // Caught only where the f16 cache's rows are held to 1e-5 (emulated: tests/common/tc_emulated.rs).
         (m("wgsl tensor attend (emulated): the queries' low part never multiplied", Wgsl, "attend_prefill_tc", "sl2 = coopMultiplyAdd(ql[k], kh, sl2);", None, ""), Attend, &["wgsl_tensor_emulated"]),
         (m("wgsl tensor attend (emulated): the low weights' product dropped", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()), TC_ILO)", None, "TcC(), TC_ILO)"), Attend, &["wgsl_tensor_emulated"]),
+        (m("wgsl tensor attend: exact f16 keys stored in the low part's rows", Wgsl, "attend_prefill_tc", "tch[at] = f16(x);\n        return;", None, "tch[TC_OKL + at] = f16(x);\n        return;"), Attend, TCP),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TCP),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----
         (m("wgsl tensor decode: the keys' Σ q·lo never added", Wgsl, "attend_decode_tc", "kbias = subgroupAdd(kb4);", None, "kbias = vec4<f32>(0.0);"), Attend, TC),

@@ -105,6 +105,8 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_TC_NOLOAD", (dim / 64 + wide + i as u32) % 4),
                     ("ATT_TC_PAD", u32::from(dim == 128)),
                     ("ATT_TC_PF", (dim / 64) % 3),
+                    // The tensor-core prefill kernel's measuring score splits (0 to 2).
+                    ("ATT_TC_SPLIT", (dim / 64 + i as u32) % 3),
                     // The prefill kernel's measuring variants (0 to 5 over D, width class
                     // and codec pair): all compile.
                     ("ATT_PF_VARIANT", (dim / 64 + 4 * wide + 2 * i as u32) % 6),

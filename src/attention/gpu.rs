@@ -129,6 +129,10 @@ pub fn specialization(
         ("ATT_TC_NOLOAD", measuring_knob("KVPACK_TC_NOLOAD", 3)),
         // Measuring only: the tensor-core decode kernels' padded rows.
         ("ATT_TC_PAD", plan::tensor_pad()),
+        // Measuring only: the tensor-core prefill kernel's scores with the queries' (1) or the
+        // keys' (2) low f16 part left out (two products per block instead of three), for
+        // their time; 0, the default, is the kernel.
+        ("ATT_TC_SPLIT", measuring_knob("KVPACK_TC_SPLIT", 2)),
         // Measuring only: the f32 prefill kernel (wgsl/attend/attend_prefill.wgsl) without
         // the codecs' reads (`KVPACK_PF_VARIANT=1`: synthetic tiles, for its floor without
         // memory traffic), or with one step left out (3: the softmax, 4: the scores, 5: the

@@ -80,6 +80,9 @@ const TENSOR: &str = include_str!("../../wgsl/attend/attend_prefill_tc.wgsl");
 const STAGE: &str = include_str!("../../wgsl/attend/attend_stage.wgsl");
 /// The prefill kernel's hooks `k_quad` / `v_quad` for a codec that has none (never called).
 const NO_K_QUAD: &str = "const K_QUAD: bool = false;\nfn k_quad(row: u32, c: u32, h: u32) -> vec4<f32> {\n    return vec4<f32>(0.0);\n}\n";
+/// The prefill kernels' `K_F16_EXACT` for a key codec that does not declare it: its values
+/// are not known to be exact in f16.
+const NO_K_F16_EXACT: &str = "const K_F16_EXACT: bool = false;\n";
 const NO_V_QUAD: &str = "const V_QUAD: bool = false;\nfn v_quad(row: u32, c: u32, h: u32) -> vec4<f32> {\n    return vec4<f32>(0.0);\n}\n";
 const TENSOR_COMMON: &str = include_str!("../../wgsl/attend/attend_tc_common.wgsl");
 const TENSOR_DECODE: &str = include_str!("../../wgsl/attend/attend_decode_tc.wgsl");
@@ -189,6 +192,9 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         }
         if !v.wgsl_v.contains("fn v_quad(") {
             wgsl.push(NO_V_QUAD);
+        }
+        if !k.wgsl_k.contains("const K_F16_EXACT:") {
+            wgsl.push(NO_K_F16_EXACT);
         }
         wgsl.push(STAGE);
     }

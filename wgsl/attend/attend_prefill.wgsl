@@ -9,6 +9,9 @@
 //                (k_value's values of rows row .. row + 3, read together: called where K_QUAD,
 //                row a multiple of 4 and row + 3 ≤ last; a codec without them gets K_QUAD =
 //                false from src/attention/kernel.rs)
+//                optionally const K_F16_EXACT: bool (every k̂ it returns is exact in f16: the
+//                tensor-core kernel then stages and multiplies no low part of the keys;
+//                false where absent)
 //   value codec: fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32   (its space: c < V_W)
 //                optionally const V_QUAD: bool, fn v_quad(row: u32, c: u32, h: u32) -> vec4<f32>
 //                (v_value's values of channels c .. c + 3 of row `row`: called where V_QUAD,

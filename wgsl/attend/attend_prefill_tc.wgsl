@@ -25,7 +25,8 @@ diagnostic(off, derivative_uniformity);
 //     done for the whole workgroup when any vector needs it, through workgroup memory, since a
 //     C-matrix has no element access); p ≤ 2^TC_TAU stays in f16 range
 //   O += P·V̂                                 2 × TC_NO MMAs per 16 tokens.
-// **Precision.** Scores are q_hi·k_hi + 2^-11·(q_lo·k_hi + q_hi·k_lo) (tc_split: x_hi is x
+// **Precision.** Scores are q_hi·k_hi + 2^-11·(q_lo·k_hi + q_hi·k_lo) (q_hi·k_lo left out where
+// the key codec's values are exact in f16, K_F16_EXACT: then k_lo is 0) (tc_split: x_hi is x
 // with its mantissa cut to f16's 10 bits, x_lo = 2^11·(x − x_hi) in f16, scaled so that it is
 // no f16 subnormal; cut with bit operations, since the H200's compiler folded f32(f16(x)) back
 // to x and left every remainder 0; two accumulators, so two independent MMA chains), and the
@@ -73,6 +74,13 @@ const TC_ILO: f32 = 1.0 / 2048.0;
 const TC_NOLOAD: bool = ATT_TC_NOLOAD >= 1u;
 const TC_NO_SCORES: bool = ATT_TC_NOLOAD == 2u;
 const TC_NO_SOFTMAX: bool = ATT_TC_NOLOAD == 3u;
+// The keys' low part: staged and multiplied unless the key codec's values are exact in f16
+// (K_F16_EXACT: the f16 codec; the ring's rows always are), where it would be all zeros.
+// Measuring only (KVPACK_TC_SPLIT, src/attention/gpu.rs; wrong by up to the f16 rounding): 0,
+// the kernel; 1, the queries as f16 alone (rounded to nearest; no low part held or
+// multiplied: two products per block); 2, the keys as f16 alone (two products).
+const TC_QLO: bool = ATT_TC_SPLIT != 1u;
+const TC_KLO: bool = ATT_TC_SPLIT != 2u && !K_F16_EXACT;
 
 // Row strides of tch (f16 elements): keys' and weights' rows (tokens), values' rows
 // (channels).
@@ -105,6 +113,10 @@ const PF_WP: u32 = TC_WP;
 const PF_NOLOAD: bool = TC_NOLOAD;
 
 fn tc_put_key(at: u32, x: f32) {
+    if (!TC_KLO) {
+        tch[at] = f16(x);
+        return;
+    }
     let p = tc_split(x);
     tch[at] = p.x;
     tch[TC_OKL + at] = p.y;
@@ -149,7 +161,7 @@ fn tc_stage_q(lid: u32, h: u32, vb: u32, r: u32, lo: bool) {
             x = q[((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM + c] * AP.scale_log2;
         }
         let p = tc_split(x);
-        tch[row * TC_QSP + e - row * TC_QS] = select(p.x, p.y, lo);
+        tch[row * TC_QSP + e - row * TC_QS] = select(select(p.x, p.y, lo), f16(x), !TC_QLO);
     }
 }
 
@@ -199,13 +211,15 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             qh[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QSP + k * 16u], TC_QSP);
         }
         workgroupBarrier();
-        tc_stage_q(lid, h, vb, r, true);
-        workgroupBarrier();
-        // @unroll 16
-        for (var k = 0u; k < TC_QKD; k++) {
-            ql[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QSP + k * 16u], TC_QSP);
+        if (TC_QLO) {
+            tc_stage_q(lid, h, vb, r, true);
+            workgroupBarrier();
+            // @unroll 16
+            for (var k = 0u; k < TC_QKD; k++) {
+                ql[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QSP + k * 16u], TC_QSP);
+            }
+            workgroupBarrier();
         }
-        workgroupBarrier();
     }
     // The vector of this lane pair and its state (both lanes keep m; l is per lane).
     let rs = sl / 2u;
@@ -241,10 +255,14 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 for (var k = 0u; k < TC_KD; k++) {
                     let at = k * 16u * TC_KS + tb * 16u;
                     let kh = coopLoadT<TcB>(&tch[at], TC_KS);
-                    let klo = coopLoadT<TcB>(&tch[TC_OKL + at], TC_KS);
                     s = coopMultiplyAdd(qh[k], kh, s);
-                    sl2 = coopMultiplyAdd(ql[k], kh, sl2);
-                    sl2 = coopMultiplyAdd(qh[k], klo, sl2);
+                    if (TC_QLO) {
+                        sl2 = coopMultiplyAdd(ql[k], kh, sl2);
+                    }
+                    if (TC_KLO) {
+                        let klo = coopLoadT<TcB>(&tch[TC_OKL + at], TC_KS);
+                        sl2 = coopMultiplyAdd(qh[k], klo, sl2);
+                    }
                 }
                 coopStoreT(tc_axpy(s, sl2, TC_ILO), &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
             }

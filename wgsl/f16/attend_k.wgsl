@@ -13,6 +13,8 @@ struct KF16Params {
 
 const K_PREP: bool = false;
 const K_PREP_W: u32 = 1u;
+// Its keys are f16 rows: every k̂ is exact in f16 (the prefill kernels' optional hook).
+const K_F16_EXACT: bool = true;
 
 fn k_prepare(lid: u32, h: u32) {}
 
