@@ -18,7 +18,8 @@ diagnostic(off, derivative_uniformity);
 // four channels of a token at a time, or the ring's f16 rows; rows past the split read its
 // last row, channels past D or the width repeat its last: masked, met by a zero query, or
 // never written) into workgroup memory as f16; then
-//   S (16 × TC_TT, per subgroup) = Q·K̂ᵀ     3 × TC_KD MMAs per 16 tokens, stored (f32)
+//   S (16 × TC_TT, per subgroup) = Q·K̂ᵀ     3 × TC_KD MMAs per 16 tokens (2 × TC_KD where
+//                                            K_F16_EXACT), stored (f32)
 //   softmax: lane pair (sl, sl ^ 1) owns a vector, TC_TT / 2 tokens each: masks, the tile's
 //     max; weights p = 2^(s − m) against a reference max m that moves only when the tile's
 //     max exceeds it by more than TC_TAU (then the vector's output is rescaled: rare, and
