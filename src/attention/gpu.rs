@@ -131,7 +131,8 @@ pub fn specialization(
         ("ATT_TC_PAD", plan::tensor_pad()),
         // Measuring only: the tensor-core prefill kernel's scores with the queries' (1) or the
         // keys' (2) low f16 part left out (two products per block instead of three), for
-        // their time; 0, the default, is the kernel.
+        // their time (2 breaks the 1e-3 bound on SmolLM2's real q/k/v: 1.51e-3, BENCHMARKS.md);
+        // 0, the default, is the kernel.
         ("ATT_TC_SPLIT", measuring_knob("KVPACK_TC_SPLIT", 2)),
         // Measuring only: the f32 prefill kernel (wgsl/attend/attend_prefill.wgsl) without
         // the codecs' reads (`KVPACK_PF_VARIANT=1`: synthetic tiles, for its floor without
