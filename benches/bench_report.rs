@@ -3,10 +3,13 @@
 //!
 //! ```text
 //! cargo bench --bench bench_report -- --results benches/results/h200 [--out BENCHMARKS.md]
+//! cargo bench --bench bench_report -- --results benches/results/h100 --only header,targets --tag h100
 //! ```
 //! Reads `gpu_kivi.json`, `gpu_attend.json` and, when present, `torch_baseline.json` (from
 //! `benches/torch_baseline.py`). In `--out`, each block between `<!-- generated:NAME -->` and
 //! `<!-- /generated:NAME -->` is replaced; everything else (the analysis) is left as it is.
+//! `--only A,B` writes only those blocks; `--tag T` writes them between
+//! `<!-- generated:NAME@T -->` markers instead (a second run's blocks beside the first's).
 //! A missing file gets a skeleton with every block. Run without `--results` (as a plain
 //! `cargo bench` does), it prints this usage and exits 0.
 
@@ -39,11 +42,15 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut results = None;
     let mut out = PathBuf::from("BENCHMARKS.md");
+    let mut only: Option<Vec<String>> = None;
+    let mut tag: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--results" => results = it.next().map(PathBuf::from),
             "--out" => out = it.next().map_or(out, PathBuf::from),
+            "--only" => only = it.next().map(|l| l.split(',').map(String::from).collect()),
+            "--tag" => tag = it.next().cloned(),
             "--bench" => {}
             other => eprintln!("bench_report: ignoring argument `{other}`"),
         }
@@ -54,7 +61,8 @@ fn main() {
         );
         return;
     };
-    if let Err(e) = run(&results, &out) {
+    let only: Option<Vec<&str>> = only.as_ref().map(|l| l.iter().map(String::as_str).collect());
+    if let Err(e) = run_blocks(&results, &out, only.as_deref(), tag.as_deref()) {
         eprintln!("bench_report: {e}");
         std::process::exit(1);
     }
@@ -67,6 +75,20 @@ fn read_json(path: &Path) -> Result<Value, String> {
 }
 
 pub fn run(results: &Path, out: &Path) -> Result<(), String> {
+    run_blocks(results, out, None, None)
+}
+
+/// [`run`] for the blocks named in `only` (all where `None`; an unknown name is an error),
+/// between markers `NAME@tag` where `tag` is given.
+pub fn run_blocks(
+    results: &Path,
+    out: &Path,
+    only: Option<&[&str]>,
+    tag: Option<&str>,
+) -> Result<(), String> {
+    if let Some(bad) = only.and_then(|l| l.iter().find(|b| !BLOCKS.contains(b))) {
+        return Err(format!("no block `{bad}` (blocks: {})", BLOCKS.join(", ")));
+    }
     let kivi = read_json(&results.join("gpu_kivi.json"))?;
     let attend = read_json(&results.join("gpu_attend.json"))?;
     let torch_path = results.join("torch_baseline.json");
@@ -108,7 +130,9 @@ pub fn run(results: &Path, out: &Path) -> Result<(), String> {
         }
         s
     });
+    blocks.retain(|name, _| only.is_none_or(|l| l.contains(name)));
     for (name, body) in &blocks {
+        let name = tag.map_or_else(|| name.to_string(), |t| format!("{name}@{t}"));
         let (open, close) = (
             format!("<!-- generated:{name} -->"),
             format!("<!-- /generated:{name} -->"),

@@ -21,7 +21,7 @@
 //!   partial pass and the merge) with Hq = 32, Hkv = 8, D = 128, on a cache built by one
 //!   prefill of T random f16 tokens; bytes read = the cache payload + q.
 //! - `... Tq=64`: a prefill chunk of 64 query rows against the same caches: one
-//!   `encode_attend` call with q `[64, 32, 128]` (`AttendKernel::Auto`: the decode kernel);
+//!   `encode_attend` call with q `[64, 32, 128]` (`AttendKernel::Decode`, tier 1);
 //!   KIVI-4 at 32k also on the prefill kernel (`(prefill kernel)`).
 //! - `append kivi-b T`: the cache update of one decode step, `KvLayer::encode_append` of one
 //!   token recorded between the timestamps; every round appends G = 32 tokens one at a time,

@@ -151,6 +151,13 @@ pub fn block(
     us: fn(f64) -> String,
     floors: &str,
 ) -> String {
+    // The card, from the adapter's name as the run reported it ("NVIDIA H200 (Vulkan, …)").
+    let adapter = attend["adapter"].as_str().unwrap_or("?");
+    let card = adapter
+        .split(" (")
+        .next()
+        .unwrap_or(adapter)
+        .trim_start_matches("NVIDIA ");
     let mut s = String::from(
         "| case | goal | tier 1 µs | tier 3 (tensor cores) µs | PyTorch µs | same-size copy µs | met |\n|---|---|---|---|---|---|---|\n",
     );
@@ -208,8 +215,8 @@ pub fn block(
     }
     let _ = write!(
         s,
-        "\nMedians from the runs in the header (H200). Tier 1: the default kernel (`AttendKernel::Auto`, \
-         wgsl-subgroup); tier 3: `AttendKernel::TensorDecode` / `TensorPrefill` on the same cache. \
+        "\nMedians from the runs in the header ({card}). Tier 1: the decode kernel on the f32 pipe (`AttendKernel::Decode`, wgsl-subgroup: what \
+         `Auto` runs without tensor cores); tier 3: `AttendKernel::TensorDecode` / `TensorPrefill` on the same cache. \
          Same-size copy: the run's copy arm whose bytes are nearest to the arm's. {floors}\n"
     );
     s

@@ -1,5 +1,6 @@
 //! BENCHMARKS.md's generated tables are exactly what `benches/bench_report.rs` makes of the
-//! committed JSON in `benches/results/h200/`: no number in them was typed or edited by hand,
+//! committed JSON in `benches/results/h200/` (and, between `@h100` markers, in
+//! `benches/results/h100/`): no number in them was typed or edited by hand,
 //! and no result file was replaced without regenerating the report.
 
 #[path = "../benches/bench_report.rs"]
@@ -18,6 +19,14 @@ fn benchmarks_md_matches_its_json() {
     // path is printed into the report.
     assert_eq!(std::env::current_dir().expect("cwd"), root);
     bench_report::run(Path::new("benches/results/h200"), &out).expect("bench_report");
+    // The H100's full run: its header and targets, between `@h100` markers.
+    bench_report::run_blocks(
+        Path::new("benches/results/h100"),
+        &out,
+        Some(&["header", "targets"]),
+        Some("h100"),
+    )
+    .expect("bench_report (h100)");
     let regenerated = std::fs::read_to_string(&out).expect("regenerated");
     let _ = std::fs::remove_file(&out);
     if regenerated != published {
@@ -30,7 +39,7 @@ fn benchmarks_md_matches_its_json() {
                 |i| i,
             );
         panic!(
-            "BENCHMARKS.md differs from what bench_report makes of benches/results/h200 at line {}:\n  published:   {:?}\n  regenerated: {:?}\n(run `cargo bench --bench bench_report -- --results benches/results/h200`)",
+            "BENCHMARKS.md differs from what bench_report makes of benches/results/h200 and h100 at line {}:\n  published:   {:?}\n  regenerated: {:?}\n(run `cargo bench --bench bench_report -- --results benches/results/h200`, then with `--results benches/results/h100 --only header,targets --tag h100`)",
             line + 1,
             published.lines().nth(line).unwrap_or(""),
             regenerated.lines().nth(line).unwrap_or("")

@@ -84,10 +84,10 @@ pub enum AttendKernel {
     /// where the device has it, the key codec does not transform the query and the call has
     /// at least [`plan::TENSOR_AUTO_VECTORS`] query vectors per KV head over at least
     /// [`plan::TENSOR_AUTO_TOKENS`] cached tokens (on an H100 a 64-row chunk of KIVI-4 at 32k
-    /// tokens takes 2.56 ms there against 2.84 on the decode kernel; f16 products, the 1e-3
-    /// bound); the decode kernel for every other call (at 1k and 4k tokens, and with 4–16
-    /// rows, the tensor-core and f32 prefill kernels are slower: BENCHMARKS.md, "Prefill
-    /// chunks").
+    /// tokens takes 1.43 ms there against 2.87 on the decode kernel, at 4k 0.40 against 0.46;
+    /// f16 products, the 1e-3 bound); the decode kernel for every other call (at 1k tokens,
+    /// and with 4–16 rows, the tensor-core and f32 prefill kernels are slower: BENCHMARKS.md,
+    /// "Prefill chunks" and "The goals on an H100").
     #[default]
     Auto,
     /// Four query vectors per workgroup, a lane owning 8 tokens × a slice of the stored

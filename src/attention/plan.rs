@@ -488,12 +488,14 @@ impl Call {
 pub const TENSOR_AUTO_VECTORS: usize = 256;
 
 /// The fewest cached tokens for which Auto runs the tensor-core prefill kernel (with
-/// [`TENSOR_AUTO_VECTORS`]). Measured on an H100 with 64-row chunks: at 32k tokens it is
-/// faster than the decode kernel, at 1k and 4k slower (its fixed cost per workgroup: the
-/// queries' and the output's trips through workgroup memory); between them untested, so Auto
-/// asks for the measured point. A choice between two built kernels by the call's size, not a
-/// pipeline specialized on it.
-pub const TENSOR_AUTO_TOKENS: usize = 32768;
+/// [`TENSOR_AUTO_VECTORS`]). Measured on an H100 with 64-row chunks (BENCHMARKS.md, "The goals
+/// on an H100", one run of 2026-12-06): at 4k tokens it takes 402 µs against the decode
+/// kernel's 460 on KIVI-4 (400 against 456 on KIVI-2; f16 337 against 333, within the run's
+/// noise), at 32k 1431 against 2873; at 1k it is slower (195 against 155: its fixed cost per
+/// workgroup, the queries' and the output's trips through workgroup memory). Between 1k and
+/// 4k untested, so Auto asks for the measured point. A choice between two built kernels by the
+/// call's size, not a pipeline specialized on it.
+pub const TENSOR_AUTO_TOKENS: usize = 4096;
 
 /// The base of every dispatch's uniform (`per_wg` query vectors per workgroup).
 fn base(call: &Call, shape: &CacheShape, per_wg: usize) -> AttendParams {
