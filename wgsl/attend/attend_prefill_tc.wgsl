@@ -14,7 +14,7 @@ diagnostic(off, derivative_uniformity);
 // Subgroup sg owns vectors vb·64 + 16·sg .. + 15: their scaled queries as A-matrices (f16,
 // loaded once) and their output as TC_NO C-matrices (f32) live in its registers. Per tile of
 // TC_TT tokens (32; 16 where D > 128, for workgroup storage) every invocation decodes its share
-// of the tile's keys and values (pf_keys / pf_values: the codec's four tokens of a channel or
+// of the tile's keys and values (pf_tile: the codec's four tokens of a channel or
 // four channels of a token at a time, or the ring's f16 rows; rows past the split read its
 // last row, channels past D or the width repeat its last: masked, met by a zero query, or
 // never written) into workgroup memory as f16; then
@@ -243,8 +243,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             atomicStore(&tcflag[0], 0u); // every invocation read the last tile's flag
         }
         // 2. The tile's keys (hi and lo parts) and values, in f16 (wgsl/attend/attend_stage.wgsl).
-        pf_keys(lid, t0, s1, h);
-        pf_values(lid, t0, s1, h, vring);
+        pf_tile(lid, t0, s1, h, vring);
         workgroupBarrier();
         // 3. Scores of the subgroup's 16 vectors × TC_TT tokens.
         if (!TC_NO_SCORES) {
@@ -276,13 +275,26 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         if (!TC_NO_SOFTMAX) {
             var sv: array<f32, 16>;
             var mt = NEG;
-            // @unroll 16
-            for (var j = 0u; j < TC_LT; j++) {
-                let t = half * TC_LT + (j + rs) % TC_LT;
-                let pos = t0 + t;
-                let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
-                sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
-                mt = max(mt, sv[j]);
+            // A tile the vector sees whole (positions t0 .. + TC_TT − 1 all before the split's
+            // end, at most pv and inside the window: every tile but those at the causal
+            // diagonal or the window's edge) reads its scores without a check per token.
+            let whole = live && !POS && t0 + TC_TT <= s1 && t0 + TC_TT - 1u <= pv
+                && (AP.window == 0u || t0 + AP.window > pv);
+            if (whole) {
+                // @unroll 16
+                for (var j = 0u; j < TC_LT; j++) {
+                    sv[j] = tcs[row * TC_TT + half * TC_LT + (j + rs) % TC_LT];
+                    mt = max(mt, sv[j]);
+                }
+            } else {
+                // @unroll 16
+                for (var j = 0u; j < TC_LT; j++) {
+                    let t = half * TC_LT + (j + rs) % TC_LT;
+                    let pos = t0 + t;
+                    let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
+                    sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
+                    mt = max(mt, sv[j]);
+                }
             }
             mt = max(mt, subgroupShuffleXor(mt, 1u));
             var corr = 1.0;

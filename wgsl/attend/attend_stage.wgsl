@@ -11,6 +11,8 @@
 //   fn pf_put_k(e: u32, x: f32)            key of token e % PF_TT, channel e / PF_TT
 //   fn pf_put_vquad(u: u32, x: vec4<f32>)  values of token u / PF_VW4, channels 4·(u % PF_VW4) .. + 3
 //   fn pf_put_v(e: u32, x: f32)            value of token e / PF_WP, channel e % PF_WP
+// `pf_tile` stages both (the tensor-core kernel); `pf_keys` and `pf_values` each (the f32
+// kernel, which stages them at different steps).
 // (token and channel indices within the tile). A tile whose tokens all come from one source
 // (the codec or the ring: all but at most one tile of a split) reads without a branch per
 // element, so that an invocation's loads are in flight together: rows past the split's end
@@ -168,4 +170,32 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
             pf_put_v(e, x);
         }
     }
+}
+
+// The keys and the values of tile t0 (split end s1) of KV head h. A tile whose keys are whole
+// quads of the codec and whose values come from the codec (every tile of a codec split but
+// its last at most) stages both in one branch-free block, so that the values' loads can be
+// issued before the keys' stores, not after them (pf_keys and pf_values each end in their own
+// branch); every other tile through pf_keys and pf_values.
+fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
+    if (!PF_NOLOAD && K_QUAD && !vring && t0 + PF_TT <= min(AP.qk, AP.qv)) {
+        let vl = min(s1, AP.qv) - 1u - AP.tok0;
+        // @unroll 8
+        for (var k = 0u; k < PF_KQ; k++) {
+            let u = lid + k * WORKGROUP_SIZE;
+            if (u < PF_DP * PF_TQ) {
+                pf_put_kquad(u, k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, min(u / PF_TQ, DIM - 1u), h));
+            }
+        }
+        // @unroll 8
+        for (var k = 0u; k < PF_VQ; k++) {
+            let u = lid + k * WORKGROUP_SIZE;
+            if (u < PF_TT * PF_VW4) {
+                pf_put_vquad(u, pf_vquad(t0 + u / PF_VW4 - AP.tok0, vl, 4u * (u % PF_VW4), h));
+            }
+        }
+        return;
+    }
+    pf_keys(lid, t0, s1, h);
+    pf_values(lid, t0, s1, h, vring);
 }
