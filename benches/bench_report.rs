@@ -61,7 +61,9 @@ fn main() {
         );
         return;
     };
-    let only: Option<Vec<&str>> = only.as_ref().map(|l| l.iter().map(String::as_str).collect());
+    let only: Option<Vec<&str>> = only
+        .as_ref()
+        .map(|l| l.iter().map(String::as_str).collect());
     if let Err(e) = run_blocks(&results, &out, only.as_deref(), tag.as_deref()) {
         eprintln!("bench_report: {e}");
         std::process::exit(1);
