@@ -106,10 +106,9 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor attend (emulated): the low weights' product dropped", Wgsl, "attend_prefill_tc", "coopMultiplyAdd(pl, vm, TcC()), TC_ILO)", None, "TcC(), TC_ILO)"), Attend, &["wgsl_tensor_emulated"]),
         (m("wgsl tensor attend: exact f16 keys stored in the low part's rows", Wgsl, "attend_prefill_tc", "tch[at] = f16(x);\n        return;", None, "tch[TC_OKL + at] = f16(x);\n        return;"), Attend, TCP),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TCP),
-        // The codec tile's joint staging (pf_tile, the second occurrence of each text after
-        // pf_keys' and pf_values') and the softmax's wholly visible tiles.
-        (m("wgsl tensor attend: the joint tile's values read the next token's row", Wgsl, "attend_prefill_tc", "pf_vquad(t0 + u / PF_VW4 - AP.tok0, vl,", Some(1), "pf_vquad(t0 + u / PF_VW4 + 1u - AP.tok0, vl,"), Attend, TCP),
-        (m("wgsl tensor attend: the joint tile's key quads read the next quad's tokens", Wgsl, "attend_prefill_tc", "k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, min(", Some(1), "k_quad(t0 + 4u * ((u + 1u) % PF_TQ) - AP.tok0, min("), Attend, TCP),
+        // The codec tile's joint staging (pf_tile) and the softmax's wholly visible tiles.
+        (m("wgsl tensor attend: the joint tile's values read the next token's row", Wgsl, "attend_prefill_tc", "pf_vquads(lid, t0, vl, h);\n        return;", None, "pf_vquads(lid, t0 + 1u, vl, h);\n        return;"), Attend, TCP),
+        (m("wgsl tensor attend: the joint tile's key quads read the next quad's tokens", Wgsl, "attend_prefill_tc", "pf_kquads_whole(lid, t0, h);\n        pf_vquads(", None, "pf_kquads_whole(lid, t0 + 4u, h);\n        pf_vquads("), Attend, TCP),
         (m("wgsl tensor attend: a tile counted wholly visible across the causal diagonal", Wgsl, "attend_prefill_tc", "t0 + TC_TT - 1u <= pv", None, "t0 <= pv"), Attend, TCP),
         (m("wgsl tensor attend: a tile counted wholly visible past the window's edge", Wgsl, "attend_prefill_tc", "\n                && (AP.window == 0u || t0 + AP.window > pv);", None, ";"), Attend, TCP),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----

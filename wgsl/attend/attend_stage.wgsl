@@ -71,6 +71,29 @@ fn pf_vquad(row: u32, last: u32, c: u32, h: u32) -> vec4<f32> {
     );
 }
 
+// The key quads of a tile inside the codec's rows, with no check per quad (K_QUAD; see
+// pf_keys).
+fn pf_kquads_whole(lid: u32, t0: u32, h: u32) {
+    // @unroll 8
+    for (var k = 0u; k < PF_KQ; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_DP * PF_TQ) {
+            pf_put_kquad(u, k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, min(u / PF_TQ, DIM - 1u), h));
+        }
+    }
+}
+
+// The value quads of a tile from the codec (rows clamped to `vl`; pf_vquad).
+fn pf_vquads(lid: u32, t0: u32, vl: u32, h: u32) {
+    // @unroll 8
+    for (var k = 0u; k < PF_VQ; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_TT * PF_VW4) {
+            pf_put_vquad(u, pf_vquad(t0 + u / PF_VW4 - AP.tok0, vl, 4u * (u % PF_VW4), h));
+        }
+    }
+}
+
 // The keys of tile t0 (split end s1) of KV head h.
 fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
     let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
@@ -87,13 +110,7 @@ fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
         // k_quad without a check per quad, so that an invocation's quads load together (with
         // a check per quad each quad's loads sat in a branch with their use, and the NVIDIA
         // driver's code waited for memory once per quad: 8 times per tile at D = 128).
-        // @unroll 8
-        for (var k = 0u; k < PF_KQ; k++) {
-            let u = lid + k * WORKGROUP_SIZE;
-            if (u < PF_DP * PF_TQ) {
-                pf_put_kquad(u, k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, min(u / PF_TQ, DIM - 1u), h));
-            }
-        }
+        pf_kquads_whole(lid, t0, h);
     } else if (tend <= AP.qk) {
         // Four tokens of a channel at a time where the rows allow (pf_kquad).
         // @unroll 8
@@ -141,13 +158,7 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
         }
     } else if (!vring && tend <= AP.qv) {
         // Four channels of a token at a time (pf_vquad).
-        // @unroll 8
-        for (var k = 0u; k < PF_VQ; k++) {
-            let u = lid + k * WORKGROUP_SIZE;
-            if (u < PF_TT * PF_VW4) {
-                pf_put_vquad(u, pf_vquad(t0 + u / PF_VW4 - AP.tok0, vl, 4u * (u % PF_VW4), h));
-            }
-        }
+        pf_vquads(lid, t0, vl, h);
     } else if (RING && (vring || t0 >= AP.qv)) {
         // @unroll 32
         for (var k = 0u; k < PF_VE; k++) {
@@ -180,20 +191,8 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
 fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
     if (!PF_NOLOAD && K_QUAD && !vring && t0 + PF_TT <= min(AP.qk, AP.qv)) {
         let vl = min(s1, AP.qv) - 1u - AP.tok0;
-        // @unroll 8
-        for (var k = 0u; k < PF_KQ; k++) {
-            let u = lid + k * WORKGROUP_SIZE;
-            if (u < PF_DP * PF_TQ) {
-                pf_put_kquad(u, k_quad(t0 + 4u * (u % PF_TQ) - AP.tok0, min(u / PF_TQ, DIM - 1u), h));
-            }
-        }
-        // @unroll 8
-        for (var k = 0u; k < PF_VQ; k++) {
-            let u = lid + k * WORKGROUP_SIZE;
-            if (u < PF_TT * PF_VW4) {
-                pf_put_vquad(u, pf_vquad(t0 + u / PF_VW4 - AP.tok0, vl, 4u * (u % PF_VW4), h));
-            }
-        }
+        pf_kquads_whole(lid, t0, h);
+        pf_vquads(lid, t0, vl, h);
         return;
     }
     pf_keys(lid, t0, s1, h);
