@@ -107,8 +107,14 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor attend: exact f16 keys stored in the low part's rows", Wgsl, "attend_prefill_tc", "tch[at] = f16(x);\n        return;", None, "tch[TC_OKL + at] = f16(x);\n        return;"), Attend, TCP),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TCP),
         // The codec tile's joint staging (pf_tile) and the softmax's wholly visible tiles.
-        (m("wgsl tensor attend: the joint tile's values read the next token's row", Wgsl, "attend_prefill_tc", "pf_vquads(lid, t0, vl, h);\n        return;", None, "pf_vquads(lid, t0 + 1u, vl, h);\n        return;"), Attend, TCP),
-        (m("wgsl tensor attend: the joint tile's key quads read the next quad's tokens", Wgsl, "attend_prefill_tc", "pf_kquads_whole(lid, t0, h);\n        pf_vquads(", None, "pf_kquads_whole(lid, t0 + 4u, h);\n        pf_vquads("), Attend, TCP),
+        (m("wgsl tensor attend: the joint tile's values read the next token's row", Wgsl, "attend_prefill_tc", "pf_vquads(lid, t0, vl, h);\n        }\n        return;", None, "pf_vquads(lid, t0 + 1u, vl, h);\n        }\n        return;"), Attend, TCP),
+        (m("wgsl tensor attend: the joint tile's key quads read the next quad's tokens", Wgsl, "attend_prefill_tc", "pf_kquads_whole(lid, t0, h);\n        }", None, "pf_kquads_whole(lid, t0 + 4u, h);\n        }"), Attend, TCP),
+        // The joint tile's eight-channel reads of f16 rows (k_row8 / v_row8).
+        (m("wgsl tensor attend: f16 key rows read the next token's row", Wgsl, "attend_prefill_tc", "let row = t0 + t - AP.tok0;", None, "let row = t0 + (t + 1u) % PF_TT - AP.tok0;"), Attend, TCP),
+        (m("wgsl tensor attend: f16 key rows stored one unit of channels on", Wgsl, "attend_prefill_tc", "pf_put_krow8(t, 8u * g, k_row8(", None, "pf_put_krow8(t, 8u * ((g + 1u) % PF_KC8), k_row8("), Attend, TCP),
+        (m("wgsl tensor attend: f16 key rows' odd channels stored in the even rows", Wgsl, "attend_prefill_tc", "tc_put_key(at + TC_KS, x.y);", None, "tc_put_key(at + TC_KS, x.x);"), Attend, TCP),
+        (m("wgsl tensor attend: f16 value rows read the next token's row", Wgsl, "attend_prefill_tc", "v_row8(min(t0 + t - AP.tok0, vl)", None, "v_row8(min(t0 + t + 1u - AP.tok0, vl)"), Attend, TCP),
+        (m("wgsl tensor attend: f16 value rows' channel pairs swapped", Wgsl, "attend_prefill_tc", "tch[at + 2u * j] = f16(x.x);", None, "tch[at + 2u * j] = f16(x.y);"), Attend, TCP),
         (m("wgsl tensor attend: a tile counted wholly visible across the causal diagonal", Wgsl, "attend_prefill_tc", "t0 + TC_TT - 1u <= pv", None, "t0 <= pv"), Attend, TCP),
         (m("wgsl tensor attend: a tile counted wholly visible past the window's edge", Wgsl, "attend_prefill_tc", "\n                && (AP.window == 0u || t0 + AP.window > pv);", None, ";"), Attend, TCP),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----

@@ -147,6 +147,28 @@ fn pf_put_v(e: u32, x: f32) {
     tch[TC_OV + (e / TC_WP) * TC_VS + e % TC_WP] = f16(x);
 }
 
+// Eight keys or values stored as f16 (k_row8 / v_row8; naga rejects a bitcast of a u32 to two
+// f16, so they pass through f32, exactly).
+fn pf_put_krow8(t: u32, c: u32, w: vec4<u32>) {
+    // @unroll 4
+    for (var j = 0u; j < 4u; j++) {
+        let x = unpack2x16float(w[j]);
+        let at = (c + 2u * j) * TC_KS + t;
+        tc_put_key(at, x.x);
+        tc_put_key(at + TC_KS, x.y);
+    }
+}
+
+fn pf_put_vrow8(t: u32, c: u32, w: vec4<u32>) {
+    let at = TC_OV + t * TC_VS + c;
+    // @unroll 4
+    for (var j = 0u; j < 4u; j++) {
+        let x = unpack2x16float(w[j]);
+        tch[at + 2u * j] = f16(x.x);
+        tch[at + 2u * j + 1u] = f16(x.y);
+    }
+}
+
 // Stages slice `r` of the workgroup's queries (scaled by scale·log2(e); 0 past D and for
 // vectors past the call): their f16 part (lo = false) or the f16 rounding of what that part
 // leaves (lo = true), rows of TC_QS channels TC_QSP apart at the start of tch.

@@ -32,3 +32,13 @@ fn k_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     let e = h * DIM + c;
     return unpack2x16float(kseg[KP.rows + min(row, last) * AP.row_words + (e >> 1u)])[e & 1u];
 }
+
+// Channels c .. c + 7 of segment row `row` of head h as they are stored: eight f16, two per
+// word, in one 16-byte load (the tensor-core prefill kernel's key tiles, where K_ROW8: c a
+// multiple of 8, c + 7 < D, row within the segment). D a multiple of 8 makes a row's words,
+// h·D / 2 and c / 2 multiples of 4, and every stream starts on 16 bytes (src/store/gpu.rs).
+const K_ROW8: bool = DIM % 8u == 0u;
+
+fn k_row8(row: u32, c: u32, h: u32) -> vec4<u32> {
+    return kseg4[(KP.rows + row * AP.row_words + ((h * DIM + c) >> 1u)) >> 2u];
+}

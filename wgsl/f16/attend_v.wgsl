@@ -92,3 +92,12 @@ fn v_quad(row: u32, c: u32, h: u32) -> vec4<f32> {
     let w = VP.rows + row * AP.row_words + ((h * DIM + c) >> 1u);
     return vec4<f32>(unpack2x16float(vseg[w]), unpack2x16float(vseg[w + 1u]));
 }
+
+// Channels c .. c + 7 of row `row` of head h as they are stored, eight f16 in one 16-byte
+// load (the tensor-core prefill kernel's value tiles, where V_ROW8: c a multiple of 8,
+// c + 7 < V_W, row within the segment; aligned as k_row8 in attend_k.wgsl).
+const V_ROW8: bool = DIM % 8u == 0u;
+
+fn v_row8(row: u32, c: u32, h: u32) -> vec4<u32> {
+    return vseg4[(VP.rows + row * AP.row_words + ((h * DIM + c) >> 1u)) >> 2u];
+}
