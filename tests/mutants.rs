@@ -107,8 +107,16 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor attend: exact f16 keys stored in the low part's rows", Wgsl, "attend_prefill_tc", "tch[at] = f16(x);\n        return;", None, "tch[TC_OKL + at] = f16(x);\n        return;"), Attend, TCP),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TCP),
         // The codec tile's joint staging (pf_tile) and the softmax's wholly visible tiles.
-        (m("wgsl tensor attend: the joint tile's values read the next token's row", Wgsl, "attend_prefill_tc", "pf_vquads(lid, t0, vl, h);\n        }\n        return;", None, "pf_vquads(lid, t0 + 1u, vl, h);\n        }\n        return;"), Attend, TCP),
-        (m("wgsl tensor attend: the joint tile's key quads read the next quad's tokens", Wgsl, "attend_prefill_tc", "pf_kquads_whole(lid, t0, h);\n        }", None, "pf_kquads_whole(lid, t0 + 4u, h);\n        }"), Attend, TCP),
+        // (The joint tile's quads serve codecs with quads but no octs: KIVI at 8 bits, in the
+        // emulated cases only.)
+        (m("wgsl tensor attend (emulated): the joint tile's values read the next token's row", Wgsl, "attend_prefill_tc", "pf_vquads(lid, t0, vl, h);\n        }\n        return;", None, "pf_vquads(lid, t0 + 1u, vl, h);\n        }\n        return;"), Attend, &["wgsl_tensor_emulated"]),
+        (m("wgsl tensor attend (emulated): the joint tile's key quads read the next quad's tokens", Wgsl, "attend_prefill_tc", "pf_kquads_whole(lid, t0, h);\n        }", None, "pf_kquads_whole(lid, t0 + 4u, h);\n        }"), Attend, &["wgsl_tensor_emulated"]),
+        // The joint tile's octs (k_oct / v_oct: KIVI at 1, 2 and 4 bits).
+        (m("wgsl tensor attend: key octs read the next oct's tokens", Wgsl, "attend_prefill_tc", "let x = k_oct(t0 + 8u * o - AP.tok0,", None, "let x = k_oct(t0 + 8u * ((o + 1u) % PF_TO) - AP.tok0,"), Attend, TCP),
+        (m("wgsl tensor attend: a key oct's second quad stored over its first", Wgsl, "attend_prefill_tc", "pf_put_kquad(uq + 1u, x[1]);", None, "pf_put_kquad(uq, x[1]);"), Attend, TCP),
+        (m("wgsl tensor attend: KIVI key octs' codes taken in reverse order", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * KB)) & K_MASK", None, "x[j / 4u][j % 4u] = kivi_reconstruct((w >> ((7u - j) * KB)) & K_MASK"), Attend, TCP),
+        (m("wgsl tensor attend: value octs read the next token's row", Wgsl, "attend_prefill_tc", "let x = v_oct(min(t0 + t - AP.tok0, vl),", None, "let x = v_oct(min(t0 + t + 1u - AP.tok0, vl),"), Attend, TCP),
+        (m("wgsl tensor attend: KIVI value octs reconstructed without their offset", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, pr.y)", None, "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, 0.0)"), Attend, TCP),
         // The joint tile's eight-channel reads of f16 rows (k_row8 / v_row8).
         (m("wgsl tensor attend: f16 key rows read the next token's row", Wgsl, "attend_prefill_tc", "let row = t0 + t - AP.tok0;", None, "let row = t0 + (t + 1u) % PF_TT - AP.tok0;"), Attend, TCP),
         (m("wgsl tensor attend: f16 key rows stored one unit of channels on", Wgsl, "attend_prefill_tc", "pf_put_krow8(t, 8u * g, k_row8(", None, "pf_put_krow8(t, 8u * ((g + 1u) % PF_KC8), k_row8("), Attend, TCP),

@@ -84,6 +84,10 @@ const NO_K_QUAD: &str = "const K_QUAD: bool = false;\nfn k_quad(row: u32, c: u32
 /// are not known to be exact in f16.
 const NO_K_F16_EXACT: &str = "const K_F16_EXACT: bool = false;\n";
 const NO_V_QUAD: &str = "const V_QUAD: bool = false;\nfn v_quad(row: u32, c: u32, h: u32) -> vec4<f32> {\n    return vec4<f32>(0.0);\n}\n";
+/// The tensor-core prefill kernel's hooks `k_oct` / `v_oct` (eight elements of one code word)
+/// for a codec that has none (never called).
+const NO_K_OCT: &str = "const K_OCT: bool = false;\nfn k_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {\n    return array<vec4<f32>, 2>();\n}\n";
+const NO_V_OCT: &str = "const V_OCT: bool = false;\nfn v_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {\n    return array<vec4<f32>, 2>();\n}\n";
 /// The tensor-core prefill kernel's hooks `k_row8` / `v_row8` (eight f16 channels of a stored
 /// row in one load) for a codec that does not store f16 rows (never called).
 const NO_K_ROW8: &str = "const K_ROW8: bool = false;\nfn k_row8(row: u32, c: u32, h: u32) -> vec4<u32> {\n    return vec4<u32>(0u);\n}\n";
@@ -199,6 +203,12 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
         }
         if !k.wgsl_k.contains("const K_F16_EXACT:") {
             wgsl.push(NO_K_F16_EXACT);
+        }
+        if !k.wgsl_k.contains("fn k_oct(") {
+            wgsl.push(NO_K_OCT);
+        }
+        if !v.wgsl_v.contains("fn v_oct(") {
+            wgsl.push(NO_V_OCT);
         }
         if !k.wgsl_k.contains("fn k_row8(") {
             wgsl.push(NO_K_ROW8);

@@ -38,6 +38,8 @@ pub fn cases() -> Vec<super::ShapeCase> {
         ("kivi-4", 1, 32, 4, 200, 70, None, 0, Some(0.05), Some(64)),
         ("kivi-2", 1, 16, 2, 150, 24, None, 0, None, None),
         ("f16", 1, 16, 4, 97, 9, None, 0, None, None),
+        // 8-bit codes: the key quads (no oct: eight codes span two words) and the value quads.
+        ("kivi:bits=8,group=32,residual=32", 1, 32, 4, 160, 12, None, 0, None, None),
     ]
 }
 
@@ -126,6 +128,19 @@ pub fn plan_cases() -> Vec<super::attend_plans::Case> {
             opts: AttendOptions::default(),
             seg_tokens: 1 << 20,
             ring_extra: 3,
+            target: 4,
+            ..base
+        },
+        Case {
+            what: "mutants: emulated tensor prefill kivi-8 G=32, D = 32 (key and value quads)",
+            method: "kivi:bits=8,group=32,residual=32",
+            t: 200,
+            tq: 16,
+            hq: 4,
+            hkv: 1,
+            opts: AttendOptions::default(),
+            seg_tokens: 1 << 20,
+            ring_extra: 0,
             target: 4,
             ..base
         },

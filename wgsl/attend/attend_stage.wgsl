@@ -15,9 +15,10 @@
 //                                          eight f16 two per word (k_row8's stored form)
 //   fn pf_put_vrow8(t: u32, c: u32, w: vec4<u32>)  values of token t, channels c .. c + 7, likewise
 // `pf_tile` stages both (the tensor-core kernel); `pf_keys` and `pf_values` each (the f32
-// kernel, which stages them at different steps). Codecs that store f16 rows offer
-// k_row8 / v_row8 (K_ROW8 / V_ROW8: eight channels of a row in one 16-byte load), which
-// pf_tile uses for its whole tiles; pf_keys and pf_values read element by element or by quads.
+// kernel, which stages them at different steps). For its whole tiles pf_tile reads, where the
+// codecs offer them, eight elements per call: k_row8 / v_row8 (K_ROW8 / V_ROW8: eight channels
+// of a stored f16 row in one 16-byte load) or k_oct / v_oct (K_OCT / V_OCT: eight elements of
+// one code word, as two quads); pf_keys and pf_values read element by element or by quads.
 // (token and channel indices within the tile). A tile whose tokens all come from one source
 // (the codec or the ring: all but at most one tile of a split) reads without a branch per
 // element, so that an invocation's loads are in flight together: rows past the split's end
@@ -138,6 +139,46 @@ fn pf_vrows8(lid: u32, t0: u32, vl: u32, h: u32) {
     }
 }
 
+// Octs of tokens per tile (keys) and of channels per value row (values), and the octs each
+// invocation reads (K_OCT / V_OCT). Keys: adjacent invocations on a channel's adjacent octs
+// (adjacent code words); values: on a row's adjacent octs.
+const PF_TO: u32 = PF_TT / 8u;
+const PF_KO: u32 = (PF_TO * PF_DP + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
+const PF_VO: u32 = PF_WP / 8u;
+const PF_VOK: u32 = (PF_TT * PF_VO + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
+
+// The keys of a tile inside the codec's rows through k_oct, stored as two quads each.
+fn pf_koct_whole(lid: u32, t0: u32, h: u32) {
+    // @unroll 8
+    for (var k = 0u; k < PF_KO; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_DP * PF_TO) {
+            let o = u % PF_TO;
+            let x = k_oct(t0 + 8u * o - AP.tok0, min(u / PF_TO, DIM - 1u), h);
+            let uq = (u / PF_TO) * PF_TQ + 2u * o;
+            pf_put_kquad(uq, x[0]);
+            pf_put_kquad(uq + 1u, x[1]);
+        }
+    }
+}
+
+// The values of a tile from the codec through v_oct (rows clamped to `vl`; octs past the value
+// space read its last oct: output channels never written).
+fn pf_voct(lid: u32, t0: u32, vl: u32, h: u32) {
+    // @unroll 8
+    for (var k = 0u; k < PF_VOK; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_TT * PF_VO) {
+            let t = u / PF_VO;
+            let o = u % PF_VO;
+            let x = v_oct(min(t0 + t - AP.tok0, vl), min(8u * o, max(V_W, 8u) - 8u), h);
+            let uq = t * PF_VW4 + 2u * o;
+            pf_put_vquad(uq, x[0]);
+            pf_put_vquad(uq + 1u, x[1]);
+        }
+    }
+}
+
 // The keys of tile t0 (split end s1) of KV head h.
 fn pf_keys(lid: u32, t0: u32, s1: u32, h: u32) {
     let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
@@ -233,15 +274,19 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
 // issued before the keys' stores, not after them (pf_keys and pf_values each end in their own
 // branch); every other tile through pf_keys and pf_values.
 fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
-    if (!PF_NOLOAD && (K_QUAD || K_ROW8) && !vring && t0 + PF_TT <= min(AP.qk, AP.qv)) {
+    if (!PF_NOLOAD && (K_QUAD || K_OCT || K_ROW8) && !vring && t0 + PF_TT <= min(AP.qk, AP.qv)) {
         let vl = min(s1, AP.qv) - 1u - AP.tok0;
         if (K_ROW8) {
             pf_krows8_whole(lid, t0, h);
+        } else if (K_OCT) {
+            pf_koct_whole(lid, t0, h);
         } else {
             pf_kquads_whole(lid, t0, h);
         }
         if (V_ROW8) {
             pf_vrows8(lid, t0, vl, h);
+        } else if (V_OCT) {
+            pf_voct(lid, t0, vl, h);
         } else {
             pf_vquads(lid, t0, vl, h);
         }

@@ -155,3 +155,22 @@ fn k_quad(row: u32, c: u32, h: u32) -> vec4<f32> {
     }
     return x;
 }
+
+// k̂ of rows row .. row + 7 of channel c of head h (the tensor-core prefill kernel's key tiles,
+// where K_OCT: row a multiple of 8, row + 7 at most the last row): the eight lie in one block
+// and their codes in one word (G a multiple of 8, b ∈ {1, 2, 4}): one load of the codes and
+// one of the params for the eight, k_value's values, as two quads.
+const K_OCT: bool = KG % 8u == 0u && (KB == 1u || KB == 2u || KB == 4u);
+
+fn k_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {
+    let gi = ((row / KG) * AP.hkv + h) * DIM + c;
+    let pr = kivi_k_pair(gi);
+    let bit0 = (row % KG) * KB;
+    let w = kseg[KP.codes + gi * KGW + (bit0 >> 5u)] >> (bit0 & 31u);
+    var x: array<vec4<f32>, 2>;
+    // @unroll 8
+    for (var j = 0u; j < 8u; j++) {
+        x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * KB)) & K_MASK, pr.x, pr.y);
+    }
+    return x;
+}

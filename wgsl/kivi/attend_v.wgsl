@@ -169,3 +169,23 @@ fn v_quad(row: u32, c: u32, h: u32) -> vec4<f32> {
     }
     return x;
 }
+
+// v̂ of channels c .. c + 7 of row `row` of head h (the tensor-core prefill kernel's value
+// tiles, where V_OCT: c a multiple of 8, c + 7 < D, row within the segment): one group, one
+// word of codes (G a multiple of 8, b ∈ {1, 2, 4}; D a multiple of 8), v_value's values, as
+// two quads.
+const V_OCT: bool = VG % 8u == 0u && (VB == 1u || VB == 2u || VB == 4u) && DIM % 8u == 0u;
+
+fn v_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {
+    let rb = row * AP.hkv + h;
+    let g = c / VG;
+    let pr = kivi_v_pair(rb * VNG + g);
+    let bit0 = (c - g * VG) * VB;
+    let w = vseg[VP.codes + rb * VRW + g * VGW + (bit0 >> 5u)] >> (bit0 & 31u);
+    var x: array<vec4<f32>, 2>;
+    // @unroll 8
+    for (var j = 0u; j < 8u; j++) {
+        x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, pr.y);
+    }
+    return x;
+}
