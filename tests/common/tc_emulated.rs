@@ -39,7 +39,18 @@ pub fn cases() -> Vec<super::ShapeCase> {
         ("kivi-2", 1, 16, 2, 150, 24, None, 0, None, None),
         ("f16", 1, 16, 4, 97, 9, None, 0, None, None),
         // 8-bit codes: the key quads (no oct: eight codes span two words) and the value quads.
-        ("kivi:bits=8,group=32,residual=32", 1, 32, 4, 160, 12, None, 0, None, None),
+        (
+            "kivi:bits=8,group=32,residual=32",
+            1,
+            32,
+            4,
+            160,
+            12,
+            None,
+            0,
+            None,
+            None,
+        ),
     ]
 }
 

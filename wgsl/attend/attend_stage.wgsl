@@ -16,9 +16,18 @@
 //   fn pf_put_vrow8(t: u32, c: u32, w: vec4<u32>)  values of token t, channels c .. c + 7, likewise
 // `pf_tile` stages both (the tensor-core kernel); `pf_keys` and `pf_values` each (the f32
 // kernel, which stages them at different steps). For its whole tiles pf_tile reads, where the
-// codecs offer them, eight elements per call: k_row8 / v_row8 (K_ROW8 / V_ROW8: eight channels
-// of a stored f16 row in one 16-byte load) or k_oct / v_oct (K_OCT / V_OCT: eight elements of
-// one code word, as two quads); pf_keys and pf_values read element by element or by quads.
+// codecs offer them, eight elements per call (each codec without them gets a false const and a
+// never-called stub from src/attention/kernel.rs); pf_keys and pf_values read element by
+// element or by quads:
+//   key codec:   const K_OCT: bool, fn k_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2>
+//                (k_value's values of rows row .. row + 7 of channel c: row a multiple of 8,
+//                row + 7 within the segment; one code word)
+//                const K_ROW8: bool, fn k_row8(row: u32, c: u32, h: u32) -> vec4<u32>
+//                (channels c .. c + 7 of row `row` as stored f16, two per word: c a multiple
+//                of 8, c + 7 < D; one 16-byte load)
+//   value codec: const V_OCT: bool, fn v_oct(row, c, h) -> array<vec4<f32>, 2> (v_value's values
+//                of channels c .. c + 7: c a multiple of 8, c + 7 < V_W)
+//                const V_ROW8: bool, fn v_row8(row, c, h) -> vec4<u32> (likewise, stored f16)
 // (token and channel indices within the tile). A tile whose tokens all come from one source
 // (the codec or the ring: all but at most one tile of a split) reads without a branch per
 // element, so that an invocation's loads are in flight together: rows past the split's end
