@@ -31,9 +31,11 @@ diagnostic(off, derivative_uniformity);
 // with its mantissa cut to f16's 10 bits, x_lo = 2^11·(x − x_hi) in f16, scaled so that it is
 // no f16 subnormal; cut with bit operations, since the H200's compiler folded f32(f16(x)) back
 // to x and left every remainder 0; two accumulators, so two independent MMA chains), and the
-// weights enter as P_hi·V̂ + 2^-11·P_lo·V̂ likewise: the rounding of q·scale·log2(e), k̂ and p
-// to f16 no longer shows (one f16 product each was off by 2.0e-3 per row on SmolLM2's layer
-// 5, above the bound). Only v̂ is rounded to f16 (exact for f16 rows and the ring):
+// weights enter as P_hi·V̂ + P_lo·V̂, both into the output's accumulator (tc_split_w: p_lo =
+// p − p_hi unscaled, so that no scaling step sits between the two products; a remainder below
+// 2^-14 is an f16 subnormal, absolute error ≤ 2^-25 against weights that sum to at least 1):
+// the rounding of q·scale·log2(e), k̂ and p to f16 no longer shows (one f16 product each was
+// off by 2.0e-3 per row on SmolLM2's layer 5, above the bound). Only v̂ is rounded to f16 (exact for f16 rows and the ring):
 // spec/attention.md's f16-product bound (1e-3 relative L2 per row).
 //
 // Workgroup memory is three arrays, each a whole number of 16-byte units, so that every
@@ -167,6 +169,13 @@ fn pf_put_vrow8(t: u32, c: u32, w: vec4<u32>) {
         tch[at + 2u * j] = f16(x.x);
         tch[at + 2u * j + 1u] = f16(x.y);
     }
+}
+
+// The weight p as the f16 pair (hi, p − hi): hi as tc_split's, the remainder unscaled (P_lo·V̂
+// then adds into the output's accumulator as it is).
+fn tc_split_w(x: f32) -> vec2<f16> {
+    let hi = bitcast<f32>(bitcast<u32>(x) & 0xffffe000u);
+    return vec2<f16>(f16(hi), f16(x - hi));
 }
 
 // Stages slice `r` of the workgroup's queries (scaled by scale·log2(e); 0 past D and for
@@ -332,7 +341,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             for (var j = 0u; j < TC_LT; j++) {
                 let p = select(0.0, exp2(sv[j] - m), sv[j] > NEG);
                 l += p;
-                let ps = tc_split(p);
+                let ps = tc_split_w(p);
                 let t = half * TC_LT + (j + rs) % TC_LT;
                 tch[TC_OP + row * TC_KS + t] = ps.x;
                 tch[TC_OPL + row * TC_KS + t] = ps.y;
@@ -345,9 +354,8 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         if (workgroupUniformLoad(&tcflag[0]) != 0u) {
             tc_rescale(&o, sg, sl);
         }
-        // 5. O += P·V̂ for the subgroup's 16 vectors (the low parts' product of each token
-        //    block apart, then scaled in): each block's weights are loaded once for all
-        //    output blocks.
+        // 5. O += P·V̂ for the subgroup's 16 vectors (P_hi, then P_lo, into the same
+        //    accumulator): each block's weights are loaded once for all output blocks.
         // @unroll 2
         for (var kb = 0u; kb < TC_TB; kb++) {
             let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_KS);
@@ -355,7 +363,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             // @unroll 16
             for (var j = 0u; j < TC_NO; j++) {
                 let vm = coopLoadT<TcB>(&tch[TC_OV + kb * 16u * TC_VS + j * 16u], TC_VS);
-                o[j] = tc_axpy(coopMultiplyAdd(pa, vm, o[j]), coopMultiplyAdd(pl, vm, TcC()), TC_ILO);
+                o[j] = coopMultiplyAdd(pl, vm, coopMultiplyAdd(pa, vm, o[j]));
             }
         }
         workgroupBarrier();
