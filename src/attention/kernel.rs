@@ -193,28 +193,22 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
     msl.push(MSL_CORE);
     wgsl.extend([k.wgsl_k, v.wgsl_v, CORE]);
     if kind == Kind::Prefill || kind == Kind::Tensor {
-        // The prefill kernels' tile staging and its four-element reads
-        // (wgsl/attend/attend_stage.wgsl): a codec without its own is read element by element.
-        if !k.wgsl_k.contains("fn k_quad(") {
-            wgsl.push(NO_K_QUAD);
-        }
-        if !v.wgsl_v.contains("fn v_quad(") {
-            wgsl.push(NO_V_QUAD);
-        }
-        if !k.wgsl_k.contains("const K_F16_EXACT:") {
-            wgsl.push(NO_K_F16_EXACT);
-        }
-        if !k.wgsl_k.contains("fn k_oct(") {
-            wgsl.push(NO_K_OCT);
-        }
-        if !v.wgsl_v.contains("fn v_oct(") {
-            wgsl.push(NO_V_OCT);
-        }
-        if !k.wgsl_k.contains("fn k_row8(") {
-            wgsl.push(NO_K_ROW8);
-        }
-        if !v.wgsl_v.contains("fn v_row8(") {
-            wgsl.push(NO_V_ROW8);
+        // The prefill kernels' tile staging and its optional readers
+        // (wgsl/attend/attend_stage.wgsl): a hook a codec does not declare gets its stub (a
+        // false const; a codec without quads is read element by element).
+        let stubs = [
+            (k.wgsl_k, "fn k_quad(", NO_K_QUAD),
+            (v.wgsl_v, "fn v_quad(", NO_V_QUAD),
+            (k.wgsl_k, "const K_F16_EXACT:", NO_K_F16_EXACT),
+            (k.wgsl_k, "fn k_oct(", NO_K_OCT),
+            (v.wgsl_v, "fn v_oct(", NO_V_OCT),
+            (k.wgsl_k, "fn k_row8(", NO_K_ROW8),
+            (v.wgsl_v, "fn v_row8(", NO_V_ROW8),
+        ];
+        for (src, declared, stub) in stubs {
+            if !src.contains(declared) {
+                wgsl.push(stub);
+            }
         }
         wgsl.push(STAGE);
     }

@@ -126,26 +126,6 @@ fn pf_put_v(e: u32, x: f32) {
     pf_kv[e / 4u][e % 4u] = x;
 }
 
-// The eight-channel stores of pf_tile, which this kernel does not call (it stages through
-// pf_keys and pf_values); they keep the staging's contract.
-fn pf_put_krow8(t: u32, c: u32, w: vec4<u32>) {
-    // @unroll 4
-    for (var j = 0u; j < 4u; j++) {
-        let x = unpack2x16float(w[j]);
-        pf_put_k((c + 2u * j) * PF_TT + t, x.x);
-        pf_put_k((c + 2u * j + 1u) * PF_TT + t, x.y);
-    }
-}
-
-fn pf_put_vrow8(t: u32, c: u32, w: vec4<u32>) {
-    // @unroll 4
-    for (var j = 0u; j < 4u; j++) {
-        let x = unpack2x16float(w[j]);
-        pf_put_v(t * PF_WP + c + 2u * j, x.x);
-        pf_put_v(t * PF_WP + c + 2u * j + 1u, x.y);
-    }
-}
-
 // The scores of token pos for vectors v0 + 4·sq .. + 3, masked (NEG where hidden or past s1).
 fn pf_mask(a: vec4<f32>, pos: u32, s1: u32, h: u32, v0: u32, sq: u32) -> vec4<f32> {
     var s = vec4<f32>(NEG);

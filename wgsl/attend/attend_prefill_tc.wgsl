@@ -14,8 +14,9 @@ diagnostic(off, derivative_uniformity);
 // Subgroup sg owns vectors vb·64 + 16·sg .. + 15: their scaled queries as A-matrices (f16,
 // loaded once) and their output as TC_NO C-matrices (f32) live in its registers. Per tile of
 // TC_TT tokens (32; 16 where D > 128, for workgroup storage) every invocation decodes its share
-// of the tile's keys and values (pf_tile: the codec's four tokens of a channel or
-// four channels of a token at a time, or the ring's f16 rows; rows past the split read its
+// of the tile's keys and values (pf_tile: on whole tiles the codec's eight elements per read
+// where it offers them, else four tokens of a channel or four channels of a token at a time;
+// the ring's f16 rows one by one; rows past the split read its
 // last row, channels past D or the width repeat its last: masked, met by a zero query, or
 // never written) into workgroup memory as f16; then
 //   S (16 × TC_TT, per subgroup) = Q·K̂ᵀ     3 × TC_KD MMAs per 16 tokens (2 × TC_KD where
@@ -149,8 +150,10 @@ fn pf_put_v(e: u32, x: f32) {
     tch[TC_OV + (e / TC_WP) * TC_VS + e % TC_WP] = f16(x);
 }
 
-// Eight keys or values stored as f16 (k_row8 / v_row8; naga rejects a bitcast of a u32 to two
-// f16, so they pass through f32, exactly).
+// The f16 rows' eight-channel readers (K_ROW8 / V_ROW8, declared by codecs that store f16
+// rows: wgsl/attend/attend_stage.wgsl's header) for pf_tile's whole tiles, and their stores:
+// eight keys or values stored as f16 (naga rejects a bitcast of a u32 to two f16, so they pass
+// through f32, exactly).
 fn pf_put_krow8(t: u32, c: u32, w: vec4<u32>) {
     // @unroll 4
     for (var j = 0u; j < 4u; j++) {
@@ -169,6 +172,74 @@ fn pf_put_vrow8(t: u32, c: u32, w: vec4<u32>) {
         tch[at + 2u * j] = f16(x.x);
         tch[at + 2u * j + 1u] = f16(x.y);
     }
+}
+
+// Eight-channel units of a tile (K_ROW8 / V_ROW8). Keys: lane groups of PF_TT invocations,
+// invocation lid owning token lid % PF_TT and PF_KR8 adjacent units of its group's channels
+// (its loads cover whole 32-byte sectors of its row; the group's stores of one channel fall
+// on adjacent f16). Values: units token-major, adjacent invocations on adjacent units of a
+// row (a subgroup's loads cover whole rows).
+const PF_KC8: u32 = PF_DP / 8u;
+const PF_KG8: u32 = max(WORKGROUP_SIZE / PF_TT, 1u);
+const PF_KR8: u32 = (PF_KC8 + PF_KG8 - 1u) / PF_KG8;
+const PF_VC8: u32 = PF_WP / 8u;
+const PF_VR8: u32 = (PF_TT * PF_VC8 + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
+
+// The keys of a tile inside the codec's rows through k_row8 (channel units past D read the
+// last unit: they meet a zero query).
+fn pf_krows8_whole(lid: u32, t0: u32, h: u32) {
+    let t = lid % PF_TT;
+    let row = t0 + t - AP.tok0;
+    // @unroll 8
+    for (var k = 0u; k < PF_KR8; k++) {
+        let g = (lid / PF_TT) * PF_KR8 + k;
+        if (lid < PF_KG8 * PF_TT && g < PF_KC8) {
+            pf_put_krow8(t, 8u * g, k_row8(row, min(8u * g, max(DIM, 8u) - 8u), h));
+        }
+    }
+}
+
+// The values of a tile from the codec through v_row8 (rows clamped to `vl`; channel units past
+// the value space read its last unit: output channels never written).
+fn pf_vrows8(lid: u32, t0: u32, vl: u32, h: u32) {
+    // @unroll 8
+    for (var k = 0u; k < PF_VR8; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_TT * PF_VC8) {
+            let t = u / PF_VC8;
+            let c = 8u * (u % PF_VC8);
+            pf_put_vrow8(t, c, v_row8(min(t0 + t - AP.tok0, vl), min(c, max(V_W, 8u) - 8u), h));
+        }
+    }
+}
+
+// The keys and the values of tile t0 (split end s1) of KV head h (the staging of
+// wgsl/attend/attend_stage.wgsl, and the f16 rows' readers above). A tile whose keys are whole
+// quads, octs or f16 rows of the codec and whose values come from the codec (every tile of a codec split but
+// its last at most) stages both in one branch-free block, so that the values' loads can be
+// issued before the keys' stores, not after them (pf_keys and pf_values each end in their own
+// branch); every other tile through pf_keys and pf_values.
+fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
+    if (!PF_NOLOAD && (K_QUAD || K_OCT || K_ROW8) && !vring && t0 + PF_TT <= min(AP.qk, AP.qv)) {
+        let vl = min(s1, AP.qv) - 1u - AP.tok0;
+        if (K_ROW8) {
+            pf_krows8_whole(lid, t0, h);
+        } else if (K_OCT) {
+            pf_koct_whole(lid, t0, h);
+        } else {
+            pf_kquads_whole(lid, t0, h);
+        }
+        if (V_ROW8) {
+            pf_vrows8(lid, t0, vl, h);
+        } else if (V_OCT) {
+            pf_voct(lid, t0, vl, h);
+        } else {
+            pf_vquads(lid, t0, vl, h);
+        }
+        return;
+    }
+    pf_keys(lid, t0, s1, h);
+    pf_values(lid, t0, s1, h, vring);
 }
 
 // The weight p as the f16 pair (hi, p − hi): hi as tc_split's, the remainder unscaled (P_lo·V̂

@@ -11,14 +11,12 @@
 //   fn pf_put_k(e: u32, x: f32)            key of token e % PF_TT, channel e / PF_TT
 //   fn pf_put_vquad(u: u32, x: vec4<f32>)  values of token u / PF_VW4, channels 4·(u % PF_VW4) .. + 3
 //   fn pf_put_v(e: u32, x: f32)            value of token e / PF_WP, channel e % PF_WP
-//   fn pf_put_krow8(t: u32, c: u32, w: vec4<u32>)  keys of token t, channels c .. c + 7, as
-//                                          eight f16 two per word (k_row8's stored form)
-//   fn pf_put_vrow8(t: u32, c: u32, w: vec4<u32>)  values of token t, channels c .. c + 7, likewise
-// `pf_tile` stages both (the tensor-core kernel); `pf_keys` and `pf_values` each (the f32
-// kernel, which stages them at different steps). For its whole tiles pf_tile reads, where the
-// codecs offer them, eight elements per call (each codec without them gets a false const and a
-// never-called stub from src/attention/kernel.rs); pf_keys and pf_values read element by
-// element or by quads:
+// `pf_keys` and `pf_values` stage each (the f32 kernel, which stages them at different steps;
+// the tensor-core kernel's `pf_tile` stages both, through them or, for its whole tiles, through
+// the readers below and its own eight-channel readers of f16 rows). pf_keys and pf_values read
+// element by element or by quads; where the codecs offer them (each codec without them gets a
+// false const and a never-called stub from src/attention/kernel.rs), whole tiles read eight
+// elements per call:
 //   key codec:   const K_OCT: bool, fn k_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2>
 //                (k_value's values of rows row .. row + 7 of channel c: row a multiple of 8,
 //                row + 7 within the segment; one code word)
@@ -105,45 +103,6 @@ fn pf_vquads(lid: u32, t0: u32, vl: u32, h: u32) {
         let u = lid + k * WORKGROUP_SIZE;
         if (u < PF_TT * PF_VW4) {
             pf_put_vquad(u, pf_vquad(t0 + u / PF_VW4 - AP.tok0, vl, 4u * (u % PF_VW4), h));
-        }
-    }
-}
-
-// Eight-channel units of a tile (K_ROW8 / V_ROW8). Keys: lane groups of PF_TT invocations,
-// invocation lid owning token lid % PF_TT and PF_KR8 adjacent units of its group's channels
-// (its loads cover whole 32-byte sectors of its row; the group's stores of one channel fall
-// on adjacent f16). Values: units token-major, adjacent invocations on adjacent units of a
-// row (a subgroup's loads cover whole rows).
-const PF_KC8: u32 = PF_DP / 8u;
-const PF_KG8: u32 = max(WORKGROUP_SIZE / PF_TT, 1u);
-const PF_KR8: u32 = (PF_KC8 + PF_KG8 - 1u) / PF_KG8;
-const PF_VC8: u32 = PF_WP / 8u;
-const PF_VR8: u32 = (PF_TT * PF_VC8 + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
-
-// The keys of a tile inside the codec's rows through k_row8 (channel units past D read the
-// last unit: they meet a zero query).
-fn pf_krows8_whole(lid: u32, t0: u32, h: u32) {
-    let t = lid % PF_TT;
-    let row = t0 + t - AP.tok0;
-    // @unroll 8
-    for (var k = 0u; k < PF_KR8; k++) {
-        let g = (lid / PF_TT) * PF_KR8 + k;
-        if (lid < PF_KG8 * PF_TT && g < PF_KC8) {
-            pf_put_krow8(t, 8u * g, k_row8(row, min(8u * g, max(DIM, 8u) - 8u), h));
-        }
-    }
-}
-
-// The values of a tile from the codec through v_row8 (rows clamped to `vl`; channel units past
-// the value space read its last unit: output channels never written).
-fn pf_vrows8(lid: u32, t0: u32, vl: u32, h: u32) {
-    // @unroll 8
-    for (var k = 0u; k < PF_VR8; k++) {
-        let u = lid + k * WORKGROUP_SIZE;
-        if (u < PF_TT * PF_VC8) {
-            let t = u / PF_VC8;
-            let c = 8u * (u % PF_VC8);
-            pf_put_vrow8(t, c, v_row8(min(t0 + t - AP.tok0, vl), min(c, max(V_W, 8u) - 8u), h));
         }
     }
 }
@@ -275,32 +234,4 @@ fn pf_values(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
             pf_put_v(e, x);
         }
     }
-}
-
-// The keys and the values of tile t0 (split end s1) of KV head h. A tile whose keys are whole
-// quads of the codec and whose values come from the codec (every tile of a codec split but
-// its last at most) stages both in one branch-free block, so that the values' loads can be
-// issued before the keys' stores, not after them (pf_keys and pf_values each end in their own
-// branch); every other tile through pf_keys and pf_values.
-fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
-    if (!PF_NOLOAD && (K_QUAD || K_OCT || K_ROW8) && !vring && t0 + PF_TT <= min(AP.qk, AP.qv)) {
-        let vl = min(s1, AP.qv) - 1u - AP.tok0;
-        if (K_ROW8) {
-            pf_krows8_whole(lid, t0, h);
-        } else if (K_OCT) {
-            pf_koct_whole(lid, t0, h);
-        } else {
-            pf_kquads_whole(lid, t0, h);
-        }
-        if (V_ROW8) {
-            pf_vrows8(lid, t0, vl, h);
-        } else if (V_OCT) {
-            pf_voct(lid, t0, vl, h);
-        } else {
-            pf_vquads(lid, t0, vl, h);
-        }
-        return;
-    }
-    pf_keys(lid, t0, s1, h);
-    pf_values(lid, t0, s1, h, vring);
 }
