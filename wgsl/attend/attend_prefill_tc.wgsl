@@ -36,8 +36,9 @@ diagnostic(off, derivative_uniformity);
 // p − p_hi unscaled, so that no scaling step sits between the two products; a remainder below
 // 2^-14 is an f16 subnormal, absolute error ≤ 2^-25 against weights that sum to at least 1):
 // the rounding of q·scale·log2(e), k̂ and p to f16 no longer shows (one f16 product each was
-// off by 2.0e-3 per row on SmolLM2's layer 5, above the bound). Only v̂ is rounded to f16 (exact for f16 rows and the ring):
-// spec/attention.md's f16-product bound (1e-3 relative L2 per row).
+// off by 2.0e-3 per row on SmolLM2's layer 5, above the bound). Only v̂ is rounded to f16
+// (exact for f16 rows and the ring): spec/attention.md's f16-product bound (1e-3 relative L2
+// per row).
 //
 // Workgroup memory is three arrays, each a whole number of 16-byte units, so that every
 // region a cooperative matrix is loaded from or stored to starts 32-byte aligned whatever
