@@ -110,17 +110,21 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor attend (emulated): the joint tile's values read the next token's row", Wgsl, "attend_prefill_tc", "pf_vquads(lid, t0, vl, h);\n        }\n        return;", None, "pf_vquads(lid, t0 + 1u, vl, h);\n        }\n        return;"), Attend, &["wgsl_tensor_emulated"]),
         (m("wgsl tensor attend (emulated): the joint tile's key quads read the next quad's tokens", Wgsl, "attend_prefill_tc", "pf_kquads_whole(lid, t0, h);\n        }", None, "pf_kquads_whole(lid, t0 + 4u, h);\n        }"), Attend, &["wgsl_tensor_emulated"]),
         // The joint tile's octs (k_oct / v_oct: KIVI at 1, 2 and 4 bits).
-        (m("wgsl tensor attend: key octs read the next oct's tokens", Wgsl, "attend_prefill_tc", "let x = k_oct(t0 + 8u * o - AP.tok0,", None, "let x = k_oct(t0 + 8u * ((o + 1u) % PF_TO) - AP.tok0,"), Attend, TCP),
+        (m("wgsl tensor attend: key octs read the next oct's tokens", Wgsl, "attend_prefill_tc", "r[k] = k_oct_fetch(t0 + 8u * (u % PF_TO) - AP.tok0,", None, "r[k] = k_oct_fetch(t0 + 8u * ((u + 1u) % PF_TO) - AP.tok0,"), Attend, TCP),
         (m("wgsl tensor attend: a key oct's second quad stored over its first", Wgsl, "attend_prefill_tc", "pf_put_kquad(uq + 1u, x[1]);", None, "pf_put_kquad(uq, x[1]);"), Attend, TCP),
         (m("wgsl tensor attend: KIVI key octs' codes taken in reverse order", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * KB)) & K_MASK", None, "x[j / 4u][j % 4u] = kivi_reconstruct((w >> ((7u - j) * KB)) & K_MASK"), Attend, TCP),
-        (m("wgsl tensor attend: value octs read the next token's row", Wgsl, "attend_prefill_tc", "let x = v_oct(min(t0 + t - AP.tok0, vl),", None, "let x = v_oct(min(t0 + t + 1u - AP.tok0, vl),"), Attend, TCP),
+        (m("wgsl tensor attend: value octs read the next token's row", Wgsl, "attend_prefill_tc", "r[k] = v_oct_fetch(min(t0 + t - AP.tok0, vl),", None, "r[k] = v_oct_fetch(min(t0 + t + 1u - AP.tok0, vl),"), Attend, TCP),
         (m("wgsl tensor attend: KIVI value octs reconstructed without their offset", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, pr.y)", None, "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, 0.0)"), Attend, TCP),
         // The joint tile's eight-channel reads of f16 rows (k_row8 / v_row8).
-        (m("wgsl tensor attend: f16 key rows read the next token's row", Wgsl, "attend_prefill_tc", "let row = t0 + t - AP.tok0;", None, "let row = t0 + (t + 1u) % PF_TT - AP.tok0;"), Attend, TCP),
-        (m("wgsl tensor attend: f16 key rows stored one unit of channels on", Wgsl, "attend_prefill_tc", "pf_put_krow8(t, 8u * g, k_row8(", None, "pf_put_krow8(t, 8u * ((g + 1u) % PF_KC8), k_row8("), Attend, TCP),
+        (m("wgsl tensor attend: f16 key rows read the next token's row", Wgsl, "attend_prefill_tc", "let row = t0 + lid % PF_TT - AP.tok0;", None, "let row = t0 + (lid + 1u) % PF_TT - AP.tok0;"), Attend, TCP),
+        (m("wgsl tensor attend: f16 key rows stored one unit of channels on", Wgsl, "attend_prefill_tc", "pf_put_krow8(lid % PF_TT, 8u * g, r[k]);", None, "pf_put_krow8(lid % PF_TT, 8u * ((g + 1u) % PF_KC8), r[k]);"), Attend, TCP),
         (m("wgsl tensor attend: f16 key rows' odd channels stored in the even rows", Wgsl, "attend_prefill_tc", "tc_put_key(at + TC_KS, x.y);", None, "tc_put_key(at + TC_KS, x.x);"), Attend, TCP),
-        (m("wgsl tensor attend: f16 value rows read the next token's row", Wgsl, "attend_prefill_tc", "v_row8(min(t0 + t - AP.tok0, vl)", None, "v_row8(min(t0 + t + 1u - AP.tok0, vl)"), Attend, TCP),
+        (m("wgsl tensor attend: f16 value rows read the next token's row", Wgsl, "attend_prefill_tc", "v_row8(min(t0 + u / PF_VC8 - AP.tok0, vl)", None, "v_row8(min(t0 + u / PF_VC8 + 1u - AP.tok0, vl)"), Attend, TCP),
         (m("wgsl tensor attend: f16 value rows' channel pairs swapped", Wgsl, "attend_prefill_tc", "tch[at + 2u * j] = f16(x.x);", None, "tch[at + 2u * j] = f16(x.y);"), Attend, TCP),
+        // The next whole tile's words loaded a step ahead (TC_PREF).
+        (m("wgsl tensor attend: the prefetch loads the current tile again", Wgsl, "attend_prefill_tc", "raw = pf_fetch(lid, next, vl, h);", None, "raw = pf_fetch(lid, t0, vl, h);"), Attend, TCP),
+        (m("wgsl tensor attend: the split's first tile never loaded", Wgsl, "attend_prefill_tc", "raw = pf_fetch(lid, s0, vl, h);", None, ""), Attend, TCP),
+        (m("wgsl tensor attend: prefetched words staged for a tile that is not whole", Wgsl, "attend_prefill_tc", "if (pref && pf_whole(t0, vring)) {", None, "if (pref && t0 < s1) {"), Attend, TCP),
         (m("wgsl tensor attend: a tile counted wholly visible across the causal diagonal", Wgsl, "attend_prefill_tc", "t0 + TC_TT - 1u <= pv", None, "t0 <= pv"), Attend, TCP),
         (m("wgsl tensor attend: a tile counted wholly visible past the window's edge", Wgsl, "attend_prefill_tc", "\n                && (AP.window == 0u || t0 + AP.window > pv);", None, ";"), Attend, TCP),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----

@@ -84,10 +84,11 @@ const NO_K_QUAD: &str = "const K_QUAD: bool = false;\nfn k_quad(row: u32, c: u32
 /// are not known to be exact in f16.
 const NO_K_F16_EXACT: &str = "const K_F16_EXACT: bool = false;\n";
 const NO_V_QUAD: &str = "const V_QUAD: bool = false;\nfn v_quad(row: u32, c: u32, h: u32) -> vec4<f32> {\n    return vec4<f32>(0.0);\n}\n";
-/// The tensor-core prefill kernel's hooks `k_oct` / `v_oct` (eight elements of one code word)
-/// for a codec that has none (never called).
-const NO_K_OCT: &str = "const K_OCT: bool = false;\nfn k_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {\n    return array<vec4<f32>, 2>();\n}\n";
-const NO_V_OCT: &str = "const V_OCT: bool = false;\nfn v_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {\n    return array<vec4<f32>, 2>();\n}\n";
+/// The tensor-core prefill kernel's hooks `k_oct_fetch` / `k_oct_make` and `v_oct_fetch` /
+/// `v_oct_make` (eight elements of one code word, loaded, then made) for a codec that has none
+/// (never called).
+const NO_K_OCT: &str = "const K_OCT: bool = false;\nstruct KOct {\n    w: u32,\n}\nfn k_oct_fetch(row: u32, c: u32, h: u32) -> KOct {\n    return KOct(0u);\n}\nfn k_oct_make(r: KOct, row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {\n    return array<vec4<f32>, 2>();\n}\n";
+const NO_V_OCT: &str = "const V_OCT: bool = false;\nstruct VOct {\n    w: u32,\n}\nfn v_oct_fetch(row: u32, c: u32, h: u32) -> VOct {\n    return VOct(0u);\n}\nfn v_oct_make(r: VOct, row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {\n    return array<vec4<f32>, 2>();\n}\n";
 /// The tensor-core prefill kernel's hooks `k_row8` / `v_row8` (eight f16 channels of a stored
 /// row in one load) for a codec that does not store f16 rows (never called).
 const NO_K_ROW8: &str = "const K_ROW8: bool = false;\nfn k_row8(row: u32, c: u32, h: u32) -> vec4<u32> {\n    return vec4<u32>(0u);\n}\n";
@@ -200,8 +201,8 @@ fn compose(k: &'static AttendHooks, v: &'static AttendHooks, kind: Kind) -> Kern
             (k.wgsl_k, "fn k_quad(", NO_K_QUAD),
             (v.wgsl_v, "fn v_quad(", NO_V_QUAD),
             (k.wgsl_k, "const K_F16_EXACT:", NO_K_F16_EXACT),
-            (k.wgsl_k, "fn k_oct(", NO_K_OCT),
-            (v.wgsl_v, "fn v_oct(", NO_V_OCT),
+            (k.wgsl_k, "fn k_oct_fetch(", NO_K_OCT),
+            (v.wgsl_v, "fn v_oct_fetch(", NO_V_OCT),
             (k.wgsl_k, "fn k_row8(", NO_K_ROW8),
             (v.wgsl_v, "fn v_row8(", NO_V_ROW8),
         ];

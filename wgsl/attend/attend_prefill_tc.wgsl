@@ -85,6 +85,11 @@ const TC_NO_SOFTMAX: bool = ATT_TC_NOLOAD == 3u;
 // the kernel; 1, the queries as f16 alone (rounded to nearest; no low part held or
 // multiplied: two products per block); 2, the keys as f16 alone (two products).
 const TC_QLO: bool = ATT_TC_SPLIT != 1u;
+// Where the tile loop loads the next whole tile's words (PF_RAW codecs): 1, right after the
+// current tile is staged (in flight through its scores, softmax and P·V̂); 2, before its
+// P·V̂; 3, never (each tile's words loaded at its staging). Measuring knob KVPACK_TC_PREF
+// (src/attention/gpu.rs); 0 is the default, 1.
+const TC_PREF_AT: u32 = select(ATT_TC_PREF, 1u, ATT_TC_PREF == 0u);
 const TC_KLO: bool = ATT_TC_SPLIT != 2u && !K_F16_EXACT;
 
 // Row strides of tch (f16 elements): keys' and weights' rows (tokens), values' rows
@@ -186,54 +191,129 @@ const PF_KR8: u32 = (PF_KC8 + PF_KG8 - 1u) / PF_KG8;
 const PF_VC8: u32 = PF_WP / 8u;
 const PF_VR8: u32 = (PF_TT * PF_VC8 + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
 
-// The keys of a tile inside the codec's rows through k_row8 (channel units past D read the
-// last unit: they meet a zero query).
-fn pf_krows8_whole(lid: u32, t0: u32, h: u32) {
-    let t = lid % PF_TT;
-    let row = t0 + t - AP.tok0;
+// The stored words of a tile's keys inside the codec's rows through k_row8 (channel units past
+// D read the last unit: they meet a zero query), and their stores.
+fn pf_krows8_fetch(lid: u32, t0: u32, h: u32) -> array<vec4<u32>, PF_KR8> {
+    var r: array<vec4<u32>, PF_KR8>;
+    let row = t0 + lid % PF_TT - AP.tok0;
     // @unroll 8
     for (var k = 0u; k < PF_KR8; k++) {
         let g = (lid / PF_TT) * PF_KR8 + k;
         if (lid < PF_KG8 * PF_TT && g < PF_KC8) {
-            pf_put_krow8(t, 8u * g, k_row8(row, min(8u * g, max(DIM, 8u) - 8u), h));
+            r[k] = k_row8(row, min(8u * g, max(DIM, 8u) - 8u), h);
+        }
+    }
+    return r;
+}
+
+fn pf_krows8_put(lid: u32, r: array<vec4<u32>, PF_KR8>) {
+    // @unroll 8
+    for (var k = 0u; k < PF_KR8; k++) {
+        let g = (lid / PF_TT) * PF_KR8 + k;
+        if (lid < PF_KG8 * PF_TT && g < PF_KC8) {
+            pf_put_krow8(lid % PF_TT, 8u * g, r[k]);
         }
     }
 }
 
-// The values of a tile from the codec through v_row8 (rows clamped to `vl`; channel units past
-// the value space read its last unit: output channels never written).
-fn pf_vrows8(lid: u32, t0: u32, vl: u32, h: u32) {
+// The stored words of a tile's values from the codec through v_row8 (rows clamped to `vl`;
+// channel units past the value space read its last unit: output channels never written), and
+// their stores.
+fn pf_vrows8_fetch(lid: u32, t0: u32, vl: u32, h: u32) -> array<vec4<u32>, PF_VR8> {
+    var r: array<vec4<u32>, PF_VR8>;
     // @unroll 8
     for (var k = 0u; k < PF_VR8; k++) {
         let u = lid + k * WORKGROUP_SIZE;
         if (u < PF_TT * PF_VC8) {
-            let t = u / PF_VC8;
             let c = 8u * (u % PF_VC8);
-            pf_put_vrow8(t, c, v_row8(min(t0 + t - AP.tok0, vl), min(c, max(V_W, 8u) - 8u), h));
+            r[k] = v_row8(min(t0 + u / PF_VC8 - AP.tok0, vl), min(c, max(V_W, 8u) - 8u), h);
+        }
+    }
+    return r;
+}
+
+fn pf_vrows8_put(lid: u32, r: array<vec4<u32>, PF_VR8>) {
+    // @unroll 8
+    for (var k = 0u; k < PF_VR8; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_TT * PF_VC8) {
+            pf_put_vrow8(u / PF_VC8, 8u * (u % PF_VC8), r[k]);
         }
     }
 }
 
+// A whole tile's stored words (pf_fetch), for the readers that load apart from their use:
+// k_oct_fetch or k_row8, v_oct_fetch or v_row8 (the arrays of the side's other reader stay
+// unused).
+struct PfRaw {
+    ko: array<KOct, PF_KO>,
+    kr: array<vec4<u32>, PF_KR8>,
+    vo: array<VOct, PF_VOK>,
+    vr: array<vec4<u32>, PF_VR8>,
+}
+
+// Whether both sides of a whole tile have such readers: the tile loop then loads the next
+// tile's words while it computes the current one (TC_PREF).
+const PF_RAW: bool = (K_OCT || K_ROW8) && (V_OCT || V_ROW8);
+
+// Whether tile t0 is whole: its keys and values all come from the codec (below min(qk, qv)),
+// read without a check per element (pf_tile).
+fn pf_whole(t0: u32, vring: bool) -> bool {
+    return !PF_NOLOAD && (K_QUAD || K_OCT || K_ROW8) && !vring && t0 + PF_TT <= min(AP.qk, AP.qv);
+}
+
+// The stored words of whole tile t0 (PF_RAW; values' rows clamped to `vl`), and their stores.
+fn pf_fetch(lid: u32, t0: u32, vl: u32, h: u32) -> PfRaw {
+    var r: PfRaw;
+    if (K_ROW8) {
+        r.kr = pf_krows8_fetch(lid, t0, h);
+    } else {
+        r.ko = pf_koct_fetch(lid, t0, h);
+    }
+    if (V_ROW8) {
+        r.vr = pf_vrows8_fetch(lid, t0, vl, h);
+    } else {
+        r.vo = pf_voct_fetch(lid, t0, vl, h);
+    }
+    return r;
+}
+
+fn pf_put(lid: u32, t0: u32, vl: u32, h: u32, r: PfRaw) {
+    if (K_ROW8) {
+        pf_krows8_put(lid, r.kr);
+    } else {
+        pf_koct_put(lid, t0, h, r.ko);
+    }
+    if (V_ROW8) {
+        pf_vrows8_put(lid, r.vr);
+    } else {
+        pf_voct_put(lid, t0, vl, h, r.vo);
+    }
+}
+
 // The keys and the values of tile t0 (split end s1) of KV head h (the staging of
-// wgsl/attend/attend_stage.wgsl, and the f16 rows' readers above). A tile whose keys are whole
-// quads, octs or f16 rows of the codec and whose values come from the codec (every tile of a codec split but
-// its last at most) stages both in one branch-free block, so that the values' loads can be
-// issued before the keys' stores, not after them (pf_keys and pf_values each end in their own
-// branch); every other tile through pf_keys and pf_values.
+// wgsl/attend/attend_stage.wgsl, and the f16 rows' readers above). A whole tile (pf_whole:
+// every tile of a codec split but its last at most) stages both in one branch-free block, so
+// that the values' loads can be issued before the keys' stores, not after them (pf_keys and
+// pf_values each end in their own branch); every other tile through pf_keys and pf_values.
 fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
-    if (!PF_NOLOAD && (K_QUAD || K_OCT || K_ROW8) && !vring && t0 + PF_TT <= min(AP.qk, AP.qv)) {
+    if (pf_whole(t0, vring)) {
         let vl = min(s1, AP.qv) - 1u - AP.tok0;
+        if (PF_RAW) {
+            pf_put(lid, t0, vl, h, pf_fetch(lid, t0, vl, h));
+            return;
+        }
         if (K_ROW8) {
-            pf_krows8_whole(lid, t0, h);
+            pf_krows8_put(lid, pf_krows8_fetch(lid, t0, h));
         } else if (K_OCT) {
-            pf_koct_whole(lid, t0, h);
+            pf_koct_put(lid, t0, h, pf_koct_fetch(lid, t0, h));
         } else {
             pf_kquads_whole(lid, t0, h);
         }
         if (V_ROW8) {
-            pf_vrows8(lid, t0, vl, h);
+            pf_vrows8_put(lid, pf_vrows8_fetch(lid, t0, vl, h));
         } else if (V_OCT) {
-            pf_voct(lid, t0, vl, h);
+            pf_voct_put(lid, t0, vl, h, pf_voct_fetch(lid, t0, vl, h));
         } else {
             pf_vquads(lid, t0, vl, h);
         }
@@ -341,13 +421,28 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     var l = 0.0;
     let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
     let vl = min(s1, AP.qv) - 1u - AP.tok0;
+    // A whole tile's stored words, loaded one step ahead of their staging (TC_PREF).
+    let pref = PF_RAW && TC_PREF_AT != 3u;
+    var raw: PfRaw;
+    if (pref && pf_whole(s0, vring)) {
+        raw = pf_fetch(lid, s0, vl, h);
+    }
     for (var t0 = s0; t0 < s1; t0 += TC_TT) {
         if (lid == 0u) {
             atomicStore(&tcflag[0], 0u); // every invocation read the last tile's flag
         }
-        // 2. The tile's keys (hi and lo parts) and values, in f16 (wgsl/attend/attend_stage.wgsl).
-        pf_tile(lid, t0, s1, h, vring);
+        // 2. The tile's keys (hi and lo parts) and values, in f16 (wgsl/attend/attend_stage.wgsl):
+        //    from the words loaded a step before, or read now.
+        if (pref && pf_whole(t0, vring)) {
+            pf_put(lid, t0, vl, h, raw);
+        } else {
+            pf_tile(lid, t0, s1, h, vring);
+        }
         workgroupBarrier();
+        let next = t0 + TC_TT;
+        if (pref && TC_PREF_AT == 1u && next < s1 && pf_whole(next, vring)) {
+            raw = pf_fetch(lid, next, vl, h);
+        }
         // 3. Scores of the subgroup's 16 vectors × TC_TT tokens.
         if (!TC_NO_SCORES) {
             // @unroll 2
@@ -425,6 +520,9 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         // (a barrier: S, P, the factors and the flag are complete for everyone)
         if (workgroupUniformLoad(&tcflag[0]) != 0u) {
             tc_rescale(&o, sg, sl);
+        }
+        if (pref && TC_PREF_AT == 2u && next < s1 && pf_whole(next, vring)) {
+            raw = pf_fetch(lid, next, vl, h);
         }
         // 5. O += P·V̂ for the subgroup's 16 vectors (P_hi, then P_lo, into the same
         //    accumulator): each block's weights are loaded once for all output blocks.

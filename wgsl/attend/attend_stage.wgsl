@@ -17,14 +17,16 @@
 // element by element or by quads; where the codecs offer them (each codec without them gets a
 // false const and a never-called stub from src/attention/kernel.rs), whole tiles read eight
 // elements per call:
-//   key codec:   const K_OCT: bool, fn k_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2>
-//                (k_value's values of rows row .. row + 7 of channel c: row a multiple of 8,
-//                row + 7 within the segment; one code word)
+//   key codec:   const K_OCT: bool, struct KOct, fn k_oct_fetch(row: u32, c: u32, h: u32) -> KOct
+//                (the stored words of rows row .. row + 7 of channel c: row a multiple of 8,
+//                row + 7 within the segment; one code word), fn k_oct_make(r: KOct, row, c,
+//                h) -> array<vec4<f32>, 2> (their k_value values; no memory read)
 //                const K_ROW8: bool, fn k_row8(row: u32, c: u32, h: u32) -> vec4<u32>
 //                (channels c .. c + 7 of row `row` as stored f16, two per word: c a multiple
 //                of 8, c + 7 < D; one 16-byte load)
-//   value codec: const V_OCT: bool, fn v_oct(row, c, h) -> array<vec4<f32>, 2> (v_value's values
-//                of channels c .. c + 7: c a multiple of 8, c + 7 < V_W)
+//   value codec: const V_OCT: bool, struct VOct, fn v_oct_fetch(row, c, h) -> VOct, fn
+//                v_oct_make(r: VOct, row, c, h) -> array<vec4<f32>, 2> (likewise: v_value's
+//                values of channels c .. c + 7, c a multiple of 8, c + 7 < V_W)
 //                const V_ROW8: bool, fn v_row8(row, c, h) -> vec4<u32> (likewise, stored f16)
 // (token and channel indices within the tile). A tile whose tokens all come from one source
 // (the codec or the ring: all but at most one tile of a split) reads without a branch per
@@ -115,14 +117,27 @@ const PF_KO: u32 = (PF_TO * PF_DP + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
 const PF_VO: u32 = PF_WP / 8u;
 const PF_VOK: u32 = (PF_TT * PF_VO + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
 
-// The keys of a tile inside the codec's rows through k_oct, stored as two quads each.
-fn pf_koct_whole(lid: u32, t0: u32, h: u32) {
+// The words of a tile's key octs inside the codec's rows (k_oct_fetch), and their values
+// stored as two quads each (k_oct_make, the same indices).
+fn pf_koct_fetch(lid: u32, t0: u32, h: u32) -> array<KOct, PF_KO> {
+    var r: array<KOct, PF_KO>;
+    // @unroll 8
+    for (var k = 0u; k < PF_KO; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_DP * PF_TO) {
+            r[k] = k_oct_fetch(t0 + 8u * (u % PF_TO) - AP.tok0, min(u / PF_TO, DIM - 1u), h);
+        }
+    }
+    return r;
+}
+
+fn pf_koct_put(lid: u32, t0: u32, h: u32, r: array<KOct, PF_KO>) {
     // @unroll 8
     for (var k = 0u; k < PF_KO; k++) {
         let u = lid + k * WORKGROUP_SIZE;
         if (u < PF_DP * PF_TO) {
             let o = u % PF_TO;
-            let x = k_oct(t0 + 8u * o - AP.tok0, min(u / PF_TO, DIM - 1u), h);
+            let x = k_oct_make(r[k], t0 + 8u * o - AP.tok0, min(u / PF_TO, DIM - 1u), h);
             let uq = (u / PF_TO) * PF_TQ + 2u * o;
             pf_put_kquad(uq, x[0]);
             pf_put_kquad(uq + 1u, x[1]);
@@ -130,16 +145,30 @@ fn pf_koct_whole(lid: u32, t0: u32, h: u32) {
     }
 }
 
-// The values of a tile from the codec through v_oct (rows clamped to `vl`; octs past the value
-// space read its last oct: output channels never written).
-fn pf_voct(lid: u32, t0: u32, vl: u32, h: u32) {
+// The words of a tile's value octs from the codec (v_oct_fetch; rows clamped to `vl`, octs past
+// the value space read its last oct: output channels never written), and their values stored
+// as two quads each (v_oct_make, the same indices).
+fn pf_voct_fetch(lid: u32, t0: u32, vl: u32, h: u32) -> array<VOct, PF_VOK> {
+    var r: array<VOct, PF_VOK>;
+    // @unroll 8
+    for (var k = 0u; k < PF_VOK; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_TT * PF_VO) {
+            let t = u / PF_VO;
+            r[k] = v_oct_fetch(min(t0 + t - AP.tok0, vl), min(8u * (u % PF_VO), max(V_W, 8u) - 8u), h);
+        }
+    }
+    return r;
+}
+
+fn pf_voct_put(lid: u32, t0: u32, vl: u32, h: u32, r: array<VOct, PF_VOK>) {
     // @unroll 8
     for (var k = 0u; k < PF_VOK; k++) {
         let u = lid + k * WORKGROUP_SIZE;
         if (u < PF_TT * PF_VO) {
             let t = u / PF_VO;
             let o = u % PF_VO;
-            let x = v_oct(min(t0 + t - AP.tok0, vl), min(8u * o, max(V_W, 8u) - 8u), h);
+            let x = v_oct_make(r[k], min(t0 + t - AP.tok0, vl), min(8u * o, max(V_W, 8u) - 8u), h);
             let uq = t * PF_VW4 + 2u * o;
             pf_put_vquad(uq, x[0]);
             pf_put_vquad(uq + 1u, x[1]);

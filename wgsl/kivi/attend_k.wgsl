@@ -159,14 +159,36 @@ fn k_quad(row: u32, c: u32, h: u32) -> vec4<f32> {
 // k̂ of rows row .. row + 7 of channel c of head h (the tensor-core prefill kernel's key tiles,
 // where K_OCT: row a multiple of 8, row + 7 at most the last row): the eight lie in one block
 // and their codes in one word (G a multiple of 8, b ∈ {1, 2, 4}): one load of the codes and
-// one of the params for the eight, k_value's values, as two quads.
+// one of the params for the eight, k_value's values, as two quads. In two steps, so that the
+// kernel can issue a tile's loads long before it uses them: k_oct_fetch loads the words as
+// stored (KOct: the code word and the params' one or two words), k_oct_make (the same row,
+// c, h) turns them into the eight values.
 const K_OCT: bool = KG % 8u == 0u && (KB == 1u || KB == 2u || KB == 4u);
 
-fn k_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {
+struct KOct {
+    w: u32,
+    p: vec2<u32>,
+}
+
+fn k_oct_fetch(row: u32, c: u32, h: u32) -> KOct {
     let gi = ((row / KG) * AP.hkv + h) * DIM + c;
-    let pr = kivi_k_pair(gi);
     let bit0 = (row % KG) * KB;
-    let w = kseg[KP.codes + gi * KGW + (bit0 >> 5u)] >> (bit0 & 31u);
+    var r: KOct;
+    r.w = kseg[KP.codes + gi * KGW + (bit0 >> 5u)];
+    if (ATT_KPARAMS_F16 == 1u) {
+        r.p.x = kseg[KP.params + gi];
+    } else {
+        r.p = vec2<u32>(kseg[KP.params + 2u * gi], kseg[KP.params + 2u * gi + 1u]);
+    }
+    return r;
+}
+
+fn k_oct_make(r: KOct, row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {
+    var pr = bitcast<vec2<f32>>(r.p);
+    if (ATT_KPARAMS_F16 == 1u) {
+        pr = unpack2x16float(r.p.x);
+    }
+    let w = r.w >> (((row % KG) * KB) & 31u);
     var x: array<vec4<f32>, 2>;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {

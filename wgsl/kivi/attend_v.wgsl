@@ -173,15 +173,36 @@ fn v_quad(row: u32, c: u32, h: u32) -> vec4<f32> {
 // v̂ of channels c .. c + 7 of row `row` of head h (the tensor-core prefill kernel's value
 // tiles, where V_OCT: c a multiple of 8, c + 7 < D, row within the segment): one group, one
 // word of codes (G a multiple of 8, b ∈ {1, 2, 4}; D a multiple of 8), v_value's values, as
-// two quads.
+// two quads. In two steps, as k_oct (attend_k.wgsl): v_oct_fetch loads the words as stored
+// (VOct), v_oct_make (the same row, c, h) turns them into the eight values.
 const V_OCT: bool = VG % 8u == 0u && (VB == 1u || VB == 2u || VB == 4u) && DIM % 8u == 0u;
 
-fn v_oct(row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {
+struct VOct {
+    w: u32,
+    p: vec2<u32>,
+}
+
+fn v_oct_fetch(row: u32, c: u32, h: u32) -> VOct {
     let rb = row * AP.hkv + h;
     let g = c / VG;
-    let pr = kivi_v_pair(rb * VNG + g);
+    let gi = rb * VNG + g;
     let bit0 = (c - g * VG) * VB;
-    let w = vseg[VP.codes + rb * VRW + g * VGW + (bit0 >> 5u)] >> (bit0 & 31u);
+    var r: VOct;
+    r.w = vseg[VP.codes + rb * VRW + g * VGW + (bit0 >> 5u)];
+    if (ATT_VPARAMS_F16 == 1u) {
+        r.p.x = vseg[VP.params + gi];
+    } else {
+        r.p = vec2<u32>(vseg[VP.params + 2u * gi], vseg[VP.params + 2u * gi + 1u]);
+    }
+    return r;
+}
+
+fn v_oct_make(r: VOct, row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {
+    var pr = bitcast<vec2<f32>>(r.p);
+    if (ATT_VPARAMS_F16 == 1u) {
+        pr = unpack2x16float(r.p.x);
+    }
+    let w = r.w >> (((c % VG) * VB) & 31u);
     var x: array<vec4<f32>, 2>;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
