@@ -124,7 +124,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // The next whole tile's words loaded a step ahead (TC_PREF).
         (m("wgsl tensor attend: the prefetch loads the current tile again", Wgsl, "attend_prefill_tc", "raw = pf_fetch(lid, next, vl, h);", None, "raw = pf_fetch(lid, t0, vl, h);"), Attend, TCP),
         (m("wgsl tensor attend: the split's first tile never prefetched", Wgsl, "attend_prefill_tc", "raw = pf_fetch(lid, s0, vl, h);", None, ""), Attend, TCP),
-        (m("wgsl tensor attend: prefetched words staged for a tile that is not whole", Wgsl, "attend_prefill_tc", "if (pref && pf_whole(t0, vring)) {", None, "if (pref && t0 < s1) {"), Attend, TCP),
+        (m("wgsl tensor attend: no prefetch for a split's last tile (an off-by-one)", Wgsl, "attend_prefill_tc", "if (pref && TC_PREF_AT == 1u && next < s1", None, "if (pref && TC_PREF_AT == 1u && next + TC_TT < s1"), Attend, TCP),
         (m("wgsl tensor attend: a tile counted wholly visible across the causal diagonal", Wgsl, "attend_prefill_tc", "t0 + TC_TT - 1u <= pv", None, "t0 <= pv"), Attend, TCP),
         (m("wgsl tensor attend: a tile counted wholly visible past the window's edge", Wgsl, "attend_prefill_tc", "\n                && (AP.window == 0u || t0 + AP.window > pv);", None, ";"), Attend, TCP),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----

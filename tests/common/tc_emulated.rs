@@ -143,6 +143,19 @@ pub fn plan_cases() -> Vec<super::attend_plans::Case> {
             ..base
         },
         Case {
+            what: "mutants: emulated tensor prefill f16, D = 32, 64-token splits (every split's last tile whole)",
+            method: "f16:residual=16",
+            t: 210,
+            tq: 16,
+            hq: 4,
+            hkv: 1,
+            opts: AttendOptions::default().chunk_tokens(Some(64)),
+            seg_tokens: 1 << 20,
+            ring_extra: 0,
+            target: 4,
+            ..base
+        },
+        Case {
             what: "mutants: emulated tensor prefill kivi-8 G=32, D = 32 (key and value quads)",
             method: "kivi:bits=8,group=32,residual=32",
             t: 200,

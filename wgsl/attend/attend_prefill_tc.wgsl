@@ -85,11 +85,18 @@ const TC_NO_SOFTMAX: bool = ATT_TC_NOLOAD == 3u;
 // the kernel; 1, the queries as f16 alone (rounded to nearest; no low part held or
 // multiplied: two products per block); 2, the keys as f16 alone (two products).
 const TC_QLO: bool = ATT_TC_SPLIT != 1u;
-// Where the tile loop loads the next whole tile's words (PF_RAW codecs): 1, right after the
-// current tile is staged (in flight through its scores, softmax and P·V̂); 2, before its
-// P·V̂; 3, never (each tile's words loaded at its staging). Measuring knob KVPACK_TC_PREF
-// (src/attention/gpu.rs); 0 is the default, 1.
-const TC_PREF_AT: u32 = select(ATT_TC_PREF, 1u, ATT_TC_PREF == 0u);
+// Which sides of a whole tile the tile loop loads a tile ahead, and where (KVPACK_TC_PREF,
+// src/attention/gpu.rs; measuring, but for 0): 0, the default: the sides read as stored f16
+// rows (k_row8 / v_row8: nothing to make but f16 stores), right after the current tile's
+// staging, so that their loads are in flight through its scores, softmax and P·V̂ (f16 rows
+// at 32k on an H100: 925 → 891 µs; KIVI's octs, which make their values from codes, were
+// 4 % slower so, at 255 registers instead of 240: BENCHMARKS.md, "Tier 3 prefill: the next
+// tile's words in flight"); 1, both sides' readers (k_oct_fetch or k_row8, v_oct_fetch or
+// v_row8) likewise; 2, both, before the current tile's P·V̂; 3, neither (each tile's words
+// loaded at its staging); 4, the keys only; 5, the values only.
+const TC_PREF_AT: u32 = select(1u, 2u, ATT_TC_PREF == 2u);
+const PF_PRE_K: bool = select(ATT_TC_PREF == 1u || ATT_TC_PREF == 2u || ATT_TC_PREF == 4u, K_ROW8, ATT_TC_PREF == 0u) && (K_OCT || K_ROW8);
+const PF_PRE_V: bool = select(ATT_TC_PREF == 1u || ATT_TC_PREF == 2u || ATT_TC_PREF == 5u, V_ROW8, ATT_TC_PREF == 0u) && (V_OCT || V_ROW8);
 const TC_KLO: bool = ATT_TC_SPLIT != 2u && !K_F16_EXACT;
 
 // Row strides of tch (f16 elements): keys' and weights' rows (tokens), values' rows
@@ -243,8 +250,8 @@ fn pf_vrows8_put(lid: u32, r: array<vec4<u32>, PF_VR8>) {
 }
 
 // A whole tile's stored words (pf_fetch), for the readers that load apart from their use:
-// k_oct_fetch or k_row8, v_oct_fetch or v_row8 (the arrays of the side's other reader stay
-// unused).
+// k_oct_fetch or k_row8, v_oct_fetch or v_row8 (the arrays of the side's other reader, and of
+// a side not loaded ahead, stay unused).
 struct PfRaw {
     ko: array<KOct, PF_KO>,
     kr: array<vec4<u32>, PF_KR8>,
@@ -252,65 +259,54 @@ struct PfRaw {
     vr: array<vec4<u32>, PF_VR8>,
 }
 
-// Whether both sides of a whole tile have such readers: the tile loop then loads the next
-// tile's words while it computes the current one (TC_PREF).
-const PF_RAW: bool = (K_OCT || K_ROW8) && (V_OCT || V_ROW8);
-
 // Whether tile t0 is whole: its keys and values all come from the codec (below min(qk, qv)),
 // read without a check per element (pf_tile).
 fn pf_whole(t0: u32, vring: bool) -> bool {
     return !PF_NOLOAD && (K_QUAD || K_OCT || K_ROW8) && !vring && t0 + PF_TT <= min(AP.qk, AP.qv);
 }
 
-// The stored words of whole tile t0 (PF_RAW; values' rows clamped to `vl`), and their stores.
+// The stored words of the sides of whole tile t0 that are loaded a tile ahead (PF_PRE_K,
+// PF_PRE_V; values' rows clamped to `vl`).
 fn pf_fetch(lid: u32, t0: u32, vl: u32, h: u32) -> PfRaw {
     var r: PfRaw;
-    if (K_ROW8) {
+    if (PF_PRE_K && K_ROW8) {
         r.kr = pf_krows8_fetch(lid, t0, h);
-    } else {
+    } else if (PF_PRE_K) {
         r.ko = pf_koct_fetch(lid, t0, h);
     }
-    if (V_ROW8) {
+    if (PF_PRE_V && V_ROW8) {
         r.vr = pf_vrows8_fetch(lid, t0, vl, h);
-    } else {
+    } else if (PF_PRE_V) {
         r.vo = pf_voct_fetch(lid, t0, vl, h);
     }
     return r;
 }
 
-fn pf_put(lid: u32, t0: u32, vl: u32, h: u32, r: PfRaw) {
-    if (K_ROW8) {
-        pf_krows8_put(lid, r.kr);
-    } else {
-        pf_koct_put(lid, t0, h, r.ko);
-    }
-    if (V_ROW8) {
-        pf_vrows8_put(lid, r.vr);
-    } else {
-        pf_voct_put(lid, t0, vl, h, r.vo);
-    }
-}
-
 // The keys and the values of tile t0 (split end s1) of KV head h (the staging of
-// wgsl/attend/attend_stage.wgsl, and the f16 rows' readers above). A whole tile (pf_whole:
-// every tile of a codec split but its last at most) stages both in one branch-free block, so
+// wgsl/attend/attend_stage.wgsl, and the f16 rows' readers above); `r`: the words of the
+// sides loaded a tile ahead (pf_fetch) where the tile is whole. A whole tile (pf_whole: every
+// tile of a codec split but its last at most) stages both sides in one branch-free block, so
 // that the values' loads can be issued before the keys' stores, not after them (pf_keys and
 // pf_values each end in their own branch); every other tile through pf_keys and pf_values.
-fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool) {
+fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool, r: PfRaw) {
     if (pf_whole(t0, vring)) {
         let vl = min(s1, AP.qv) - 1u - AP.tok0;
-        if (PF_RAW) {
-            pf_put(lid, t0, vl, h, pf_fetch(lid, t0, vl, h));
-            return;
-        }
-        if (K_ROW8) {
+        if (PF_PRE_K && K_ROW8) {
+            pf_krows8_put(lid, r.kr);
+        } else if (PF_PRE_K) {
+            pf_koct_put(lid, t0, h, r.ko);
+        } else if (K_ROW8) {
             pf_krows8_put(lid, pf_krows8_fetch(lid, t0, h));
         } else if (K_OCT) {
             pf_koct_put(lid, t0, h, pf_koct_fetch(lid, t0, h));
         } else {
             pf_kquads_whole(lid, t0, h);
         }
-        if (V_ROW8) {
+        if (PF_PRE_V && V_ROW8) {
+            pf_vrows8_put(lid, r.vr);
+        } else if (PF_PRE_V) {
+            pf_voct_put(lid, t0, vl, h, r.vo);
+        } else if (V_ROW8) {
             pf_vrows8_put(lid, pf_vrows8_fetch(lid, t0, vl, h));
         } else if (V_OCT) {
             pf_voct_put(lid, t0, vl, h, pf_voct_fetch(lid, t0, vl, h));
@@ -421,8 +417,9 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     var l = 0.0;
     let kl = AP.qk - 1u - AP.tok0; // the last key row of the codec (when qk > tok0)
     let vl = min(s1, AP.qv) - 1u - AP.tok0;
-    // A whole tile's stored words, loaded one step ahead of their staging (TC_PREF).
-    let pref = PF_RAW && TC_PREF_AT != 3u;
+    // The words of a whole tile's sides loaded a tile ahead of their staging (PF_PRE_K,
+    // PF_PRE_V).
+    let pref = PF_PRE_K || PF_PRE_V;
     var raw: PfRaw;
     if (pref && pf_whole(s0, vring)) {
         raw = pf_fetch(lid, s0, vl, h);
@@ -433,11 +430,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         }
         // 2. The tile's keys (hi and lo parts) and values, in f16 (wgsl/attend/attend_stage.wgsl):
         //    from the words loaded a step before, or read now.
-        if (pref && pf_whole(t0, vring)) {
-            pf_put(lid, t0, vl, h, raw);
-        } else {
-            pf_tile(lid, t0, s1, h, vring);
-        }
+        pf_tile(lid, t0, s1, h, vring, raw);
         workgroupBarrier();
         let next = t0 + TC_TT;
         if (pref && TC_PREF_AT == 1u && next < s1 && pf_whole(next, vring)) {
