@@ -105,8 +105,8 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_TC_NOLOAD", (dim / 64 + wide + i as u32) % 4),
                     ("ATT_TC_PAD", u32::from(dim == 128)),
                     ("ATT_TC_PF", (dim / 64) % 3),
-                    // The tensor-core prefill kernel's prefetch placements (0 to 3).
-                    ("ATT_TC_PREF", (dim / 64 + wide + 2 * i as u32) % 4),
+                    // The tensor-core prefill kernel's sides loaded a tile ahead (0 to 5).
+                    ("ATT_TC_PREF", (dim / 64 + 3 * wide + 2 * i as u32) % 6),
                     // The tensor-core prefill kernel's measuring score splits (0 to 2).
                     ("ATT_TC_SPLIT", (dim / 64 + i as u32) % 3),
                     // The prefill kernel's measuring variants (0 to 5 over D, width class

@@ -148,10 +148,11 @@ pub fn specialization(
         // (`KVPACK_TC_PF`: 0, the default, before the tile's first barrier; 1, after it; 2, no
         // prefetch).
         ("ATT_TC_PF", measuring_knob("KVPACK_TC_PF", 2)),
-        // Measuring only: when the tensor-core prefill kernel loads the next whole tile's words
-        // (`KVPACK_TC_PREF`: 1, after the current tile's staging; 2, before its P·V̂; 3, at
-        // its own staging, no prefetch). 0, the default, is 1.
-        ("ATT_TC_PREF", measuring_knob("KVPACK_TC_PREF", 3)),
+        // Measuring only: which sides of a whole tile the tensor-core prefill kernel loads a
+        // tile ahead, and where (`KVPACK_TC_PREF`: 1, both, after the current tile's staging;
+        // 2, both, before its P·V̂; 3, neither; 4, the keys; 5, the values). 0, the default:
+        // the sides read as stored f16 rows (wgsl/attend/attend_prefill_tc.wgsl, TC_PREF_AT).
+        ("ATT_TC_PREF", measuring_knob("KVPACK_TC_PREF", 5)),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {

@@ -298,7 +298,7 @@ fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool, r: PfRaw) {
         } else if (K_ROW8) {
             pf_krows8_put(lid, pf_krows8_fetch(lid, t0, h));
         } else if (K_OCT) {
-            pf_koct_put(lid, t0, h, pf_koct_fetch(lid, t0, h));
+            pf_koct_whole(lid, t0, h);
         } else {
             pf_kquads_whole(lid, t0, h);
         }
@@ -309,7 +309,7 @@ fn pf_tile(lid: u32, t0: u32, s1: u32, h: u32, vring: bool, r: PfRaw) {
         } else if (V_ROW8) {
             pf_vrows8_put(lid, pf_vrows8_fetch(lid, t0, vl, h));
         } else if (V_OCT) {
-            pf_voct_put(lid, t0, vl, h, pf_voct_fetch(lid, t0, vl, h));
+            pf_voct_whole(lid, t0, vl, h);
         } else {
             pf_vquads(lid, t0, vl, h);
         }
