@@ -18,7 +18,8 @@ diagnostic(off, derivative_uniformity);
 // where it offers them, else four tokens of a channel or four channels of a token at a time;
 // the ring's f16 rows one by one; rows past the split read its
 // last row, channels past D or the width repeat its last: masked, met by a zero query, or
-// never written) into workgroup memory as f16; then
+// never written) into workgroup memory as f16 (a codec's stored f16 rows loaded a tile
+// ahead, right after the tile before was staged: PF_PRE_K, PF_PRE_V); then
 //   S (16 × TC_TT, per subgroup) = Q·K̂ᵀ     3 × TC_KD MMAs per 16 tokens (2 × TC_KD where
 //                                            K_F16_EXACT), stored (f32)
 //   softmax: lane pair (sl, sl ^ 1) owns a vector, TC_TT / 2 tokens each: masks, the tile's
@@ -88,10 +89,10 @@ const TC_QLO: bool = ATT_TC_SPLIT != 1u;
 // Which sides of a whole tile the tile loop loads a tile ahead, and where (KVPACK_TC_PREF,
 // src/attention/gpu.rs; measuring, but for 0): 0, the default: the sides read as stored f16
 // rows (k_row8 / v_row8: nothing to make but f16 stores), right after the current tile's
-// staging, so that their loads are in flight through its scores, softmax and P·V̂ (f16 rows
-// at 32k on an H100: 925 → 891 µs; KIVI's octs, which make their values from codes, were
-// 4 % slower so, at 255 registers instead of 240: BENCHMARKS.md, "Tier 3 prefill: the next
-// tile's words in flight"); 1, both sides' readers (k_oct_fetch or k_row8, v_oct_fetch or
+// staging, so that their loads are in flight through its scores, softmax and P·V̂ (f16 rows,
+// 64 rows at 32k on an H100: 922 → 874 µs; KIVI's octs, which make their values from codes,
+// were 2.5-7.5 % slower so, at 255 registers instead of 240: BENCHMARKS.md, "Tier 3 prefill:
+// the next tile's words in flight"); 1, both sides' readers (k_oct_fetch or k_row8, v_oct_fetch or
 // v_row8) likewise; 2, both, before the current tile's P·V̂; 3, neither (each tile's words
 // loaded at its staging); 4, the keys only; 5, the values only.
 const TC_PREF_AT: u32 = select(1u, 2u, ATT_TC_PREF == 2u);
