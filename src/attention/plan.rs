@@ -330,28 +330,19 @@ impl Call {
     /// 64-token splits stay within the target (short contexts), 64: half the slices idle but
     /// twice the workgroups (H200, KIVI-4: 43.1 against 48.1 µs at 1k, 44.7 against 49.0 at
     /// 2k; at 3k, where 64 would exceed the target, 61.0 against 49.4 for 128). `per_wg`:
-    /// query vectors per workgroup (4 on the decode kernel; the prefill kernels' splits may
-    /// be 16 times longer: their workgroups do 8 to 32 times a decode workgroup's work per
-    /// token). The prefill kernels take whole waves: as many splits of a KV head's vector
-    /// blocks as the target holds (T / ⌊target / (KV heads · vector blocks)⌋ tokens each, up
-    /// to 16,384), where rounding each split up to 32 tokens could leave one split more than
-    /// the target holds, a short second wave as long as a whole one (H100, 64 rows at 32k on
-    /// the tensor-core kernel: 9 splits of 3,984 tokens 877 µs on f16 rows, 8 of 4,096 813;
-    /// BENCHMARKS.md, "Tier 3 prefill: splits in whole waves").
+    /// query vectors per workgroup (4 on the decode kernel; the prefill kernel's splits may be
+    /// 16 times longer: its workgroups do 8 to 32 times a decode workgroup's work per token).
     pub fn split_tokens(&self, target: usize, per_wg: usize) -> usize {
         if let Some(c) = self.opts.chunk_tokens {
             return c;
         }
         let per_split = self.hkv * self.vectors().div_ceil(per_wg);
-        if per_wg > 4 {
-            let splits = (target / per_split.max(1)).max(1);
-            return self.tokens.div_ceil(splits).clamp(128, 16384).div_ceil(32) * 32;
-        }
+        let max = if per_wg > 4 { 16384 } else { 2048 };
         let even = self.tokens * per_split / target.max(1);
-        if even <= 64 {
+        if per_wg <= 4 && even <= 64 {
             return 64;
         }
-        even.clamp(128, 2048).div_ceil(32) * 32
+        even.clamp(128, max).div_ceil(32) * 32
     }
 
     /// Whether the call runs on the prefill kernel (`opts.kernel`, see [`AttendKernel`]) on
@@ -721,34 +712,5 @@ mod tests {
         assert_eq!(prefill_workgroup_bytes(128, 128), 27_264);
         assert_eq!(prefill_workgroup_bytes(256, 256), 27_200);
         assert_eq!(largest, 27_264);
-    }
-
-    /// The prefill kernels' splits come in whole waves: at 32 query heads over 8 KV heads, 64
-    /// rows (four 64-vector blocks per KV head) and 264 target workgroups, 8 splits of T / 8
-    /// (9 of 3,984 tokens at 32k before: 288 workgroups); the decode kernel keeps its rule.
-    #[test]
-    fn prefill_splits_fill_whole_waves() {
-        let call = |tokens, tq| Call {
-            tq,
-            hq: 32,
-            hkv: 8,
-            dim: 128,
-            tokens,
-            opts: crate::AttendOptions::default(),
-        };
-        for (tokens, split) in [(32_768, 4096), (131_072, 16_384), (4096, 512), (1024, 128)] {
-            let c = call(tokens, 64);
-            let got = c.split_tokens(264, TENSOR_VECTORS);
-            assert_eq!(got, split, "T = {tokens}");
-            assert!(tokens.div_ceil(got) * 8 * 4 <= 264, "T = {tokens}: {got}");
-        }
-        // Longer than 8 · 16,384 tokens: the cap, more waves.
-        assert_eq!(call(262_144, 64).split_tokens(264, TENSOR_VECTORS), 16_384);
-        // A target below one split's workgroups: one split per vector block.
-        assert_eq!(call(4096, 64).split_tokens(16, TENSOR_VECTORS), 4096);
-        // Decode (4 vectors per workgroup): about T · 8 / target, a multiple of 32.
-        assert_eq!(call(32_768, 1).split_tokens(264, 4), 992);
-        assert_eq!(call(1024, 1).split_tokens(264, 4), 64);
-        assert_eq!(call(131_072, 1).split_tokens(264, 4), 2048);
     }
 }
