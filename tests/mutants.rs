@@ -110,10 +110,10 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor attend (emulated): the joint tile's values read the next token's row", Wgsl, "attend_prefill_tc", "pf_vquads(lid, t0, vl, h);\n        }\n        return;", None, "pf_vquads(lid, t0 + 1u, vl, h);\n        }\n        return;"), Attend, &["wgsl_tensor_emulated"]),
         (m("wgsl tensor attend (emulated): the joint tile's key quads read the next quad's tokens", Wgsl, "attend_prefill_tc", "pf_kquads_whole(lid, t0, h);\n        }", None, "pf_kquads_whole(lid, t0 + 4u, h);\n        }"), Attend, &["wgsl_tensor_emulated"]),
         // The joint tile's octs (k_oct / v_oct: KIVI at 1, 2 and 4 bits).
-        (m("wgsl tensor attend: key octs read the next oct's tokens", Wgsl, "attend_prefill_tc", "let row = t0 + 8u * o - AP.tok0;", None, "let row = t0 + 8u * ((o + 1u) % PF_TO) - AP.tok0;"), Attend, TCP),
+        (m("wgsl tensor attend: key octs read the next oct's tokens", Wgsl, "attend_prefill_tc", "return t0 + 8u * (u % PF_TO) - AP.tok0;", None, "return t0 + 8u * ((u + 1u) % PF_TO) - AP.tok0;"), Attend, TCP),
         (m("wgsl tensor attend: a key oct's second quad stored over its first", Wgsl, "attend_prefill_tc", "pf_put_kquad(uq + 1u, x[1]);", None, "pf_put_kquad(uq, x[1]);"), Attend, TCP),
         (m("wgsl tensor attend: KIVI key octs' codes taken in reverse order", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * KB)) & K_MASK", None, "x[j / 4u][j % 4u] = kivi_reconstruct((w >> ((7u - j) * KB)) & K_MASK"), Attend, TCP),
-        (m("wgsl tensor attend: value octs read the next token's row", Wgsl, "attend_prefill_tc", "let row = min(t0 + t - AP.tok0, vl);", None, "let row = min(t0 + t + 1u - AP.tok0, vl);"), Attend, TCP),
+        (m("wgsl tensor attend: value octs read the next token's row", Wgsl, "attend_prefill_tc", "return min(t0 + u / PF_VO - AP.tok0, vl);", None, "return min(t0 + u / PF_VO + 1u - AP.tok0, vl);"), Attend, TCP),
         (m("wgsl tensor attend: KIVI value octs reconstructed without their offset", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, pr.y)", None, "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, 0.0)"), Attend, TCP),
         // The joint tile's eight-channel reads of f16 rows (k_row8 / v_row8).
         (m("wgsl tensor attend: f16 key rows read the next token's row", Wgsl, "attend_prefill_tc", "let row = t0 + lid % PF_TT - AP.tok0;", None, "let row = t0 + (lid + 1u) % PF_TT - AP.tok0;"), Attend, TCP),

@@ -117,50 +117,51 @@ const PF_KO: u32 = (PF_TO * PF_DP + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
 const PF_VO: u32 = PF_WP / 8u;
 const PF_VOK: u32 = (PF_TT * PF_VO + WORKGROUP_SIZE - 1u) / WORKGROUP_SIZE;
 
-// The words of a tile's key octs inside the codec's rows (k_oct_fetch), and their values
-// stored as two quads each (k_oct_make, the same indices).
-fn pf_koct_fetch(lid: u32, t0: u32, h: u32) -> array<KOct, PF_KO> {
-    var r: array<KOct, PF_KO>;
-    // @unroll 8
-    for (var k = 0u; k < PF_KO; k++) {
-        let u = lid + k * WORKGROUP_SIZE;
-        if (u < PF_DP * PF_TO) {
-            r[k] = k_oct_fetch(t0 + 8u * (u % PF_TO) - AP.tok0, min(u / PF_TO, DIM - 1u), h);
-        }
-    }
-    return r;
+// Unit u of a tile's key octs (adjacent units: a channel's adjacent octs): its segment row
+// and channel, and the store of its eight keys as two quads.
+fn pf_koct_row(u: u32, t0: u32) -> u32 {
+    return t0 + 8u * (u % PF_TO) - AP.tok0;
 }
 
-fn pf_koct_put(lid: u32, t0: u32, h: u32, r: array<KOct, PF_KO>) {
-    // @unroll 8
-    for (var k = 0u; k < PF_KO; k++) {
-        let u = lid + k * WORKGROUP_SIZE;
-        if (u < PF_DP * PF_TO) {
-            let o = u % PF_TO;
-            let x = k_oct_make(r[k], t0 + 8u * o - AP.tok0, min(u / PF_TO, DIM - 1u), h);
-            let uq = (u / PF_TO) * PF_TQ + 2u * o;
-            pf_put_kquad(uq, x[0]);
-            pf_put_kquad(uq + 1u, x[1]);
-        }
-    }
+fn pf_koct_c(u: u32) -> u32 {
+    return min(u / PF_TO, DIM - 1u);
+}
+
+fn pf_koct_store(u: u32, x: array<vec4<f32>, 2>) {
+    let uq = (u / PF_TO) * PF_TQ + 2u * (u % PF_TO);
+    pf_put_kquad(uq, x[0]);
+    pf_put_kquad(uq + 1u, x[1]);
+}
+
+// Unit u of a tile's value octs (adjacent units: a row's adjacent octs): its segment row
+// (clamped to `vl`) and first channel (octs past the value space read its last oct: output
+// channels never written), and the store of its eight values as two quads.
+fn pf_voct_row(u: u32, t0: u32, vl: u32) -> u32 {
+    return min(t0 + u / PF_VO - AP.tok0, vl);
+}
+
+fn pf_voct_c(u: u32) -> u32 {
+    return min(8u * (u % PF_VO), max(V_W, 8u) - 8u);
+}
+
+fn pf_voct_store(u: u32, x: array<vec4<f32>, 2>) {
+    let uq = (u / PF_VO) * PF_VW4 + 2u * (u % PF_VO);
+    pf_put_vquad(uq, x[0]);
+    pf_put_vquad(uq + 1u, x[1]);
 }
 
 // The keys of a tile inside the codec's rows through k_oct_fetch and k_oct_make in one pass,
-// each oct loaded, made and stored in turn (the driver schedules the loads; a tile not loaded
-// ahead: as fast as the one-step reader this replaced, where pf_koct_put(pf_koct_fetch(..))
-// was 1.7 % slower on KIVI-4 at 32k, H100).
+// each oct loaded, made and stored in turn (the driver schedules the loads). A tile not loaded
+// ahead takes this form: loading all of a tile's octs first (pf_koct_fetch, then pf_koct_put)
+// was 1.7 % slower on KIVI-4 at 32k (H100).
 fn pf_koct_whole(lid: u32, t0: u32, h: u32) {
     // @unroll 8
     for (var k = 0u; k < PF_KO; k++) {
         let u = lid + k * WORKGROUP_SIZE;
         if (u < PF_DP * PF_TO) {
-            let o = u % PF_TO;
-            let row = t0 + 8u * o - AP.tok0;
-            let c = min(u / PF_TO, DIM - 1u);
-            let x = k_oct_make(k_oct_fetch(row, c, h), row, c, h);
-            let uq = (u / PF_TO) * PF_TQ + 2u * o;
-            pf_put_kquad(uq, x[0]);
-            pf_put_kquad(uq + 1u, x[1]);
+            let row = pf_koct_row(u, t0);
+            let c = pf_koct_c(u);
+            pf_koct_store(u, k_oct_make(k_oct_fetch(row, c, h), row, c, h));
         }
     }
 }
@@ -171,29 +172,45 @@ fn pf_voct_whole(lid: u32, t0: u32, vl: u32, h: u32) {
     for (var k = 0u; k < PF_VOK; k++) {
         let u = lid + k * WORKGROUP_SIZE;
         if (u < PF_TT * PF_VO) {
-            let t = u / PF_VO;
-            let o = u % PF_VO;
-            let row = min(t0 + t - AP.tok0, vl);
-            let c = min(8u * o, max(V_W, 8u) - 8u);
-            let x = v_oct_make(v_oct_fetch(row, c, h), row, c, h);
-            let uq = t * PF_VW4 + 2u * o;
-            pf_put_vquad(uq, x[0]);
-            pf_put_vquad(uq + 1u, x[1]);
+            let row = pf_voct_row(u, t0, vl);
+            let c = pf_voct_c(u);
+            pf_voct_store(u, v_oct_make(v_oct_fetch(row, c, h), row, c, h));
         }
     }
 }
 
-// The words of a tile's value octs from the codec (v_oct_fetch; rows clamped to `vl`, octs past
-// the value space read its last oct: output channels never written), and their values stored
-// as two quads each (v_oct_make, the same indices).
+// The same in two passes, for a tile loaded ahead (the tensor-core kernel's KVPACK_TC_PREF
+// 1, 2, 4 and 5 on KIVI: measuring only): the words of a tile's octs (k_oct_fetch,
+// v_oct_fetch), then their values made and stored (the same units).
+fn pf_koct_fetch(lid: u32, t0: u32, h: u32) -> array<KOct, PF_KO> {
+    var r: array<KOct, PF_KO>;
+    // @unroll 8
+    for (var k = 0u; k < PF_KO; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_DP * PF_TO) {
+            r[k] = k_oct_fetch(pf_koct_row(u, t0), pf_koct_c(u), h);
+        }
+    }
+    return r;
+}
+
+fn pf_koct_put(lid: u32, t0: u32, h: u32, r: array<KOct, PF_KO>) {
+    // @unroll 8
+    for (var k = 0u; k < PF_KO; k++) {
+        let u = lid + k * WORKGROUP_SIZE;
+        if (u < PF_DP * PF_TO) {
+            pf_koct_store(u, k_oct_make(r[k], pf_koct_row(u, t0), pf_koct_c(u), h));
+        }
+    }
+}
+
 fn pf_voct_fetch(lid: u32, t0: u32, vl: u32, h: u32) -> array<VOct, PF_VOK> {
     var r: array<VOct, PF_VOK>;
     // @unroll 8
     for (var k = 0u; k < PF_VOK; k++) {
         let u = lid + k * WORKGROUP_SIZE;
         if (u < PF_TT * PF_VO) {
-            let t = u / PF_VO;
-            r[k] = v_oct_fetch(min(t0 + t - AP.tok0, vl), min(8u * (u % PF_VO), max(V_W, 8u) - 8u), h);
+            r[k] = v_oct_fetch(pf_voct_row(u, t0, vl), pf_voct_c(u), h);
         }
     }
     return r;
@@ -204,12 +221,7 @@ fn pf_voct_put(lid: u32, t0: u32, vl: u32, h: u32, r: array<VOct, PF_VOK>) {
     for (var k = 0u; k < PF_VOK; k++) {
         let u = lid + k * WORKGROUP_SIZE;
         if (u < PF_TT * PF_VO) {
-            let t = u / PF_VO;
-            let o = u % PF_VO;
-            let x = v_oct_make(r[k], min(t0 + t - AP.tok0, vl), min(8u * o, max(V_W, 8u) - 8u), h);
-            let uq = t * PF_VW4 + 2u * o;
-            pf_put_vquad(uq, x[0]);
-            pf_put_vquad(uq + 1u, x[1]);
+            pf_voct_store(u, v_oct_make(r[k], pf_voct_row(u, t0, vl), pf_voct_c(u), h));
         }
     }
 }
