@@ -153,6 +153,20 @@ fn cases() -> Vec<Case> {
             target: 1,
             ..base
         },
+        // The same with keys rising along the cache (tests/common/tc_decode.rs `rising`):
+        // random scores rarely pass the decode kernel's reference max by more than its slack
+        // (DEC_TAU) once a slice has its first tile, rising ones do, tile after tile, so the
+        // rescale of l and of the accumulator runs inside a slice.
+        Case {
+            what: "one long split, keys rising along the cache: the reference max moves inside a slice",
+            method: "f16/kivi:bits=4,group=32,residual=32",
+            t: 1200,
+            tq: 2,
+            hq: 8,
+            hkv: 2,
+            target: 1,
+            ..base
+        },
         Case {
             what: "f16 keys / kivi values, window 64",
             method: "f16/kivi:bits=2,group=8,vgroup=16,residual=16",
@@ -271,7 +285,10 @@ fn attend_kernels_match_reference(t: &Target) {
             .take(if sketch { 2 } else { 1 })
             .map(move |ctx| (c, ctx))
     }) {
-        let (q, k, v) = qkv(&mut rng, &c);
+        let (q, mut k, v) = qkv(&mut rng, &c);
+        if c.what.contains("keys rising") {
+            common::tc_decode::rising(&mut k, c.hkv, c.d);
+        }
         let method = Method::parse(c.method).expect("method");
         let mut layer = Layer::new(cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");
         if let Some(lut) = sketch_form(&layer) {

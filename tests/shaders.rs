@@ -112,10 +112,19 @@ fn attend_specs() -> Vec<Specialization> {
                     // The prefill kernel's measuring variants (0 to 5 over D, width class
                     // and codec pair): all compile.
                     ("ATT_PF_VARIANT", (dim / 64 + 4 * wide + 2 * i as u32) % 6),
-                    // The decode kernel's measuring variant (ring rows in a loop) where
+                    // The decode kernel's measuring variants: ring rows in a loop (1) where
                     // there is a ring: D = 41 (rows read channel by channel) and 256 (16-byte
-                    // loads).
-                    ("ATT_DEC_VARIANT", u32::from(dim == 256 || dim == 41)),
+                    // loads); the exact running max (2) at D = 128.
+                    (
+                        "ATT_DEC_VARIANT",
+                        if dim == 256 || dim == 41 {
+                            1
+                        } else if dim == 128 {
+                            2
+                        } else {
+                            0
+                        },
+                    ),
                 ];
                 s.extend(extra);
                 // 3-bit MSE / 2+2 RVQ (windows funnel-shifted), then 4-bit / 8+8 (whole words).

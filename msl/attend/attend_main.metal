@@ -30,6 +30,16 @@ static inline float4 slice_max(float4 x) {
     return x;
 }
 
+// The tile's reference max (wgsl/attend/attend_core.wgsl, DEC_TAU): m, unless one of the SIMD
+// group's scores x passes m + ATTEND_TAU; then the max of m and all of them (one vote first).
+constant float ATTEND_TAU = 8.0f;
+static inline float4 slice_ref_max(float4 x, float4 m) {
+    if (simd_any(any(x > m + ATTEND_TAU))) {
+        return max(m, slice_max(x));
+    }
+    return m;
+}
+
 static inline float4 slice_sum(float4 x) {
     for (ushort off = 1; off < 32; off <<= 1) {
         x += simd_shuffle_xor(x, off);
@@ -158,18 +168,20 @@ kernel void ATTEND_NAME(constant AttendParams& A [[buffer(0)]],
             vis[i] = live[i] && pos < s1 && attend_visible(A, kp, pv[i]);
         }
         const float4 s = select(float4(ATTEND_NEG), sc, vis);
-        const float4 m_new = max(m, slice_max(s));
-        const float4 corr = precise::exp2(m - m_new);
+        // The reference max moves only when a score passes it by more than ATTEND_TAU.
+        const float4 m_new = slice_ref_max(s, m);
         const float4 p = select(float4(0.0f), precise::exp2(s - m_new), vis);
-        l = l * corr + p;
-        m = m_new;
-        if (any(corr != float4(1.0f))) {
+        if (any(m_new != m)) { // uniform per SIMD group
+            const float4 corr = precise::exp2(m - m_new);
+            l *= corr;
             if (vring && !V_SPACE_OUT) {
                 r_scale(rs, corr);
             } else {
                 v_scale(vs, corr);
             }
         }
+        l += p;
+        m = m_new;
         float4 pj[8];
         for (uint j = 0u; j < 8u; ++j) {
             pj[j] = simd_shuffle(p, ushort((lane & ~7u) + j));

@@ -142,8 +142,9 @@ pub fn specialization(
         ("ATT_PF_VARIANT", measuring_knob("KVPACK_PF_VARIANT", 5)),
         // Measuring only: the decode kernel (wgsl/attend/attend_core.wgsl) with the ring's
         // rows read one row per loop trip (`KVPACK_DEC_VARIANT=1`), for their share of its
-        // registers. 0, the default, is the kernel.
-        ("ATT_DEC_VARIANT", measuring_knob("KVPACK_DEC_VARIANT", 1)),
+        // registers, or (2) with the softmax's running maximum taken exactly in every tile
+        // (no slack: the kernel before 2026-12-06). 0, the default, is the kernel.
+        ("ATT_DEC_VARIANT", measuring_knob("KVPACK_DEC_VARIANT", 2)),
         // Measuring only: when the f16-rows tensor-core decode kernel loads the next tile
         // (`KVPACK_TC_PF`: 0, the default, before the tile's first barrier; 1, after it; 2, no
         // prefetch).

@@ -24,7 +24,8 @@
 //              fn v_finish(lid: u32, h: u32)   fin[0..V_W] (normalized) → fin[0..D], in place
 //              its uniform at binding 2; vseg, vtab (declared here)
 // and the entry file (attend_subgroup.wgsl / attend_workgroup.wgsl): const ENTRY_SCRATCH;
-//              fn rs_cg, slice_max, slice_sum, gather8 (cross-lane steps, below);
+//              fn rs_cg, slice_max, slice_ref_max, slice_sum, gather8 (cross-lane steps,
+//              below);
 //              const TG_SHUFFLE (a slice is one subgroup) and fn tg_sum (the sum over a
 //              slice's 4 token groups, lanes of equal cg; called only where TG_SHUFFLE).
 //
@@ -86,6 +87,20 @@ const RING: bool = ATT_RING == 1u;
 // On the H200 it cut KIVI-4's registers from 245 to 168 and was 14 % slower at 32k (105 against
 // 92 µs; BENCHMARKS.md): kept as a variant, not the default.
 const DEC_ROLLED: bool = ATT_DEC_VARIANT == 1u;
+// The online softmax's reference max m moves only when one of a tile's scores passes it by
+// more than DEC_TAU (base 2; the entry file's slice_ref_max): the weights p = 2^(s − m) then
+// stay ≤ 2^DEC_TAU (f32 sums of them lose nothing), and a tile whose scores stay below
+// m + DEC_TAU skips the slice's max (five shuffle rounds) and the rescale. The result is the
+// softmax's to f32 rounding for any m (the spec's online form: m is the running maximum up to
+// the slack). Measuring only: 2, the running maximum taken exactly in every tile (the kernel
+// before 2026-12-06).
+const DEC_TAU: f32 = 8.0;
+const DEC_EXACT_MAX: bool = ATT_DEC_VARIANT == 2u;
+
+// Whether a score x (the 4 vectors') passes the reference max m by more than DEC_TAU.
+fn ref_moves(x: vec4<f32>, m: vec4<f32>) -> bool {
+    return any(x > m + DEC_TAU);
+}
 // Whether the cache evicts tokens (a layer under an eviction policy: fixed for its life). Without
 // it a key's position is its slot and the positions code is compiled out.
 const POS: bool = ATT_POS == 1u;
@@ -464,13 +479,18 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
             vis[i] = live[i] && pos < s1 && visible(kp, pv[i]);
         }
         let s = select(vec4<f32>(NEG), sc, vis);
-        // 3. Online softmax (base 2); l is per lane, reduced once at the end.
-        let m_new = max(m, slice_max(s, lid, sgl));
-        let corr = exp2(m - m_new);
+        // 3. Online softmax (base 2) against the reference max m (slice_ref_max: it moves only
+        // when a score passes it by more than DEC_TAU); l is per lane, reduced once at the end.
+        var m_new = m;
+        if (DEC_EXACT_MAX) {
+            m_new = max(m, slice_max(s, lid, sgl));
+        } else {
+            m_new = slice_ref_max(s, m, lid, sgl);
+        }
         let p = select(vec4<f32>(0.0), exp2(s - m_new), vis);
-        l = l * corr + p;
-        m = m_new;
-        if (any(corr != vec4<f32>(1.0))) {
+        if (any(m_new != m)) { // uniform per slice: m and m_new are the slice's
+            let corr = exp2(m - m_new);
+            l *= corr;
             if (vring && !V_SPACE_OUT) {
                 // @unroll 32
                 for (var i = 0u; i < R_CPL; i++) {
@@ -480,6 +500,8 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
                 v_scale(&vs, corr);
             }
         }
+        l += p;
+        m = m_new;
         // 4. Values: each lane gets the weights of its 8 tokens. Values from the codec below
         // qv, from the ring above: a ring split (a codec whose space is not the output space:
         // splits are cut at qv), or per lane (a lane's weights gathered twice, masked to each

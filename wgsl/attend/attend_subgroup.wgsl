@@ -72,6 +72,21 @@ fn slice_max(x: vec4<f32>, lid: u32, sgl: u32) -> vec4<f32> {
     return slice_reduce(x, lid, true);
 }
 
+// The tile's reference max (attend_core.wgsl, DEC_TAU): m, unless one of the slice's scores x
+// passes m + DEC_TAU; then the max of m and all of them. A slice that is one subgroup asks its
+// lanes first (one vote) and takes the max only then; narrower subgroups take it always (its
+// barriers need every invocation) and apply the same rule.
+fn slice_ref_max(x: vec4<f32>, m: vec4<f32>, lid: u32, sgl: u32) -> vec4<f32> {
+    if (ATT_SG_WIDE == 1u) {
+        if (subgroupAny(ref_moves(x, m))) {
+            return max(m, slice_reduce(x, lid, true));
+        }
+        return m;
+    }
+    let mx = slice_reduce(x, lid, true);
+    return select(m, max(m, mx), ref_moves(mx, m));
+}
+
 fn slice_sum(x: vec4<f32>, lid: u32, sgl: u32) -> vec4<f32> {
     return slice_reduce(x, lid, false);
 }

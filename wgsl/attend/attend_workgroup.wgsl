@@ -64,6 +64,13 @@ fn slice_max(x: vec4<f32>, lid: u32, sgl: u32) -> vec4<f32> {
     return slice_reduce(x, lid, true);
 }
 
+// The tile's reference max (attend_core.wgsl, DEC_TAU): m, unless the slice's max passes
+// m + DEC_TAU; then the max of both.
+fn slice_ref_max(x: vec4<f32>, m: vec4<f32>, lid: u32, sgl: u32) -> vec4<f32> {
+    let mx = slice_reduce(x, lid, true);
+    return select(m, max(m, mx), ref_moves(mx, m));
+}
+
 fn slice_sum(x: vec4<f32>, lid: u32, sgl: u32) -> vec4<f32> {
     return slice_reduce(x, lid, false);
 }
