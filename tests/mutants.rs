@@ -112,9 +112,9 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // The joint tile's octs (k_oct / v_oct: KIVI at 1, 2 and 4 bits).
         (m("wgsl tensor attend: key octs read the next oct's tokens", Wgsl, "attend_prefill_tc", "return t0 + 8u * (u % PF_TO) - AP.tok0;", None, "return t0 + 8u * ((u + 1u) % PF_TO) - AP.tok0;"), Attend, TCP),
         (m("wgsl tensor attend: a key oct's second quad stored over its first", Wgsl, "attend_prefill_tc", "pf_put_kquad(uq + 1u, x[1]);", None, "pf_put_kquad(uq, x[1]);"), Attend, TCP),
-        (m("wgsl tensor attend: KIVI key octs' codes taken in reverse order", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * KB)) & K_MASK", None, "x[j / 4u][j % 4u] = kivi_reconstruct((w >> ((7u - j) * KB)) & K_MASK"), Attend, TCP),
+        (m("wgsl tensor attend: KIVI key octs' codes taken in reverse order", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_make((w >> (j * KB)) & K_MASK", None, "x[j / 4u][j % 4u] = kivi_make((w >> ((7u - j) * KB)) & K_MASK"), Attend, TCP),
         (m("wgsl tensor attend: value octs read the next token's row", Wgsl, "attend_prefill_tc", "return min(t0 + u / PF_VO - AP.tok0, vl);", None, "return min(t0 + u / PF_VO + 1u - AP.tok0, vl);"), Attend, TCP),
-        (m("wgsl tensor attend: KIVI value octs reconstructed without their offset", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, pr.y)", None, "x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * VB)) & V_MASK, pr.x, 0.0)"), Attend, TCP),
+        (m("wgsl tensor attend: KIVI value octs reconstructed without their offset", Wgsl, "attend_prefill_tc", "x[j / 4u][j % 4u] = kivi_make((w >> (j * VB)) & V_MASK, pr.x, pr.y)", None, "x[j / 4u][j % 4u] = kivi_make((w >> (j * VB)) & V_MASK, pr.x, 0.0)"), Attend, TCP),
         // The joint tile's eight-channel reads of f16 rows (k_row8 / v_row8).
         (m("wgsl tensor attend: f16 key rows read the next token's row", Wgsl, "attend_prefill_tc", "let row = t0 + lid % PF_TT - AP.tok0;", None, "let row = t0 + (lid + 1u) % PF_TT - AP.tok0;"), Attend, TCP),
         (m("wgsl tensor attend: f16 key rows stored one unit of channels on", Wgsl, "attend_prefill_tc", "pf_put_krow8(lid % PF_TT, 8u * g, r[k]);", None, "pf_put_krow8(lid % PF_TT, 8u * ((g + 1u) % PF_KC8), r[k]);"), Attend, TCP),

@@ -192,7 +192,7 @@ fn k_oct_make(r: KOct, row: u32, c: u32, h: u32) -> array<vec4<f32>, 2> {
     var x: array<vec4<f32>, 2>;
     // @unroll 8
     for (var j = 0u; j < 8u; j++) {
-        x[j / 4u][j % 4u] = kivi_reconstruct((w >> (j * KB)) & K_MASK, pr.x, pr.y);
+        x[j / 4u][j % 4u] = kivi_make((w >> (j * KB)) & K_MASK, pr.x, pr.y);
     }
     return x;
 }
