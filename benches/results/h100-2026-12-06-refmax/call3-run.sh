@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Call 3: a full run of main (gpu_kivi, gpu_attend, then PyTorch) for the H100 targets table;
 # then the tensor-core prefill kernel's split length, 64 rows at 32k: the automatic split
-# (9 of 3,984 tokens) against --chunk 4096 (8 splits) and others, alternated.
+# (9 of 3,984 tokens) against --chunk 4096 (8 splits), alternated, with the SM clock and
+# power logged each second (nvidia-smi dmon), since --chunk changes every arm of the run.
 set -u
 for f in .gl/*.deb; do dpkg -x $f / 2>/dev/null; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp WGPU_BACKEND=vulkan
@@ -16,4 +17,6 @@ timeout 60 /tmp/b/gpu_kivi --warmup 20 --rounds 50 --json $R/full/gpu_kivi.json 
 timeout 200 /tmp/b/gpu_attend --json $R/full/gpu_attend.json --plot $R/full/gpu_attend.png > $R/full/gpu_attend.txt 2>&1; echo "ga rc=$? $(el)"
 timeout 120 python3 benches/torch_baseline.py $R/full/torch_baseline.json > $R/full/torch_baseline.txt 2>&1; echo "torch rc=$? $(el)"
 ck() { timeout 60 $B/ga --prefill-only --tokens 32768 --rounds 10 $2 --json $R/$1.json > $R/$1.txt 2>&1; echo "$1 rc=$? $(el)"; }
-ck auto1 ""; ck c4096a "--chunk 4096"; ck c3072 "--chunk 3072"; ck auto2 ""; ck c4096b "--chunk 4096"; ck c8192 "--chunk 8192"
+nvidia-smi dmon -s pc -d 1 > $R/dmon.txt 2>&1 & DM=$!
+ck auto1 ""; ck c4096a "--chunk 4096"; ck auto2 ""; ck c4096b "--chunk 4096"
+kill $DM 2>/dev/null
