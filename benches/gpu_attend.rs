@@ -44,7 +44,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use half::f16;
-use kvpack::attention::plan::{CacheShape, Call, SplitKernel, plan_kernel, split_target};
+use kvpack::attention::gpu::kernel_target;
+use kvpack::attention::plan::{
+    CacheShape, Call, SplitKernel, TENSOR_VECTORS, plan_kernel, split_target,
+};
 use kvpack::context::{Context, KernelPath, PathChoice};
 use kvpack::gpu::{self, DispatchPlan, registry};
 use kvpack::{AttendKernel, AttendOptions, Input, KvLayer, Method};
@@ -696,6 +699,27 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                         Some("tensor cores"),
                         |o| o.kernel = AttendKernel::Tensor,
                     )?);
+                    // With --prefill-only at the variant T (KIVI-4, f16): the same kernel with
+                    // its splits in one wave of the split target (T / ⌊target / (KV heads ·
+                    // vector blocks)⌋ tokens, a multiple of 32), beside its automatic splits
+                    // (twice the target: about two waves).
+                    if o.prefill_only && t == variant_t && (m == "kivi-4" || m == "f16") {
+                        let blocks = HKV * (TQ_PREFILL * HQ / HKV).div_ceil(TENSOR_VECTORS);
+                        let splits = (split_target(ctx.adapter_info()) / blocks).max(1);
+                        let one_wave = t.div_ceil(splits).clamp(128, 16384).div_ceil(32) * 32;
+                        let a =
+                            attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
+                        attend_arms.push(retarget(
+                            ctx,
+                            a,
+                            " (tensor cores, one wave)",
+                            Some("tensor cores, splits in one wave of the split target"),
+                            |o| {
+                                o.kernel = AttendKernel::Tensor;
+                                o.chunk_tokens = Some(one_wave);
+                            },
+                        )?);
+                    }
                 }
                 // A/B: the same chunk on the prefill kernel (GEMM form, tiles in workgroup
                 // memory).
@@ -713,7 +737,8 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                         opts: attend_opts(),
                     };
                     let per_wg = kvpack::attention::plan::prefill_vectors(DIM);
-                    let auto = call.split_tokens(split_target(ctx.adapter_info()), per_wg);
+                    let target = kernel_target(ctx, SplitKernel::Prefill);
+                    let auto = call.split_tokens(target, per_wg);
                     let quarter = (auto / 4).div_ceil(32).max(1) * 32;
                     let splits: &[(Option<usize>, &str, &'static str)] =
                         if o.prefill_only && variant_case {
