@@ -36,6 +36,19 @@ fn cases() -> Vec<Case> {
         ring_extra: 0,
         target: 256,
     };
+    // One split per vector over 1200 tokens: slices loop over many tiles, so the running
+    // maximum grows inside a slice (a dropped online-softmax rescale fails here; with many
+    // short splits every slice sees one tile and it would not).
+    let long_split = Case {
+        what: "one long split: online-softmax rescale inside a slice",
+        method: "f16/kivi:bits=4,group=32,residual=32",
+        t: 1200,
+        tq: 2,
+        hq: 8,
+        hkv: 2,
+        target: 1,
+        ..base
+    };
     vec![
         Case {
             what: "one token, ring only (direct)",
@@ -140,32 +153,14 @@ fn cases() -> Vec<Case> {
             tq: 2,
             ..base
         },
-        // One split per vector over 1200 tokens: slices loop over many tiles, so the running
-        // maximum grows inside a slice (a dropped online-softmax rescale fails here; with many
-        // short splits every slice sees one tile and it would not).
-        Case {
-            what: "one long split: online-softmax rescale inside a slice",
-            method: "f16/kivi:bits=4,group=32,residual=32",
-            t: 1200,
-            tq: 2,
-            hq: 8,
-            hkv: 2,
-            target: 1,
-            ..base
-        },
+        long_split,
         // The same with keys rising along the cache (tests/common/tc_decode.rs `rising`):
         // random scores rarely pass the decode kernel's reference max by more than its slack
         // (DEC_TAU) once a slice has its first tile, rising ones do, tile after tile, so the
         // rescale of l and of the accumulator runs inside a slice.
         Case {
             what: "one long split, keys rising along the cache: the reference max moves inside a slice",
-            method: "f16/kivi:bits=4,group=32,residual=32",
-            t: 1200,
-            tq: 2,
-            hq: 8,
-            hkv: 2,
-            target: 1,
-            ..base
+            ..long_split
         },
         Case {
             what: "f16 keys / kivi values, window 64",
