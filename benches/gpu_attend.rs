@@ -328,6 +328,19 @@ fn build_layer(
     Ok(layer)
 }
 
+/// The bench's call shape (`HQ` query heads over `HKV` KV heads, `DIM` wide) with `tq` rows
+/// over `t` cached tokens.
+fn bench_call(t: usize, tq: usize, opts: AttendOptions) -> Call {
+    Call {
+        tq,
+        hq: HQ,
+        hkv: HKV,
+        dim: DIM,
+        tokens: t,
+        opts,
+    }
+}
+
 /// The partials traffic of one call (written and read back) and its dispatches, as
 /// `attention::plan` plans it for an unsegmented cache of `method` (`opts`' split size).
 fn partials_estimate(
@@ -337,14 +350,7 @@ fn partials_estimate(
     tq: usize,
     opts: AttendOptions,
 ) -> (u64, usize) {
-    let call = Call {
-        tq,
-        hq: HQ,
-        hkv: HKV,
-        dim: DIM,
-        tokens: t,
-        opts,
-    };
+    let call = bench_call(t, tq, opts);
     let q = |g: usize| kvpack::store::quantized_len(t, method.residual(), g);
     let (qk, qv) = (
         q(method.key().block_tokens()),
@@ -389,6 +395,24 @@ fn partials_estimate(
         ),
         Err(_) => (0, 0),
     }
+}
+
+/// `a` on the tensor-core prefill kernel with its splits at twice the split target
+/// ([`kvpack::attention::plan::Call::split_tokens`]; about two waves: 17 splits of 2,016
+/// tokens at 32k and 64 rows), the rule before one wave ([`kernel_target`]).
+fn two_waves(ctx: &Context, a: Arm, t: usize, tq: usize) -> kvpack::Result<Arm> {
+    let call = bench_call(t, tq, attend_opts());
+    let chunk = call.split_tokens(2 * split_target(ctx.adapter_info()), TENSOR_VECTORS);
+    retarget(
+        ctx,
+        a,
+        " (tensor cores, two waves)",
+        Some("tensor cores, splits at twice the split target"),
+        |o| {
+            o.kernel = AttendKernel::Tensor;
+            o.chunk_tokens = Some(chunk);
+        },
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -700,25 +724,11 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                         |o| o.kernel = AttendKernel::Tensor,
                     )?);
                     // With --prefill-only at the variant T (KIVI-4, f16): the same kernel with
-                    // its splits in one wave of the split target (T / ⌊target / (KV heads ·
-                    // vector blocks)⌋ tokens, a multiple of 32), beside its automatic splits
-                    // (twice the target: about two waves).
+                    // its splits at twice the split target (the rule before one wave).
                     if o.prefill_only && t == variant_t && (m == "kivi-4" || m == "f16") {
-                        let blocks = HKV * (TQ_PREFILL * HQ / HKV).div_ceil(TENSOR_VECTORS);
-                        let splits = (split_target(ctx.adapter_info()) / blocks).max(1);
-                        let one_wave = t.div_ceil(splits).clamp(128, 16384).div_ceil(32) * 32;
                         let a =
                             attend_arm(ctx, m, PathChoice::Wgsl, t, TQ_PREFILL, k, v, &mut rng)?;
-                        attend_arms.push(retarget(
-                            ctx,
-                            a,
-                            " (tensor cores, one wave)",
-                            Some("tensor cores, splits in one wave of the split target"),
-                            |o| {
-                                o.kernel = AttendKernel::Tensor;
-                                o.chunk_tokens = Some(one_wave);
-                            },
-                        )?);
+                        attend_arms.push(two_waves(ctx, a, t, TQ_PREFILL)?);
                     }
                 }
                 // A/B: the same chunk on the prefill kernel (GEMM form, tiles in workgroup
@@ -728,14 +738,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 // kernel's occupancy).
                 let variant_case = m == "kivi-4" && t == variant_t;
                 if variant_case || o.prefill_only {
-                    let call = Call {
-                        tq: TQ_PREFILL,
-                        hq: HQ,
-                        hkv: HKV,
-                        dim: DIM,
-                        tokens: t,
-                        opts: attend_opts(),
-                    };
+                    let call = bench_call(t, TQ_PREFILL, attend_opts());
                     let per_wg = kvpack::attention::plan::prefill_vectors(DIM);
                     let target = kernel_target(ctx, SplitKernel::Prefill);
                     let auto = call.split_tokens(target, per_wg);
@@ -784,20 +787,17 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                         attend_arms.push(retarget(ctx, a, &suffix, Some(what), |o| {
                             o.kernel = kernel
                         })?);
+                        if kernel == AttendKernel::Tensor && tq == 16 {
+                            let a = attend_arm(ctx, m, PathChoice::Wgsl, t, tq, k, v, &mut rng)?;
+                            attend_arms.push(two_waves(ctx, a, t, tq)?);
+                        }
                     }
                 }
             }
             // A/B of the split size (decode, kivi-4): twice and half the automatic tokens per
             // split (the work of one workgroup; `chunk_tokens`).
             if m == "kivi-4" && !o.prefill_only {
-                let call = Call {
-                    tq: TQ,
-                    hq: HQ,
-                    hkv: HKV,
-                    dim: DIM,
-                    tokens: t,
-                    opts: attend_opts(),
-                };
+                let call = bench_call(t, TQ, attend_opts());
                 let auto = call.split_tokens(split_target(ctx.adapter_info()), 4);
                 for (tokens_per_split, (suffix, what)) in
                     [(auto * 2, LONG), ((auto / 2).div_ceil(32) * 32, SHORT)]

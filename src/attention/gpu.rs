@@ -323,8 +323,9 @@ pub fn plan_for(
 }
 
 /// Workgroups a call on `kernel` aims at on this device ([`plan::split_target`]): the decode
-/// kernel scaled to its workgroup size (`KVPACK_ATT_WG`, measuring only), the others twice the
-/// target. For the tensor-core decode kernel (one subgroup per workgroup) twice the target
+/// kernel scaled to its workgroup size (`KVPACK_ATT_WG`, measuring only), the tensor-core
+/// prefill kernel the target itself (one wave, [`plan::Call::wave_tokens`]), the others twice
+/// the target. For the tensor-core decode kernel (one subgroup per workgroup) twice the target
 /// measured faster than four times (as many subgroups as the decode kernel's): H200, 32k
 /// tokens, 512 against 256 tokens per split, f16 211 against 244 µs, KIVI-4 657 against 699
 /// (benches/results/h200-2026-12-04-tcdirect).
@@ -333,7 +334,8 @@ pub fn kernel_target(ctx: &Context, kernel: plan::SplitKernel) -> usize {
     match kernel {
         plan::SplitKernel::Decode => (target * super::kernel::WORKGROUP_SIZE as usize)
             .div_ceil(super::kernel::partials_workgroup_size() as usize),
-        _ => target * 2,
+        plan::SplitKernel::Tensor => target,
+        plan::SplitKernel::Prefill | plan::SplitKernel::TensorDecode => target * 2,
     }
 }
 

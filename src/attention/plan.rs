@@ -345,6 +345,24 @@ impl Call {
         even.clamp(128, max).div_ceil(32) * 32
     }
 
+    /// Tokens per split on the tensor-core prefill kernel for `target` workgroups (one wave):
+    /// as many splits of a KV head's vector blocks as the target holds, T / ⌊target / (KV
+    /// heads · vector blocks)⌋ tokens each (at least one split), 128 to 16,384, a multiple of
+    /// 32; or the caller's `chunk_tokens`. Rounding up to 32 only ever makes fewer splits, so
+    /// a call never spills a short second wave as long as a whole one. Measured on an H100,
+    /// 64 rows at 32k (8 splits of 4,096 tokens against the former 17 of 2,016, two waves of
+    /// twice the target; BENCHMARKS.md, "Tier 3 prefill: splits in one wave"): f16 808 against
+    /// 874 µs, KIVI-4 1,147–1,158 against 1,178, in the same rounds of two processes.
+    /// `per_wg`: query vectors per workgroup ([`TENSOR_VECTORS`]).
+    pub fn wave_tokens(&self, target: usize, per_wg: usize) -> usize {
+        if let Some(c) = self.opts.chunk_tokens {
+            return c;
+        }
+        let per_split = self.hkv * self.vectors().div_ceil(per_wg);
+        let splits = (target / per_split.max(1)).max(1);
+        self.tokens.div_ceil(splits).clamp(128, 16384).div_ceil(32) * 32
+    }
+
     /// Whether the call runs on the prefill kernel (`opts.kernel`, see [`AttendKernel`]) on
     /// a device without tensor cores; `wg_limit`: the device's workgroup storage.
     pub fn prefill(&self, shape: &CacheShape, wg_limit: usize) -> Result<bool> {
@@ -577,7 +595,11 @@ pub fn plan_kernel(
         SplitKernel::Tensor => TENSOR_VECTORS,
         SplitKernel::Decode | SplitKernel::TensorDecode => 4,
     };
-    let mut split = call.split_tokens(target, per_wg);
+    let mut split = if kernel == SplitKernel::Tensor {
+        call.wave_tokens(target, per_wg)
+    } else {
+        call.split_tokens(target, per_wg)
+    };
     loop {
         let mut dispatches = Vec::new();
         let (mut n_c, mut n_r) = (0usize, 0usize);
@@ -712,5 +734,68 @@ mod tests {
         assert_eq!(prefill_workgroup_bytes(128, 128), 27_264);
         assert_eq!(prefill_workgroup_bytes(256, 256), 27_200);
         assert_eq!(largest, 27_264);
+    }
+
+    /// The tensor-core prefill kernel's splits come in one wave: at 32 query heads over 8 KV
+    /// heads, 64 rows (four 64-vector blocks per KV head) and 264 target workgroups, 8 splits
+    /// of T / 8 (at twice the target, the rule before, 17 of 2,016 at 32k: 544 workgroups, a
+    /// short third wave); the plan's dispatches hold no more workgroups than the target.
+    #[test]
+    fn tensor_splits_fill_one_wave() {
+        let call = |tokens, tq| Call {
+            tq,
+            hq: 32,
+            hkv: 8,
+            dim: 128,
+            tokens,
+            opts: crate::AttendOptions::default(),
+        };
+        let shape = |tokens| CacheShape {
+            qk: tokens,
+            qv: tokens,
+            seg_tokens: 1 << 20,
+            ring_cap: [1, 1],
+            row_words: 64,
+            value_dim: 128,
+            value_space_out: false,
+            key_prep: false,
+            ring: false,
+            positions: None,
+        };
+        for (tokens, tq, split) in [
+            (32_768, 64, 4096),
+            (131_072, 64, 16_384),
+            (4096, 64, 512),
+            (1024, 64, 128),
+            (32_768, 16, 1024),
+            (4096, 16, 128),
+            (32_768, 256, 16_384),
+        ] {
+            let c = call(tokens, tq);
+            let got = c.wave_tokens(264, TENSOR_VECTORS);
+            assert_eq!(got, split, "T = {tokens}, Tq = {tq}");
+            let plan =
+                plan_kernel(&c, &shape(tokens), 264, u64::MAX, SplitKernel::Tensor).expect("plan");
+            let wgs: u64 = plan.dispatches.iter().map(|d| d.workgroups).sum();
+            let blocks = 8 * (tq * 4).div_ceil(TENSOR_VECTORS) as u64;
+            assert_eq!(
+                wgs,
+                tokens.div_ceil(split) as u64 * blocks,
+                "T = {tokens}, Tq = {tq}"
+            );
+            // One wave where the cap of 16,384 tokens and the floor of 128 allow it.
+            if split < 16_384 && split > 128 {
+                assert!(wgs <= 264, "T = {tokens}, Tq = {tq}: {wgs} workgroups");
+            }
+        }
+        assert_eq!(call(32_768, 64).split_tokens(528, TENSOR_VECTORS), 2016);
+        // Longer than 8 · 16,384 tokens: the cap, more waves.
+        assert_eq!(call(262_144, 64).wave_tokens(264, TENSOR_VECTORS), 16_384);
+        // A target below one split's workgroups: one split per vector block.
+        assert_eq!(call(4096, 64).wave_tokens(16, TENSOR_VECTORS), 4096);
+        // The caller's chunk wins.
+        let mut c = call(32_768, 64);
+        c.opts.chunk_tokens = Some(2048);
+        assert_eq!(c.wave_tokens(264, TENSOR_VECTORS), 2048);
     }
 }
