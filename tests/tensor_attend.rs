@@ -64,26 +64,38 @@ fn tensor_kernel_refusals_are_typed() {
         kvpack::attention::plan::SplitKernel::Decode
     );
     // Auto's choice for keys that do not transform the query: the tensor-core kernel where the
-    // device runs it, its storage fits, the call has at least TENSOR_AUTO_VECTORS query
-    // vectors per KV head and the cache at least TENSOR_AUTO_TOKENS tokens; the decode kernel
-    // otherwise.
-    use kvpack::attention::plan::{SplitKernel, TENSOR_AUTO_TOKENS, TENSOR_AUTO_VECTORS};
-    let long = TENSOR_AUTO_TOKENS;
+    // device runs it, its storage fits and the call reaches one of TENSOR_AUTO's measured pairs
+    // (256 query vectors per KV head from 4,096 tokens, 64 from 32,768, 32 from 131,072); the
+    // decode kernel otherwise. The pairs are the measured decision (BENCHMARKS.md, "Tier 3
+    // prefill: splits in one wave"), stated here literally: changing them is a decision too.
+    use kvpack::attention::plan::{SplitKernel, TENSOR_AUTO};
+    assert_eq!(TENSOR_AUTO, [(256, 4096), (64, 32_768), (32, 131_072)]);
+    let long = TENSOR_AUTO[0].1;
     let plain = kvpack::attention::plan::CacheShape {
         key_prep: false,
         ..shape
     };
     let need = kvpack::attention::plan::tensor_workgroup_bytes(64, 64);
-    let rows = TENSOR_AUTO_VECTORS / 2; // hq / hkv = 2 vectors per row
+    let rows = 128; // 256 vectors: hq / hkv = 2 vectors per row
     let no = || Err("no cooperative matrices".to_string());
+    let (tc, dec) = (SplitKernel::Tensor, SplitKernel::Decode);
     for (tq, tokens, tensor, limit, want) in [
-        (rows, long, Ok(()), 1 << 16, SplitKernel::Tensor),
-        (rows + 3, long * 2, Ok(()), 1 << 16, SplitKernel::Tensor),
-        (rows - 1, long, Ok(()), 1 << 16, SplitKernel::Decode),
-        (rows, long - 1, Ok(()), 1 << 16, SplitKernel::Decode),
-        (1, long, Ok(()), 1 << 16, SplitKernel::Decode),
-        (rows, long, no(), 1 << 16, SplitKernel::Decode),
-        (rows, long, Ok(()), need - 1, SplitKernel::Decode),
+        (rows, long, Ok(()), 1 << 16, tc),
+        (rows + 3, long * 2, Ok(()), 1 << 16, tc),
+        (rows - 1, long, Ok(()), 1 << 16, dec),
+        (rows, long - 1, Ok(()), 1 << 16, dec),
+        // 254 vectors between 4k and 32k tokens: no pair reached.
+        (rows - 1, 16_384, Ok(()), 1 << 16, dec),
+        (32, 32_768, Ok(()), 1 << 16, tc),
+        (31, 32_768, Ok(()), 1 << 16, dec),
+        (32, 32_767, Ok(()), 1 << 16, dec),
+        (16, 131_072, Ok(()), 1 << 16, tc),
+        (15, 131_072, Ok(()), 1 << 16, dec),
+        (16, 131_071, Ok(()), 1 << 16, dec),
+        (1, 1 << 20, Ok(()), 1 << 16, dec),
+        (rows, long, no(), 1 << 16, dec),
+        (rows, long, Ok(()), need - 1, dec),
+        (16, 131_072, Ok(()), need - 1, dec),
     ] {
         let c = kvpack::attention::plan::Call {
             tq,
@@ -126,7 +138,7 @@ fn tensor_kernel_refusals_are_typed() {
         }
         other => panic!("tensor kernel on wgsl-workgroup: {other:?}"),
     }
-    // Auto runs a 64-row chunk (256 vectors per KV head) over TENSOR_AUTO_TOKENS tokens on the
+    // Auto runs a 64-row chunk (256 vectors per KV head) over TENSOR_AUTO[0]'s tokens on the
     // tensor-core kernel where the device has tensor cores, within the f16-product bound of
     // the CPU path; a 4-row chunk (16 vectors) there, and the 64-row chunk over 96 tokens, on
     // the decode kernel. (Without tensor cores the long case is not run: it would only show

@@ -77,12 +77,12 @@ fn emulated_tensor_cores_are_asked_for_by_name_only() {
     let m = common::parse_method("kivi-4", hkv, d).expect("method");
     let logged = ctx.with_dispatch_log();
     let mut l = Layer::new(&logged, hkv, d, &m, PathChoice::WgslSubgroup).expect("layer");
-    let t = kvpack::attention::plan::TENSOR_AUTO_TOKENS;
+    let (vectors, t) = kvpack::attention::plan::TENSOR_AUTO[0];
     let mut rng = common::rng("tensor_emulated_auto");
     let mut n = |x: usize| -> Vec<f32> { (0..x).map(|_| rng.random_range(-1.0f32..1.0)).collect() };
     let (k, v) = (n(t * hkv * d), n(t * hkv * d));
     l.append(Input::F32(&k), Input::F32(&v)).expect("append");
-    let rows = kvpack::attention::plan::TENSOR_AUTO_VECTORS / hq;
+    let rows = vectors / hq;
     let q = n(rows * hq * d);
     let out = l.attend(&q, hq, &AttendOptions::default()).expect("auto");
     assert_eq!(out.len(), q.len());

@@ -81,13 +81,13 @@ impl AttendOptions {
 #[non_exhaustive]
 pub enum AttendKernel {
     /// The faster kernel as measured: the tensor-core prefill kernel ([`AttendKernel::Tensor`])
-    /// where the device has it, the key codec does not transform the query and the call has
-    /// at least [`plan::TENSOR_AUTO_VECTORS`] query vectors per KV head over at least
-    /// [`plan::TENSOR_AUTO_TOKENS`] cached tokens (on an H100 a 64-row chunk of KIVI-4 at 32k
-    /// tokens takes 1.43 ms there against 2.87 on the decode kernel, at 4k 0.40 against 0.46;
-    /// f16 products, the 1e-3 bound); the decode kernel for every other call (at 1k tokens,
-    /// and with 4–16 rows, the tensor-core and f32 prefill kernels are slower: BENCHMARKS.md,
-    /// "Prefill chunks" and "The goals on an H100").
+    /// where the device has it, the key codec does not transform the query and the call's
+    /// query vectors per KV head and cached tokens reach one of [`plan::TENSOR_AUTO`]'s pairs
+    /// (256 vectors from 4k tokens, 64 from 32k, 32 from 128k; on an H100 a 64-row chunk of
+    /// KIVI-4 at 32k takes 1.16 ms there against 2.8 on the decode kernel, at 4k 0.30 against
+    /// 0.44; f16 products, the 1e-3 bound); the decode kernel for every other call (shorter
+    /// caches and fewer rows, where the tensor-core and f32 prefill kernels are slower:
+    /// BENCHMARKS.md, "Tier 3 prefill: splits in one wave").
     #[default]
     Auto,
     /// Four query vectors per workgroup, a lane owning 8 tokens × a slice of the stored

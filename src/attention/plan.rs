@@ -386,15 +386,13 @@ impl Call {
         let fits = prefill_workgroup_bytes(self.dim, width) <= wg_limit;
         let tc_bytes = tensor_workgroup_bytes(self.dim, shape.value_dim);
         // Auto picks the tensor-core prefill kernel where the device runs it, the key codec
-        // does not transform the query, its storage fits, the call has at least
-        // TENSOR_AUTO_VECTORS query vectors per KV head (four of its workgroups' worth) and
-        // the cache at least TENSOR_AUTO_TOKENS tokens; else the decode kernel (BENCHMARKS.md,
-        // "Prefill chunks": the measurements behind both).
+        // does not transform the query, its storage fits and the call's query vectors per KV
+        // head and cached tokens reach one of TENSOR_AUTO's measured pairs; else the decode
+        // kernel.
         let auto_tensor = tensor.is_ok()
             && !shape.key_prep
             && tc_bytes <= wg_limit
-            && self.vectors() >= TENSOR_AUTO_VECTORS
-            && self.tokens >= TENSOR_AUTO_TOKENS;
+            && tensor_auto(self.vectors(), self.tokens);
         Ok(match self.opts.kernel {
             AttendKernel::Auto if auto_tensor => SplitKernel::Tensor,
             AttendKernel::Decode | AttendKernel::Auto => SplitKernel::Decode,
@@ -497,23 +495,35 @@ impl Call {
     }
 }
 
-/// The fewest query vectors per KV head (rows × grouped heads) for which Auto runs the
-/// tensor-core prefill kernel where the device has it. Measured on an H100 at 32k tokens
-/// (BENCHMARKS.md, "Prefill chunks"): with 256 vectors (64 rows, GQA 4) it is 7–17 % faster
-/// than the decode kernel; with 64 (16 rows: one of its workgroups' worth) 8–16 % slower,
-/// with 16 or 32 two to three times slower. Between 64 and 256 untested, so Auto asks for the
-/// measured point.
-pub const TENSOR_AUTO_VECTORS: usize = 256;
+/// Where Auto runs the tensor-core prefill kernel (on a device that has it, for keys that do
+/// not transform the query): pairs of (the fewest query vectors per KV head, rows × grouped
+/// heads; the fewest cached tokens), a call reaching both of any pair ([`tensor_auto`]); the
+/// decode kernel otherwise. Measured on an H100 with the kernel's splits in one wave
+/// (BENCHMARKS.md, "Tier 3 prefill: splits in one wave", two processes; f16 / KIVI-4,
+/// medians µs, tensor cores against the decode kernel):
+/// - 256 vectors (64 rows at GQA 4) from 4k tokens: at 4k 220 / 297 against 324 / 444, at
+///   32k 808–820 / 1159 against 2230–2265 / 2771–2815; at 1k slower (162 / 196 against 106 /
+///   152, the run of "The goals on an H100": its fixed cost per workgroup, the queries' and
+///   the output's trips through workgroup memory); between 1k and 4k untested.
+/// - 64 vectors (16 rows: one of its workgroups) from 32k: at 32k 309–311 / 423–425 against
+///   588–597 / 747–758, at 128k 767 / 1110 against 2199 / 2724; at 4k slower (160 / 191
+///   against 115 / 159); between 4k and 32k untested.
+/// - 32 vectors (8 rows) from 128k: at 128k 809 / 1126 against 1138 / 1407; at 32k even (301–304
+///   / 414 against 312–316 / 413), at 4k slower.
+/// - 16 vectors (4 rows) never: slower at every length measured (at 128k 817 / 1125 against 605
+///   / 751).
+///
+/// Auto asks for the measured points. A choice between two built kernels by the call's size,
+/// not a pipeline specialized on it.
+pub const TENSOR_AUTO: [(usize, usize); 3] = [(256, 4096), (64, 32_768), (32, 131_072)];
 
-/// The fewest cached tokens for which Auto runs the tensor-core prefill kernel (with
-/// [`TENSOR_AUTO_VECTORS`]). Measured on an H100 with 64-row chunks (BENCHMARKS.md, "The goals
-/// on an H100", one run of 2026-12-06): at 4k tokens it takes 402 µs against the decode
-/// kernel's 460 on KIVI-4 (400 against 456 on KIVI-2; f16 337 against 333, within the run's
-/// noise), at 32k 1431 against 2873; at 1k it is slower (195 against 155: its fixed cost per
-/// workgroup, the queries' and the output's trips through workgroup memory). Between 1k and
-/// 4k untested, so Auto asks for the measured point. A choice between two built kernels by the
-/// call's size, not a pipeline specialized on it.
-pub const TENSOR_AUTO_TOKENS: usize = 4096;
+/// Whether a call of `vectors` query vectors per KV head over `tokens` cached tokens reaches
+/// one of [`TENSOR_AUTO`]'s pairs.
+pub fn tensor_auto(vectors: usize, tokens: usize) -> bool {
+    TENSOR_AUTO
+        .iter()
+        .any(|&(v, t)| vectors >= v && tokens >= t)
+}
 
 /// The base of every dispatch's uniform (`per_wg` query vectors per workgroup).
 fn base(call: &Call, shape: &CacheShape, per_wg: usize) -> AttendParams {
