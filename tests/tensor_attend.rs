@@ -65,11 +65,11 @@ fn tensor_kernel_refusals_are_typed() {
     );
     // Auto's choice for keys that do not transform the query: the tensor-core kernel where the
     // device runs it, its storage fits and the call reaches one of TENSOR_AUTO's measured pairs
-    // (256 query vectors per KV head from 4,096 tokens, 64 from 32,768, 32 from 131,072); the
+    // (256 query vectors per KV head from 4,096 tokens, 64 from 16,384, 32 from 131,072); the
     // decode kernel otherwise. The pairs are the measured decision (BENCHMARKS.md, "Tier 3
     // prefill: splits in one wave"), stated here literally: changing them is a decision too.
     use kvpack::attention::plan::{SplitKernel, TENSOR_AUTO};
-    assert_eq!(TENSOR_AUTO, [(256, 4096), (64, 32_768), (32, 131_072)]);
+    assert_eq!(TENSOR_AUTO, [(256, 4096), (64, 16_384), (32, 131_072)]);
     let long = TENSOR_AUTO[0].1;
     let plain = kvpack::attention::plan::CacheShape {
         key_prep: false,
@@ -84,11 +84,11 @@ fn tensor_kernel_refusals_are_typed() {
         (rows + 3, long * 2, Ok(()), 1 << 16, tc),
         (rows - 1, long, Ok(()), 1 << 16, dec),
         (rows, long - 1, Ok(()), 1 << 16, dec),
-        // 254 vectors between 4k and 32k tokens: no pair reached.
-        (rows - 1, 16_384, Ok(()), 1 << 16, dec),
-        (32, 32_768, Ok(()), 1 << 16, tc),
+        // 254 vectors between 4k and 16k tokens: no pair reached.
+        (rows - 1, 8192, Ok(()), 1 << 16, dec),
+        (32, 16_384, Ok(()), 1 << 16, tc),
         (31, 32_768, Ok(()), 1 << 16, dec),
-        (32, 32_767, Ok(()), 1 << 16, dec),
+        (32, 16_383, Ok(()), 1 << 16, dec),
         (16, 131_072, Ok(()), 1 << 16, tc),
         (15, 131_072, Ok(()), 1 << 16, dec),
         (16, 131_071, Ok(()), 1 << 16, dec),

@@ -504,18 +504,20 @@ impl Call {
 /// - 256 vectors (64 rows at GQA 4) from 4k tokens: at 4k 220 / 297 against 324 / 444, at
 ///   32k 808–820 / 1159 against 2230–2265 / 2771–2815; at 1k slower (162 / 196 against 106 /
 ///   152, the run of "The goals on an H100": its fixed cost per workgroup, the queries' and
-///   the output's trips through workgroup memory); between 1k and 4k untested.
-/// - 64 vectors (16 rows: one of its workgroups) from 32k: at 32k 309–311 / 423–425 against
-///   588–597 / 747–758, at 128k 767 / 1110 against 2199 / 2724; at 4k slower (160 / 191
-///   against 115 / 159); between 4k and 32k untested.
+///   the output's trips through workgroup memory); at 2k even (180 / 236 against 175 / 252).
+///   At 8k 302 / 421 against 608 / 790, at 16k 475 / 654 against 1166 / 1452.
+/// - 64 vectors (16 rows: one of its workgroups) from 16k: at 16k 231 / 282 against 322 / 423,
+///   at 32k 309–311 / 423–425 against 588–597 / 747–758, at 128k 767 / 1110 against 2199 /
+///   2724; at 8k even (182 / 221 against 173 / 246), at 4k slower (160 / 191 against 115 /
+///   159).
 /// - 32 vectors (8 rows) from 128k: at 128k 809 / 1126 against 1138 / 1407; at 32k even (301–304
-///   / 414 against 312–316 / 413), at 4k slower.
+///   / 414 against 312–316 / 413), at 16k and below slower (215 / 265 against 178 / 244).
 /// - 16 vectors (4 rows) never: slower at every length measured (at 128k 817 / 1125 against 605
 ///   / 751).
 ///
 /// Auto asks for the measured points. A choice between two built kernels by the call's size,
 /// not a pipeline specialized on it.
-pub const TENSOR_AUTO: [(usize, usize); 3] = [(256, 4096), (64, 32_768), (32, 131_072)];
+pub const TENSOR_AUTO: [(usize, usize); 3] = [(256, 4096), (64, 16_384), (32, 131_072)];
 
 /// Whether a call of `vectors` query vectors per KV head over `tokens` cached tokens reaches
 /// one of [`TENSOR_AUTO`]'s pairs.
