@@ -138,23 +138,37 @@ fn tensor_kernel_refusals_are_typed() {
         }
         other => panic!("tensor kernel on wgsl-workgroup: {other:?}"),
     }
-    // Auto runs a 64-row chunk (256 vectors per KV head) over TENSOR_AUTO[0]'s tokens on the
-    // tensor-core kernel where the device has tensor cores, within the f16-product bound of
-    // the CPU path; a 4-row chunk (16 vectors) there, and the 64-row chunk over 96 tokens, on
-    // the decode kernel. (Without tensor cores the long case is not run: it would only show
-    // the decode kernel again, at the cost of a 32k-token CPU reference.)
+    // Auto runs a 64-row chunk (256 vectors per KV head) over TENSOR_AUTO[0]'s tokens, and a
+    // 16-row chunk (64 vectors) over TENSOR_AUTO[1]'s, on the tensor-core kernel where the
+    // device has tensor cores, within the f16-product bound of the CPU path; a 4-row chunk (16
+    // vectors) and a 16-row chunk over TENSOR_AUTO[0]'s tokens there, and the 64-row chunk over
+    // 96 tokens, on the decode kernel. (Without tensor cores the long cases are not run: they
+    // would only show the decode kernel again, at the cost of long CPU references.)
     let has = ctx.tensor_cores().is_ok();
     let mut rng = common::rng("tensor_auto");
-    let kl: Vec<f32> = (0..long * hkv * d)
-        .map(|_| rng.random_range(-1.0..1.0))
-        .collect();
-    if !has {
+    let mut keys = |t: usize| -> Vec<f32> {
+        (0..t * hkv * d)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect()
+    };
+    assert_eq!(TENSOR_AUTO[1].0, 64);
+    let (kl, kl1) = if has {
+        (keys(long), keys(TENSOR_AUTO[1].1))
+    } else {
         eprintln!(
-            "tensor_kernel_refusals_are_typed: Auto over {long} tokens not run here (no tensor cores)"
+            "tensor_kernel_refusals_are_typed: Auto over {long} and {} tokens not run here (no tensor cores)",
+            TENSOR_AUTO[1].1
         );
-    }
-    for (rows, k, want_tc) in [(64, &kl, has), (4, &kl, false), (64, &k, false)] {
-        if !has && k.len() == kl.len() {
+        (Vec::new(), Vec::new())
+    };
+    for (rows, k, want_tc) in [
+        (64, &kl, has),
+        (16, &kl1, has),
+        (16, &kl, false),
+        (4, &kl, false),
+        (64, &k, false),
+    ] {
+        if k.is_empty() {
             continue;
         }
         let q = &q[(64 - rows) * hq * d..];
