@@ -808,6 +808,24 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                     })?);
                 }
             }
+            // With --decode-only (KIVI-4, f16): the decode kernel's splits in one wave of the
+            // split target (`Call::wave_tokens`: no short last wave), where that differs from
+            // the automatic split.
+            if o.decode_only && (m == "kivi-4" || m == "f16") {
+                let call = bench_call(t, TQ, attend_opts());
+                let target = kernel_target(ctx, SplitKernel::Decode);
+                let (auto, wave) = (call.split_tokens(target, 4), call.wave_tokens(target, 4));
+                if wave != auto {
+                    let a = attend_arm(ctx, m, PathChoice::Wgsl, t, TQ, k, v, &mut rng)?;
+                    attend_arms.push(retarget(
+                        ctx,
+                        a,
+                        " (one-wave split)",
+                        Some("decode kernel, splits in one wave of the split target"),
+                        |o| o.chunk_tokens = Some(wave),
+                    )?);
+                }
+            }
         }
     }
     // Append arms: every method, recorded into the bench's encoder.
