@@ -349,7 +349,8 @@ impl Call {
     /// as many splits of a KV head's vector blocks as the target holds, T / ⌊target / (KV
     /// heads · vector blocks)⌋ tokens each (at least one split), 128 to 16,384, a multiple of
     /// 32; or the caller's `chunk_tokens`. Rounding up to 32 only ever makes fewer splits, so
-    /// a call never spills a short second wave as long as a whole one. Measured on an H100,
+    /// below the cap a call's splits stay within the target (the plan splits the codec's
+    /// tokens and the ring's apart: a ring adds its own short splits). Measured on an H100,
     /// 64 rows at 32k (8 splits of 4,096 tokens against the former 17 of 2,016, two waves of
     /// twice the target; BENCHMARKS.md, "Tier 3 prefill: splits in one wave"): f16 808 against
     /// 874 µs, KIVI-4 1,147–1,158 against 1,178, in the same rounds of two processes.
@@ -504,11 +505,12 @@ impl Call {
 /// - 256 vectors (64 rows at GQA 4) from 4k tokens: at 4k 220 / 297 against 324 / 444, at
 ///   32k 808–820 / 1159 against 2230–2265 / 2771–2815; at 1k slower (162 / 196 against 106 /
 ///   152, the run of "The goals on an H100": its fixed cost per workgroup, the queries' and
-///   the output's trips through workgroup memory); at 2k even (180 / 236 against 175 / 252).
+///   the output's trips through workgroup memory); at 2k split (180 / 236 against 175 /
+///   252: f16 slower, KIVI-4 faster).
 ///   At 8k 302 / 421 against 608 / 790, at 16k 475 / 654 against 1166 / 1452.
 /// - 64 vectors (16 rows: one of its workgroups) from 16k: at 16k 231 / 282 against 322 / 423,
 ///   at 32k 309–311 / 423–425 against 588–597 / 747–758, at 128k 767 / 1110 against 2199 /
-///   2724; at 8k even (182 / 221 against 173 / 246), at 4k slower (160 / 191 against 115 /
+///   2724; at 8k split (182 / 221 against 173 / 246), at 4k slower (160 / 191 against 115 /
 ///   159).
 /// - 32 vectors (8 rows) from 128k: at 128k 809 / 1126 against 1138 / 1407; at 32k even (301–304
 ///   / 414 against 312–316 / 413), at 16k and below slower (215 / 265 against 178 / 244).
