@@ -172,14 +172,17 @@ impl fmt::Display for Description {
             match &g.tensor_cores {
                 Ok(()) => writeln!(
                     f,
-                    "  tensor cores   yes: Auto runs calls of at least {} (long prefill chunks) on attend_prefill_tc, where the key codec does not transform the query (AttendKernel::Tensor asks for it; f16 products, f32 accumulation: relative L2 ≤ 1e-3 per row, AttendKernel::Decode keeps f32 products); attend_decode_tc (AttendKernel::TensorDecode, pairs with tile hooks) runs when asked for (Auto does not use it: slower than the decode kernel on the H200)",
+                    "  tensor cores   yes: Auto runs calls of at least {} query vectors per KV head over {} cached tokens (long prefill chunks) on attend_prefill_tc, where the key codec does not transform the query (AttendKernel::Tensor asks for it; f16 products, f32 accumulation: relative L2 ≤ 1e-3 per row, AttendKernel::Decode keeps f32 products); attend_decode_tc (AttendKernel::TensorDecode, pairs with tile hooks) runs when asked for (Auto does not use it: slower than the decode kernel on the H200)",
                     crate::attention::plan::TENSOR_AUTO
                         .iter()
-                        .map(|(v, t)| format!(
-                            "{v} query vectors per KV head over {t} cached tokens"
-                        ))
+                        .map(|(v, _)| v.to_string())
                         .collect::<Vec<_>>()
-                        .join(" or ")
+                        .join(" / "),
+                    crate::attention::plan::TENSOR_AUTO
+                        .iter()
+                        .map(|(_, t)| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" / ")
                 )?,
                 Err(e) => writeln!(f, "  tensor cores   no: {e}")?,
             }
