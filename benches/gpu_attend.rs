@@ -11,6 +11,8 @@
 //! kernel beside the decode kernel at every method and T, and for KIVI-4 at the variant T also
 //! at a quarter of its automatic split; chunks of 4, 8 and 16 rows on every kernel for f16 and
 //! KIVI-4 at the variant T)
+//! --only P1,P2,... (attention arms whose name contains one of the patterns, and the A-vs-A
+//! twins: a shorter run of a few arms; the copies follow the arms kept)
 //! ```
 //!
 //! Arms, all interleaved within every round (each call submitted alone and waited for; the
@@ -86,6 +88,9 @@ struct Opts {
     chunk: Option<usize>,
     /// `--tokens 1024,4096`: overrides the T list.
     tokens: Option<Vec<usize>>,
+    /// `--only P1,P2`: the attention arms whose name contains one of the patterns (and the
+    /// A-vs-A twins) only.
+    only: Option<Vec<String>>,
     json: Option<PathBuf>,
     plot: Option<PathBuf>,
 }
@@ -110,6 +115,7 @@ fn parse_args() -> Result<Opts, String> {
         decode_only: false,
         prefill_only: false,
         tokens: None,
+        only: None,
         chunk: None,
         json: None,
         plot: None,
@@ -132,6 +138,10 @@ fn parse_args() -> Result<Opts, String> {
             "--prefill-only" => o.prefill_only = true,
             "--json" => o.json = Some(it.next().ok_or("--json needs a path")?.into()),
             "--plot" => o.plot = Some(it.next().ok_or("--plot needs a path")?.into()),
+            "--only" => {
+                let list = it.next().ok_or("--only needs a list of patterns")?;
+                o.only = Some(list.split(',').map(str::to_string).collect());
+            }
             "--tokens" => {
                 let list = it.next().ok_or("--tokens needs a list")?;
                 let t: Result<Vec<usize>, _> = list.split(',').map(str::parse).collect();
@@ -827,6 +837,16 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 }
             }
         }
+    }
+    if let Some(only) = &o.only {
+        attend_arms.retain(|a| {
+            a.name.ends_with(AA_SUFFIX) || only.iter().any(|p| a.name.contains(p.as_str()))
+        });
+        println!(
+            "  --only {}: {} attention arms kept",
+            only.join(","),
+            attend_arms.len()
+        );
     }
     // Append arms: every method, recorded into the bench's encoder.
     let mut append_arms = Vec::new();

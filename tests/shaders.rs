@@ -104,6 +104,8 @@ fn attend_specs() -> Vec<Specialization> {
                     // class and codec pair): all compile.
                     ("ATT_TC_NOLOAD", (dim / 64 + wide + i as u32) % 4),
                     ("ATT_TC_PAD", u32::from(dim == 128)),
+                    // The tensor-core prefill kernel's fixed-cost floors (0 to 2).
+                    ("ATT_TC_FIXED", (dim / 64 + 2 * wide + i as u32) % 3),
                     ("ATT_TC_PF", (dim / 64) % 3),
                     // The tensor-core prefill kernel's sides loaded a tile ahead (0 to 5).
                     ("ATT_TC_PREF", (dim / 64 + 3 * wide + 2 * i as u32) % 6),

@@ -127,6 +127,10 @@ pub fn specialization(
         // floor. The decode kernel for f16 rows (wgsl/attend/attend_decode_tc_rows.wgsl): 1,
         // zero rows staged instead of loaded.
         ("ATT_TC_NOLOAD", measuring_knob("KVPACK_TC_NOLOAD", 3)),
+        // Measuring only: the tensor-core prefill kernel's cost apart from its tiles
+        // (`KVPACK_TC_FIXED`: 1, workgroups that return at once: the launch and the merge;
+        // 2, no tile loop: the queries' staging and the record's writing too).
+        ("ATT_TC_FIXED", measuring_knob("KVPACK_TC_FIXED", 2)),
         // Measuring only: the tensor-core decode kernels' padded rows.
         ("ATT_TC_PAD", plan::tensor_pad()),
         // Measuring only: the tensor-core prefill kernel's scores with the queries' (1) or the

@@ -78,6 +78,11 @@ const TC_ILO: f32 = 1.0 / 2048.0;
 // that floor (wrong results; each leaves one more step out, for its share of the time): 2,
 // no score step (the softmax reads S as it lies); 3, no softmax (P·V̂ reads P as it lies).
 const TC_NOLOAD: bool = ATT_TC_NOLOAD >= 1u;
+// Measuring only (KVPACK_TC_FIXED, src/attention/gpu.rs; wrong results): the kernel's cost
+// apart from its tiles. 1: every workgroup returns at once (the launch and the merge remain);
+// 2: no tile loop (the queries' staging and the record's writing remain as well).
+const TC_NO_WORK: bool = ATT_TC_FIXED == 1u;
+const TC_NO_TILES: bool = ATT_TC_FIXED == 2u;
 const TC_NO_SCORES: bool = ATT_TC_NOLOAD == 2u;
 const TC_NO_SOFTMAX: bool = ATT_TC_NOLOAD == 3u;
 // The keys' low part: staged and multiplied unless the key codec's values are exact in f16
@@ -370,7 +375,7 @@ fn tc_rescale(o: ptr<function, array<TcC, TC_NO>>, sg: u32, sl: u32) {
 
 fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     let w = split_work(wid);
-    if (!w.live) {
+    if (!w.live || TC_NO_WORK) {
         return; // uniform: depends on the workgroup only
     }
     let h = w.h;
@@ -420,12 +425,12 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     let vl = min(s1, AP.qv) - 1u - AP.tok0;
     // The words of a whole tile's sides loaded a tile ahead of their staging (PF_PRE_K,
     // PF_PRE_V).
-    let pref = PF_PRE_K || PF_PRE_V;
+    let pref = (PF_PRE_K || PF_PRE_V) && !TC_NO_TILES;
     var raw: PfRaw;
     if (pref && pf_whole(s0, vring)) {
         raw = pf_fetch(lid, s0, vl, h);
     }
-    for (var t0 = s0; t0 < s1; t0 += TC_TT) {
+    for (var t0 = select(s0, s1, TC_NO_TILES); t0 < s1; t0 += TC_TT) {
         if (lid == 0u) {
             atomicStore(&tcflag[0], 0u); // every invocation read the last tile's flag
         }
