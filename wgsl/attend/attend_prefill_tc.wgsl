@@ -11,7 +11,7 @@ diagnostic(off, derivative_uniformity);
 //
 // **Mapping.** A workgroup of 4 subgroups × 32 serves one KV head h, TC_QB = 64 query vectors
 // and one split (dispatch index ((h · splits) + split) · vblocks + vb, as the other kernels).
-// Subgroup sg owns vectors vb·64 + 16·sg .. + 15: their scaled queries as A-matrices (f16,
+// Subgroup sg owns vectors vb·64 + 16·sg .. + 15: their scaled queries as B-matrices Qᵀ (f16,
 // loaded once) and their output as TC_NO C-matrices (f32) live in its registers. Per tile of
 // TC_TT tokens (32; 16 where D > 128, for workgroup storage) every invocation decodes its share
 // of the tile's keys and values (pf_tile: on whole tiles the codec's eight elements per read
@@ -20,8 +20,12 @@ diagnostic(off, derivative_uniformity);
 // last row, channels past D or the width repeat its last: masked, met by a zero query, or
 // never written) into workgroup memory as f16 (a codec's stored f16 rows loaded a tile
 // ahead, right after the tile before was staged: PF_PRE_K, PF_PRE_V); then
-//   S (16 × TC_TT, per subgroup) = Q·K̂ᵀ     3 × TC_KD MMAs per 16 tokens (2 × TC_KD where
-//                                            K_F16_EXACT), stored (f32)
+//   Sᵀ (TC_TT × 16, per subgroup) = K̂·Qᵀ    3 × TC_KD MMAs per 16 tokens (2 × TC_KD where
+//                                            K_F16_EXACT), stored column-major as S (f32):
+//     the queries, held through the whole loop, are the B operands and the keys, loaded
+//     fresh from workgroup memory, the A operands (with the queries as A, NVIDIA's driver
+//     copied every A-matrix's 4 registers into MMA order again before each product: 8 moves
+//     a product, ~380 of the ~850 instructions of a KIVI tile's score step on the H100)
 //   softmax: lane pair (sl, sl ^ 1) owns a vector, TC_TT / 2 tokens each: masks, the tile's
 //     max; weights p = 2^(s − m) against a reference max m that moves only when the tile's
 //     max exceeds it by more than TC_TAU (then the vector's output is rescaled: rare, and
@@ -385,16 +389,16 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     let s1 = w.s1;
     let part = w.part;
     let width = select(V_W, DIM, vring);
-    // 1. The queries' A-matrices (hi and lo parts), slice by slice through tch.
-    var qh: array<TcA, TC_KD>;
-    var ql: array<TcA, TC_KD>;
+    // 1. The queries' B-matrices Qᵀ (hi and lo parts), slice by slice through tch.
+    var qh: array<TcB, TC_KD>;
+    var ql: array<TcB, TC_KD>;
     // @unroll 2
     for (var r = 0u; r < TC_QH; r++) {
         tc_stage_q(lid, h, vb, r, false);
         workgroupBarrier();
         // @unroll 16
         for (var k = 0u; k < TC_QKD; k++) {
-            qh[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QSP + k * 16u], TC_QSP);
+            qh[r * TC_QKD + k] = coopLoad<TcB>(&tch[sg * 16u * TC_QSP + k * 16u], TC_QSP);
         }
         workgroupBarrier();
         if (TC_QLO) {
@@ -402,7 +406,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             workgroupBarrier();
             // @unroll 16
             for (var k = 0u; k < TC_QKD; k++) {
-                ql[r * TC_QKD + k] = coopLoadT<TcA>(&tch[sg * 16u * TC_QSP + k * 16u], TC_QSP);
+                ql[r * TC_QKD + k] = coopLoad<TcB>(&tch[sg * 16u * TC_QSP + k * 16u], TC_QSP);
             }
             workgroupBarrier();
         }
@@ -451,17 +455,17 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 // @unroll 16
                 for (var k = 0u; k < TC_KD; k++) {
                     let at = k * 16u * TC_KS + tb * 16u;
-                    let kh = coopLoadT<TcB>(&tch[at], TC_KS);
-                    s = coopMultiplyAdd(qh[k], kh, s);
+                    let kh = coopLoad<TcA>(&tch[at], TC_KS);
+                    s = coopMultiplyAdd(kh, qh[k], s);
                     if (TC_QLO) {
-                        sl2 = coopMultiplyAdd(ql[k], kh, sl2);
+                        sl2 = coopMultiplyAdd(kh, ql[k], sl2);
                     }
                     if (TC_KLO) {
-                        let klo = coopLoadT<TcB>(&tch[TC_OKL + at], TC_KS);
-                        sl2 = coopMultiplyAdd(qh[k], klo, sl2);
+                        let klo = coopLoad<TcA>(&tch[TC_OKL + at], TC_KS);
+                        sl2 = coopMultiplyAdd(klo, qh[k], sl2);
                     }
                 }
-                coopStoreT(tc_axpy(s, sl2, TC_ILO), &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
+                coopStore(tc_axpy(s, sl2, TC_ILO), &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
             }
         }
         workgroupBarrier();
