@@ -377,6 +377,23 @@ fn tc_rescale(o: ptr<function, array<TcC, TC_NO>>, sg: u32, sl: u32) {
     }
 }
 
+// 5. O += P·V̂ for subgroup sg's 16 vectors (P_hi, then P_lo, into the same accumulator):
+// each block's weights are loaded once for all output blocks; then a barrier (the next tile's
+// staging overwrites the tile).
+fn tc_pv(o: ptr<function, array<TcC, TC_NO>>, sg: u32) {
+    // @unroll 2
+    for (var kb = 0u; kb < TC_TB; kb++) {
+        let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_KS);
+        let pl = coopLoadT<TcA>(&tch[TC_OPL + sg * 16u * TC_KS + kb * 16u], TC_KS);
+        // @unroll 16
+        for (var j = 0u; j < TC_NO; j++) {
+            let vm = coopLoadT<TcB>(&tch[TC_OV + kb * 16u * TC_VS + j * 16u], TC_VS);
+            (*o)[j] = coopMultiplyAdd(pl, vm, coopMultiplyAdd(pa, vm, (*o)[j]));
+        }
+    }
+    workgroupBarrier();
+}
+
 fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     let w = split_work(wid);
     if (!w.live || TC_NO_WORK) {
@@ -434,112 +451,119 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     if (pref && pf_whole(s0, vring)) {
         raw = pf_fetch(lid, s0, vl, h);
     }
-    for (var t0 = select(s0, s1, TC_NO_TILES); t0 < s1; t0 += TC_TT) {
-        if (lid == 0u) {
-            atomicStore(&tcflag[0], 0u); // every invocation read the last tile's flag
-        }
-        // 2. The tile's keys (hi and lo parts) and values, in f16 (wgsl/attend/attend_stage.wgsl):
-        //    from the words loaded a step before, or read now.
-        pf_tile(lid, t0, s1, h, vring, raw);
-        workgroupBarrier();
-        let next = t0 + TC_TT;
-        if (pref && TC_PREF_AT == 1u && next < s1 && pf_whole(next, vring)) {
-            raw = pf_fetch(lid, next, vl, h);
-        }
-        // 3. Scores of the subgroup's 16 vectors × TC_TT tokens.
-        if (!TC_NO_SCORES) {
-            // @unroll 2
-            for (var tb = 0u; tb < TC_TB; tb++) {
-                var s = TcC();
-                var sl2 = TcC();
-                // @unroll 16
-                for (var k = 0u; k < TC_KD; k++) {
-                    let at = k * 16u * TC_KS + tb * 16u;
-                    let kh = coopLoad<TcA>(&tch[at], TC_KS);
-                    s = coopMultiplyAdd(kh, qh[k], s);
-                    if (TC_QLO) {
-                        sl2 = coopMultiplyAdd(kh, ql[k], sl2);
-                    }
-                    if (TC_KLO) {
-                        let klo = coopLoad<TcA>(&tch[TC_OKL + at], TC_KS);
-                        sl2 = coopMultiplyAdd(klo, qh[k], sl2);
-                    }
-                }
-                coopStore(tc_axpy(s, sl2, TC_ILO), &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
+    // The tile loop. A tile whose weights need the output rescaled (rare: tc_rescale) leaves
+    // the inner loop before its P·V̂, which then runs after the rescale, outside it: with the
+    // rescale inside the loop, NVIDIA's driver copied the 64 registers of `o` twice per tile
+    // (at the branch's join and the loop's end, 128 moves per tile and subgroup on the H100).
+    var t0 = select(s0, s1, TC_NO_TILES);
+    loop {
+        for (; t0 < s1; t0 += TC_TT) {
+            if (lid == 0u) {
+                atomicStore(&tcflag[0], 0u); // every invocation read the last tile's flag
             }
-        }
-        workgroupBarrier();
-        // 4. Masks, the tile's max, weights (lane pair: TC_LT tokens each, in an order rotated
-        //    by the vector's row, so that the subgroup's reads of S at step j fall in 32
-        //    different banks (rows TC_TT words apart), and its writes of P in 32 unpadded
-        //    (rows TC_TT / 2 words apart) or at most 2 ways deep padded (TC_KS / 2 words)).
-        if (!TC_NO_SOFTMAX) {
-            var sv: array<f32, 16>;
-            var mt = NEG;
-            // A tile the vector sees whole (positions t0 .. + TC_TT − 1 all before the split's
-            // end, at most pv and inside the window: every tile but those at the causal
-            // diagonal or the window's edge) reads its scores without a check per token.
-            let whole = live && !POS && t0 + TC_TT <= s1 && t0 + TC_TT - 1u <= pv
-                && (AP.window == 0u || t0 + AP.window > pv);
-            if (whole) {
-                // @unroll 16
-                for (var j = 0u; j < TC_LT; j++) {
-                    sv[j] = tcs[row * TC_TT + half * TC_LT + (j + rs) % TC_LT];
-                    mt = max(mt, sv[j]);
+            // 2. The tile's keys (hi and lo parts) and values, in f16
+            //    (wgsl/attend/attend_stage.wgsl): from the words loaded a step before, or read
+            //    now.
+            pf_tile(lid, t0, s1, h, vring, raw);
+            workgroupBarrier();
+            let next = t0 + TC_TT;
+            if (pref && TC_PREF_AT == 1u && next < s1 && pf_whole(next, vring)) {
+                raw = pf_fetch(lid, next, vl, h);
+            }
+            // 3. Scores of the subgroup's 16 vectors × TC_TT tokens.
+            if (!TC_NO_SCORES) {
+                // @unroll 2
+                for (var tb = 0u; tb < TC_TB; tb++) {
+                    var s = TcC();
+                    var sl2 = TcC();
+                    // @unroll 16
+                    for (var k = 0u; k < TC_KD; k++) {
+                        let at = k * 16u * TC_KS + tb * 16u;
+                        let kh = coopLoad<TcA>(&tch[at], TC_KS);
+                        s = coopMultiplyAdd(kh, qh[k], s);
+                        if (TC_QLO) {
+                            sl2 = coopMultiplyAdd(kh, ql[k], sl2);
+                        }
+                        if (TC_KLO) {
+                            let klo = coopLoad<TcA>(&tch[TC_OKL + at], TC_KS);
+                            sl2 = coopMultiplyAdd(klo, qh[k], sl2);
+                        }
+                    }
+                    coopStore(tc_axpy(s, sl2, TC_ILO), &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
                 }
-            } else {
+            }
+            workgroupBarrier();
+            // 4. Masks, the tile's max, weights (lane pair: TC_LT tokens each, in an order rotated
+            //    by the vector's row, so that the subgroup's reads of S at step j fall in 32
+            //    different banks (rows TC_TT words apart), and its writes of P in 32 unpadded
+            //    (rows TC_TT / 2 words apart) or at most 2 ways deep padded (TC_KS / 2 words)).
+            if (!TC_NO_SOFTMAX) {
+                var sv: array<f32, 16>;
+                var mt = NEG;
+                // A tile the vector sees whole (positions t0 .. + TC_TT − 1 all before the
+                // split's end, at most pv and inside the window: every tile but those at the
+                // causal diagonal or the window's edge) reads its scores without a check per
+                // token.
+                let whole = live && !POS && t0 + TC_TT <= s1 && t0 + TC_TT - 1u <= pv
+                    && (AP.window == 0u || t0 + AP.window > pv);
+                if (whole) {
+                    // @unroll 16
+                    for (var j = 0u; j < TC_LT; j++) {
+                        sv[j] = tcs[row * TC_TT + half * TC_LT + (j + rs) % TC_LT];
+                        mt = max(mt, sv[j]);
+                    }
+                } else {
+                    // @unroll 16
+                    for (var j = 0u; j < TC_LT; j++) {
+                        let t = half * TC_LT + (j + rs) % TC_LT;
+                        let pos = t0 + t;
+                        let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
+                        sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
+                        mt = max(mt, sv[j]);
+                    }
+                }
+                mt = max(mt, subgroupShuffleXor(mt, 1u));
+                var corr = 1.0;
+                if (mt > m + TC_TAU) {
+                    corr = exp2(m - mt);
+                    if (m > NEG) {
+                        atomicOr(&tcflag[0], 1u);
+                    }
+                    m = mt;
+                }
+                l *= corr;
                 // @unroll 16
                 for (var j = 0u; j < TC_LT; j++) {
+                    let p = select(0.0, exp2(sv[j] - m), sv[j] > NEG);
+                    l += p;
+                    let ps = tc_split_w(p);
                     let t = half * TC_LT + (j + rs) % TC_LT;
-                    let pos = t0 + t;
-                    let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
-                    sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
-                    mt = max(mt, sv[j]);
+                    tch[TC_OP + row * TC_KS + t] = ps.x;
+                    tch[TC_OPL + row * TC_KS + t] = ps.y;
+                }
+                if (half == 0u) {
+                    tcs[TC_OR + row] = corr;
                 }
             }
-            mt = max(mt, subgroupShuffleXor(mt, 1u));
-            var corr = 1.0;
-            if (mt > m + TC_TAU) {
-                corr = exp2(m - mt);
-                if (m > NEG) {
-                    atomicOr(&tcflag[0], 1u);
-                }
-                m = mt;
+            // (a barrier: S, P, the factors and the flag are complete for everyone)
+            if (workgroupUniformLoad(&tcflag[0]) != 0u) {
+                break; // to the rescale, then this tile's P·V̂
             }
-            l *= corr;
-            // @unroll 16
-            for (var j = 0u; j < TC_LT; j++) {
-                let p = select(0.0, exp2(sv[j] - m), sv[j] > NEG);
-                l += p;
-                let ps = tc_split_w(p);
-                let t = half * TC_LT + (j + rs) % TC_LT;
-                tch[TC_OP + row * TC_KS + t] = ps.x;
-                tch[TC_OPL + row * TC_KS + t] = ps.y;
+            if (pref && TC_PREF_AT == 2u && next < s1 && pf_whole(next, vring)) {
+                raw = pf_fetch(lid, next, vl, h);
             }
-            if (half == 0u) {
-                tcs[TC_OR + row] = corr;
-            }
+            tc_pv(&o, sg);
         }
-        // (a barrier: S, P, the factors and the flag are complete for everyone)
-        if (workgroupUniformLoad(&tcflag[0]) != 0u) {
-            tc_rescale(&o, sg, sl);
+        if (t0 >= s1) {
+            break;
         }
+        tc_rescale(&o, sg, sl);
+        let next = t0 + TC_TT;
         if (pref && TC_PREF_AT == 2u && next < s1 && pf_whole(next, vring)) {
             raw = pf_fetch(lid, next, vl, h);
         }
-        // 5. O += P·V̂ for the subgroup's 16 vectors (P_hi, then P_lo, into the same
-        //    accumulator): each block's weights are loaded once for all output blocks.
-        // @unroll 2
-        for (var kb = 0u; kb < TC_TB; kb++) {
-            let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_KS);
-            let pl = coopLoadT<TcA>(&tch[TC_OPL + sg * 16u * TC_KS + kb * 16u], TC_KS);
-            // @unroll 16
-            for (var j = 0u; j < TC_NO; j++) {
-                let vm = coopLoadT<TcB>(&tch[TC_OV + kb * 16u * TC_VS + j * 16u], TC_VS);
-                o[j] = coopMultiplyAdd(pl, vm, coopMultiplyAdd(pa, vm, o[j]));
-            }
-        }
-        workgroupBarrier();
+        tc_pv(&o, sg);
+        t0 = next;
     }
     // 6. The record of (vector, split): m, l (the lane pair's sum), o through workgroup memory.
     l += subgroupShuffleXor(l, 1u);
