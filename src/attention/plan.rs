@@ -112,8 +112,8 @@ pub const TENSOR_VECTORS: usize = 64;
 /// value space `value_dim` wide (wgsl/attend/attend_prefill_tc.wgsl): in f16 a tile's keys
 /// (two parts, channel-major) and values (32 tokens, 16 where D > 128; widths rounded up to
 /// 16) and the weights of 64 vectors (two parts), every row 8 f16 longer unless
-/// [`tensor_pad`] is off; in f32 their scores and 64 factors; a 16-byte flag. 47,888 bytes at
-/// D = 128 (41,232 unpadded), 43,536 at D = 256.
+/// [`tensor_pad`] is off; in f32 their scores and 64 factors; a 16-byte flag; the 64 vectors'
+/// row offsets in q (u32). 48,144 bytes at D = 128 (41,488 unpadded), 43,792 at D = 256.
 pub fn tensor_workgroup_bytes(dim: usize, value_dim: usize) -> usize {
     let dp = dim.div_ceil(16) * 16;
     let wp = value_dim.max(dim).div_ceil(16) * 16;
@@ -121,7 +121,7 @@ pub fn tensor_workgroup_bytes(dim: usize, value_dim: usize) -> usize {
     let pad = tensor_pad() as usize;
     let (ks, vs) = (tt + 8 * pad, wp + 8 * pad);
     let v = TENSOR_VECTORS;
-    2 * (2 * dp * ks + tt * vs + 2 * v * ks) + 4 * (v * tt + v) + 16
+    2 * (2 * dp * ks + tt * vs + 2 * v * ks) + 4 * (v * tt + 2 * v) + 16
 }
 
 /// Workgroup storage (bytes) of the tensor-core decode kernel for head width `dim`, a value

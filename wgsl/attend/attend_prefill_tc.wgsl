@@ -45,7 +45,7 @@ diagnostic(off, derivative_uniformity);
 // (exact for f16 rows and the ring): spec/attention.md's f16-product bound (1e-3 relative L2
 // per row).
 //
-// Workgroup memory is three arrays, each a whole number of 16-byte units, so that every
+// Workgroup memory is four arrays, each a whole number of 16-byte units, so that every
 // region a cooperative matrix is loaded from or stored to starts 32-byte aligned whatever
 // order the driver lays the arrays out in (a 4-byte atomic declared on its own shifted the
 // matrices' view of the arrays against the plain accesses' on the H200):
@@ -59,8 +59,9 @@ diagnostic(off, derivative_uniformity);
 //   16-byte bank groups instead of 2 or 1; row strides stay multiples of 16 bytes.
 //   tcs (f32): [S: TC_QB × TC_TT (then staging of O and of rescales)][factors: TC_QB]
 //   tcflag: a rescale flag (atomic, padded to 16 bytes).
+//   tcqrow (u32): the q offsets of the workgroup's TC_QB vectors' rows (the prologue only).
 // The record (m, l, o) of every (vector, split) goes to the partials (always: the merge
-// kernel finishes). Workgroup storage: 2·(TC_OPL + TC_QB·TC_KS) + 4·(TC_QB·TC_TT + TC_QB) + 16
+// kernel finishes). Workgroup storage: 2·(TC_OPL + TC_QB·TC_KS) + 4·(TC_QB·TC_TT + 2·TC_QB) + 16
 // bytes (plan::tensor_workgroup_bytes).
 
 // (TcA, TcB, TcC and tc_split: wgsl/attend/attend_tc_common.wgsl)
@@ -131,6 +132,12 @@ const TC_QE: u32 = TC_QB * TC_QS / WORKGROUP_SIZE;
 var<workgroup> tch: array<f16, TC_OPL + TC_QB * TC_KS>;
 var<workgroup> tcs: array<f32, TC_OR + TC_QB>;
 var<workgroup> tcflag: array<atomic<u32>, 4>;
+// The word in q where each of the workgroup's vectors' rows starts (TC_NOQ past the call):
+// one division by the GQA group per vector, not one per staged element (with one per
+// element, the prologue was ~6,000 instructions a warp on the H100, most of them the
+// divisions' reciprocal sequences).
+var<workgroup> tcqrow: array<u32, TC_QB>;
+const TC_NOQ: u32 = 0xffffffffu;
 
 // The staging's tile (wgsl/attend/attend_stage.wgsl) and its stores: keys channel-major as
 // hi and lo parts (tc_split), values token-major.
@@ -339,16 +346,16 @@ fn tc_split_w(x: f32) -> vec2<f16> {
 // Stages slice `r` of the workgroup's queries (scaled by scale·log2(e); 0 past D and for
 // vectors past the call): their f16 part (lo = false) or the f16 rounding of what that part
 // leaves (lo = true), rows of TC_QS channels TC_QSP apart at the start of tch.
-fn tc_stage_q(lid: u32, h: u32, vb: u32, r: u32, lo: bool) {
+fn tc_stage_q(lid: u32, r: u32, lo: bool) {
     // @unroll 64
     for (var k = 0u; k < TC_QE; k++) {
         let e = lid + k * WORKGROUP_SIZE;
         let row = e / TC_QS;
         let c = r * TC_QS + e - row * TC_QS;
-        let v = vb * TC_QB + row;
+        let at = tcqrow[row];
         var x = 0.0;
-        if (v < AP.vec_total && c < DIM) {
-            x = q[((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM + c] * AP.scale_log2;
+        if (at != TC_NOQ && c < DIM) {
+            x = q[at + c] * AP.scale_log2;
         }
         let p = tc_split(x);
         tch[row * TC_QSP + e - row * TC_QS] = select(select(p.x, p.y, lo), f16(x), !TC_QLO);
@@ -406,12 +413,19 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     let s1 = w.s1;
     let part = w.part;
     let width = select(V_W, DIM, vring);
-    // 1. The queries' B-matrices Qᵀ (hi and lo parts), slice by slice through tch.
+    // 1. The queries' B-matrices Qᵀ (hi and lo parts), slice by slice through tch, from the
+    //    rows' offsets in q.
+    for (var i = lid; i < TC_QB; i += WORKGROUP_SIZE) {
+        let v = vb * TC_QB + i;
+        let at = ((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM;
+        tcqrow[i] = select(TC_NOQ, at, v < AP.vec_total);
+    }
+    workgroupBarrier();
     var qh: array<TcB, TC_KD>;
     var ql: array<TcB, TC_KD>;
     // @unroll 2
     for (var r = 0u; r < TC_QH; r++) {
-        tc_stage_q(lid, h, vb, r, false);
+        tc_stage_q(lid, r, false);
         workgroupBarrier();
         // @unroll 16
         for (var k = 0u; k < TC_QKD; k++) {
@@ -419,7 +433,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         }
         workgroupBarrier();
         if (TC_QLO) {
-            tc_stage_q(lid, h, vb, r, true);
+            tc_stage_q(lid, r, true);
             workgroupBarrier();
             // @unroll 16
             for (var k = 0u; k < TC_QKD; k++) {
