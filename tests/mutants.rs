@@ -95,14 +95,16 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TCP),
         (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(key_pos(pos, h), pv);", None, "let ok = live && pos < s1 && key_pos(pos, h) <= pv;"), Attend, TCP),
         (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TCP),
-        (m("wgsl tensor attend: the weights written in token order while the scores were read rotated", Wgsl, "attend_prefill_tc", "let ps = tc_split_w(p);\n                let t = half * TC_LT + (j + rs) % TC_LT;", None, "let ps = tc_split_w(p);\n                let t = half * TC_LT + j;"), Attend, TCP),
+        (m("wgsl tensor attend: the weights written in token order while the scores were read rotated", Wgsl, "attend_prefill_tc", "let ps = tc_split_w(p);\n                    let t = half * TC_LT + (j + rs) % TC_LT;", None, "let ps = tc_split_w(p);\n                    let t = half * TC_LT + j;"), Attend, TCP),
         (m("wgsl tensor attend: the high weights loaded with the unpadded row stride", Wgsl, "attend_prefill_tc", "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_KS);", None, "let pa = coopLoadT<TcA>(&tch[TC_OP + sg * 16u * TC_KS + kb * 16u], TC_TT);"), Attend, TCP),
         (m("wgsl tensor attend: the low weights stored scaled by 2^11", Wgsl, "attend_prefill_tc", "return vec2<f16>(f16(hi), f16(x - hi));", None, "return vec2<f16>(f16(hi), f16((x - hi) * 2048.0));"), Attend, TCP),
         (m("wgsl tensor attend: the low weights loaded from the high weights' rows", Wgsl, "attend_prefill_tc", "let pl = coopLoadT<TcA>(&tch[TC_OPL + sg", None, "let pl = coopLoadT<TcA>(&tch[TC_OP + sg"), Attend, TCP),
         // Caught only where the f16 cache's rows are held to 1e-5 (emulated: tests/common/tc_emulated.rs).
-        (m("wgsl tensor attend (emulated): the low weights' product dropped", Wgsl, "attend_prefill_tc", "o[j] = coopMultiplyAdd(pl, vm, coopMultiplyAdd(pa, vm, o[j]));", None, "o[j] = coopMultiplyAdd(pa, vm, o[j]);"), Attend, &["wgsl_tensor_emulated"]),
-        (m("wgsl tensor attend (emulated): the queries' low part never multiplied", Wgsl, "attend_prefill_tc", "sl2 = coopMultiplyAdd(ql[k], kh, sl2);", None, ""), Attend, &["wgsl_tensor_emulated"]),
+        (m("wgsl tensor attend (emulated): the low weights' product dropped", Wgsl, "attend_prefill_tc", "(*o)[j] = coopMultiplyAdd(pl, vm, coopMultiplyAdd(pa, vm, (*o)[j]));", None, "(*o)[j] = coopMultiplyAdd(pa, vm, (*o)[j]);"), Attend, &["wgsl_tensor_emulated"]),
+        (m("wgsl tensor attend (emulated): the queries' low part never multiplied", Wgsl, "attend_prefill_tc", "sl2 = coopMultiplyAdd(kh, ql[k], sl2);", None, ""), Attend, &["wgsl_tensor_emulated"]),
         (m("wgsl tensor attend: exact f16 keys stored in the low part's rows", Wgsl, "attend_prefill_tc", "tch[at] = f16(x);\n        return;", None, "tch[TC_OKL + at] = f16(x);\n        return;"), Attend, TCP),
+        (m("wgsl tensor attend: keys loaded row-major as the A operand (Sᵀ = K̂·Qᵀ wants them column-major)", Wgsl, "attend_prefill_tc", "let kh = coopLoad<TcA>(&tch[at], TC_KS);", None, "let kh = coopLoadT<TcA>(&tch[at], TC_KS);"), Attend, TCP),
+        (m("wgsl tensor attend: every query head of a GQA group reads the group's first head", Wgsl, "attend_prefill_tc", "let at = ((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM;", None, "let at = ((v / AP.qg) * AP.hq + h * AP.qg) * DIM;"), Attend, TCP),
         (m("wgsl tensor attend: keys' token blocks swapped", Wgsl, "attend_prefill_tc", "let at = k * 16u * TC_KS + tb * 16u;", None, "let at = k * 16u * TC_KS + (1u - tb) * 16u;"), Attend, TCP),
         // The codec tile's joint staging (pf_tile) and the softmax's wholly visible tiles.
         // (The joint tile's quads serve codecs with quads but no octs: KIVI at 8 bits, in the
@@ -126,7 +128,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("wgsl tensor attend: the split's first tile never prefetched", Wgsl, "attend_prefill_tc", "raw = pf_fetch(lid, s0, vl, h);", None, ""), Attend, TCP),
         (m("wgsl tensor attend: no prefetch for a split's last tile (an off-by-one)", Wgsl, "attend_prefill_tc", "if (pref && TC_PREF_AT == 1u && next < s1", None, "if (pref && TC_PREF_AT == 1u && next + TC_TT < s1"), Attend, TCP),
         (m("wgsl tensor attend: a tile counted wholly visible across the causal diagonal", Wgsl, "attend_prefill_tc", "t0 + TC_TT - 1u <= pv", None, "t0 <= pv"), Attend, TCP),
-        (m("wgsl tensor attend: a tile counted wholly visible past the window's edge", Wgsl, "attend_prefill_tc", "\n                && (AP.window == 0u || t0 + AP.window > pv);", None, ";"), Attend, TCP),
+        (m("wgsl tensor attend: a tile counted wholly visible past the window's edge", Wgsl, "attend_prefill_tc", "\n                    && (AP.window == 0u || t0 + AP.window > pv);", None, ";"), Attend, TCP),
         // ---- attention, the tensor-core decode kernel (attend_decode_tc) ----
         (m("wgsl tensor decode: the keys' Σ q·lo never added", Wgsl, "attend_decode_tc", "kbias = subgroupAdd(kb4);", None, "kbias = vec4<f32>(0.0);"), Attend, TC),
         (m("wgsl tensor decode: the values' Σ p·lo never added", Wgsl, "attend_decode_tc", "ob[g] += p * vp[g].y;", None, ""), Attend, TC),
