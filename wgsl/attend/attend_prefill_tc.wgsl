@@ -343,22 +343,32 @@ fn tc_split_w(x: f32) -> vec2<f16> {
     return vec2<f16>(f16(hi), f16(x - hi));
 }
 
-// Stages slice `r` of the workgroup's queries (scaled by scale·log2(e); 0 past D and for
-// vectors past the call): their f16 part (lo = false) or the f16 rounding of what that part
-// leaves (lo = true), rows of TC_QS channels TC_QSP apart at the start of tch.
-fn tc_stage_q(lid: u32, r: u32, lo: bool) {
+// Slice `r` of the workgroup's queries as this invocation stages them (scaled by
+// scale·log2(e); 0 past D and for vectors past the call), every load issued before any is
+// used (with a branch around each, each load's latency was waited for in turn).
+fn tc_load_q(lid: u32, r: u32) -> array<f32, TC_QE> {
+    var x: array<f32, TC_QE>;
     // @unroll 64
     for (var k = 0u; k < TC_QE; k++) {
         let e = lid + k * WORKGROUP_SIZE;
         let row = e / TC_QS;
         let c = r * TC_QS + e - row * TC_QS;
         let at = tcqrow[row];
-        var x = 0.0;
-        if (at != TC_NOQ && c < DIM) {
-            x = q[at + c] * AP.scale_log2;
-        }
-        let p = tc_split(x);
-        tch[row * TC_QSP + e - row * TC_QS] = select(select(p.x, p.y, lo), f16(x), !TC_QLO);
+        let ok = at != TC_NOQ && c < DIM;
+        x[k] = select(0.0, q[select(0u, at + c, ok)] * AP.scale_log2, ok);
+    }
+    return x;
+}
+
+// Stages the queries `x` (tc_load_q): their f16 part (lo = false) or the f16 rounding of what
+// that part leaves (lo = true), rows of TC_QS channels TC_QSP apart at the start of tch.
+fn tc_stage_q(lid: u32, x: array<f32, TC_QE>, lo: bool) {
+    // @unroll 64
+    for (var k = 0u; k < TC_QE; k++) {
+        let e = lid + k * WORKGROUP_SIZE;
+        let row = e / TC_QS;
+        let p = tc_split(x[k]);
+        tch[row * TC_QSP + e - row * TC_QS] = select(select(p.x, p.y, lo), f16(x[k]), !TC_QLO);
     }
 }
 
@@ -425,7 +435,8 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     var ql: array<TcB, TC_KD>;
     // @unroll 2
     for (var r = 0u; r < TC_QH; r++) {
-        tc_stage_q(lid, r, false);
+        let x = tc_load_q(lid, r);
+        tc_stage_q(lid, x, false);
         workgroupBarrier();
         // @unroll 16
         for (var k = 0u; k < TC_QKD; k++) {
@@ -433,7 +444,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         }
         workgroupBarrier();
         if (TC_QLO) {
-            tc_stage_q(lid, r, true);
+            tc_stage_q(lid, x, true);
             workgroupBarrier();
             // @unroll 16
             for (var k = 0u; k < TC_QKD; k++) {
