@@ -158,6 +158,11 @@ pub fn specialization(
         // 2, both, before its P·V̂; 3, neither; 4, the keys; 5, the values). 0, the default:
         // the sides read as stored f16 rows (wgsl/attend/attend_prefill_tc.wgsl, TC_PREF_AT).
         ("ATT_TC_PREF", measuring_knob("KVPACK_TC_PREF", 5)),
+        // Measuring: the tensor-core prefill kernel's tile-loop barriers (`KVPACK_TC_BAR`: 1,
+        // the rescale flag read after one barrier instead of workgroupUniformLoad's two; 2, 1
+        // without the barrier after the score step; 3, 2 without the barrier after P·V̂: 2 and
+        // 3 are races, for what those barriers cost). 0, the default, is the kernel.
+        ("ATT_TC_BAR", measuring_knob("KVPACK_TC_BAR", 3)),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {

@@ -109,6 +109,17 @@ const TC_PREF_AT: u32 = select(1u, 2u, ATT_TC_PREF == 2u);
 const PF_PRE_K: bool = select(ATT_TC_PREF == 1u || ATT_TC_PREF == 2u || ATT_TC_PREF == 4u, K_ROW8, ATT_TC_PREF == 0u) && (K_OCT || K_ROW8);
 const PF_PRE_V: bool = select(ATT_TC_PREF == 1u || ATT_TC_PREF == 2u || ATT_TC_PREF == 5u, V_ROW8, ATT_TC_PREF == 0u) && (V_OCT || V_ROW8);
 const TC_KLO: bool = ATT_TC_SPLIT != 2u && !K_F16_EXACT;
+// Measuring (KVPACK_TC_BAR, src/attention/gpu.rs): the tile loop's barriers. 0, the kernel:
+// the rescale flag read by workgroupUniformLoad (a barrier before the load and one after it);
+// 1, the flag of each tile's parity read after one barrier (reset a tile later, after the
+// next tile's staging barrier); 2, 1 without the barrier between the score step and the
+// softmax (a race by the memory model: each subgroup reads only the rows it stored, so only
+// its own lanes' order matters); 3, 2 without the barrier after P·V̂ (a race: the next
+// staging overwrites the values other subgroups may still read). 2 and 3 measure what those
+// barriers cost.
+const TC_FLAG1: bool = ATT_TC_BAR >= 1u;
+const TC_NO_SBAR: bool = ATT_TC_BAR >= 2u;
+const TC_NO_PVBAR: bool = ATT_TC_BAR >= 3u;
 
 // Row strides of tch (f16 elements): keys' and weights' rows (tokens), values' rows
 // (channels).
@@ -408,7 +419,9 @@ fn tc_pv(o: ptr<function, array<TcC, TC_NO>>, sg: u32) {
             (*o)[j] = coopMultiplyAdd(pl, vm, coopMultiplyAdd(pa, vm, (*o)[j]));
         }
     }
-    workgroupBarrier();
+    if (!TC_NO_PVBAR) {
+        workgroupBarrier();
+    }
 }
 
 fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
@@ -429,6 +442,10 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
         let v = vb * TC_QB + i;
         let at = ((v / AP.qg) * AP.hq + h * AP.qg + v % AP.qg) * DIM;
         tcqrow[i] = select(TC_NOQ, at, v < AP.vec_total);
+    }
+    if (lid == 0u) {
+        atomicStore(&tcflag[0], 0u);
+        atomicStore(&tcflag[1], 0u);
     }
     workgroupBarrier();
     var qh: array<TcB, TC_KD>;
@@ -483,7 +500,9 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
     var t0 = select(s0, s1, TC_NO_TILES);
     loop {
         for (; t0 < s1; t0 += TC_TT) {
-            if (lid == 0u) {
+            // The flag of this tile's parity (TC_FLAG1; else always flag 0).
+            let fp = select(0u, ((t0 - s0) / TC_TT) % 2u, TC_FLAG1);
+            if (!TC_FLAG1 && lid == 0u) {
                 atomicStore(&tcflag[0], 0u); // every invocation read the last tile's flag
             }
             // 2. The tile's keys (hi and lo parts) and values, in f16
@@ -491,6 +510,11 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
             //    now.
             pf_tile(lid, t0, s1, h, vring, raw);
             workgroupBarrier();
+            if (TC_FLAG1 && lid == 0u) {
+                // Every invocation read the last tile's flag before this barrier; the next
+                // tile's is set only after its own staging barrier.
+                atomicStore(&tcflag[1u - fp], 0u);
+            }
             let next = t0 + TC_TT;
             if (pref && TC_PREF_AT == 1u && next < s1 && pf_whole(next, vring)) {
                 raw = pf_fetch(lid, next, vl, h);
@@ -517,7 +541,9 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                     coopStore(tc_axpy(s, sl2, TC_ILO), &tcs[sg * 16u * TC_TT + tb * 16u], TC_TT);
                 }
             }
-            workgroupBarrier();
+            if (!TC_NO_SBAR) {
+                workgroupBarrier();
+            }
             // 4. Masks, the tile's max, weights (lane pair: TC_LT tokens each, in an order rotated
             //    by the vector's row, so that the subgroup's reads of S at step j fall in 32
             //    different banks (rows TC_TT words apart), and its writes of P in 32 unpadded
@@ -552,7 +578,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 if (mt > m + TC_TAU) {
                     corr = exp2(m - mt);
                     if (m > NEG) {
-                        atomicOr(&tcflag[0], 1u);
+                        atomicOr(&tcflag[fp], 1u);
                     }
                     m = mt;
                 }
@@ -571,7 +597,16 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 }
             }
             // (a barrier: S, P, the factors and the flag are complete for everyone)
-            if (workgroupUniformLoad(&tcflag[0]) != 0u) {
+            var rescale: bool;
+            if (TC_FLAG1) {
+                workgroupBarrier();
+                // The same for every invocation: flag fp is reset only after the next
+                // tile's staging barrier.
+                rescale = atomicLoad(&tcflag[fp]) != 0u;
+            } else {
+                rescale = workgroupUniformLoad(&tcflag[0]) != 0u;
+            }
+            if (rescale) {
                 break; // to the rescale, then this tile's P·V̂
             }
             if (pref && TC_PREF_AT == 2u && next < s1 && pf_whole(next, vring)) {
