@@ -171,7 +171,19 @@ fn build(
             // off guard against infinite loops and division by zero, which kvpack's kernels do
             // not contain (every loop is bounded by a constant or a uniform the host validated,
             // every divisor is a validated non-zero uniform or a constant).
-            let m = unsafe { device.create_shader_module_trusted(desc, RUNTIME_CHECKS) };
+            let checks = if super::registry::needs_cooperative_matrix(def)
+                && std::env::var("KVPACK_TC_UNCHECKED").is_ok_and(|v| v == "1")
+            {
+                // Measuring only (`KVPACK_TC_UNCHECKED=1`): the tensor-core kernels without
+                // naga's clamps of workgroup-array indices, for what those clamps cost.
+                wgpu::ShaderRuntimeChecks {
+                    bounds_checks: false,
+                    ..RUNTIME_CHECKS
+                }
+            } else {
+                RUNTIME_CHECKS
+            };
+            let m = unsafe { device.create_shader_module_trusted(desc, checks) };
             (m, "main")
         }
     };
