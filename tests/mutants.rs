@@ -92,6 +92,11 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
     vec![
         // ---- attention, the tensor-core prefill kernel (attend_prefill_tc) ----
         (m("wgsl tensor attend: P·V̂ reads the first 16 tokens' values for both blocks", Wgsl, "attend_prefill_tc", "&tch[TC_OV + kb * 16u * TC_VS + j * 16u]", None, "&tch[TC_OV + j * 16u]"), Attend, TCP),
+        // The rescale when a vector's max moves past its reference by more than TC_TAU (the
+        // cases' random scores move it; the tile then leaves the inner loop).
+        (m("wgsl tensor attend: rescale: the output not scaled by the factor", Wgsl, "attend_prefill_tc", "tcs[a] = tcs[a] * f;", None, "tcs[a] = tcs[a];"), Attend, TCP),
+        (m("wgsl tensor attend: rescale: l not scaled by the factor", Wgsl, "attend_prefill_tc", "l *= corr;", None, ""), Attend, TCP),
+        (m("wgsl tensor attend: rescale: the rescaled tile's P·V̂ left out", Wgsl, "attend_prefill_tc", "        tc_pv(&o, sg);\n        t0 = next;", None, "        t0 = next;"), Attend, TCP),
         (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TCP),
         (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(key_pos(pos, h), pv);", None, "let ok = live && pos < s1 && key_pos(pos, h) <= pv;"), Attend, TCP),
         (m("wgsl tensor attend: the lane pair's sums not combined", Wgsl, "attend_prefill_tc", "l += subgroupShuffleXor(l, 1u);", None, ""), Attend, TCP),
@@ -543,7 +548,12 @@ fn run(check: Check, t: &Target, seed: u64) {
         // The emulated tensor-core prefill kernel's own cases (every other kernel runs on
         // the plain targets).
         if check == Check::Attend {
-            run_attend_cases(t, seed, common::tc_emulated::plan_cases());
+            let cases = common::tc_emulated::plan_cases().into_iter();
+            run_attend_rising(
+                t,
+                seed,
+                cases.map(|c| (c, c.what.contains("keys rising"))).collect(),
+            );
         }
         return;
     }

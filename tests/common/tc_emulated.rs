@@ -97,7 +97,10 @@ pub fn check(ctx: &kvpack::Context, seed: u64, verbose: bool) {
 
 /// The kernel-level cases (tests/common/attend_plans.rs) of the mutants' emulated target: a
 /// window with sinks over two segments, a wrapped ring with several splits, a part-empty
-/// vector block, all at D = 32.
+/// vector block, one long split whose keys rise along the cache (`what` says "keys rising":
+/// the mutants scale them, tests/common/tc_decode.rs `rising`, so that the scores pass the
+/// kernel's reference max by more than TC_TAU tile after tile and its rescale runs), all at
+/// D = 32.
 pub fn plan_cases() -> Vec<super::attend_plans::Case> {
     use super::attend_plans::Case;
     use kvpack::AttendOptions;
@@ -153,6 +156,19 @@ pub fn plan_cases() -> Vec<super::attend_plans::Case> {
             seg_tokens: 1 << 20,
             ring_extra: 0,
             target: 4,
+            ..base
+        },
+        Case {
+            what: "mutants: emulated tensor prefill kivi-4, D = 32, one long split, keys rising",
+            method: "kivi-4",
+            t: 480,
+            tq: 8,
+            hq: 4,
+            hkv: 1,
+            opts: AttendOptions::default(),
+            seg_tokens: 1 << 20,
+            ring_extra: 0,
+            target: 1,
             ..base
         },
         Case {
