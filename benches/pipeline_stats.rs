@@ -150,7 +150,16 @@ fn spirv(src: &str, robust2: bool) -> Result<Vec<u32>, String> {
         lang_version: (1, 6),
         flags: spv::WriterFlags::empty(),
         bounds_check_policies: BoundsCheckPolicies {
-            index: BoundsCheckPolicy::Restrict,
+            // Array indices unclamped where kvpack builds the kernel so (src/gpu/checks.rs: a
+            // marked kernel on a device whose driver checks buffers).
+            index: if robust2
+                && src.contains(kvpack::gpu::checks::IN_BOUNDS)
+                && std::env::var("KVPACK_TC_CHECKED").map_or(true, |v| v != "1")
+            {
+                BoundsCheckPolicy::Unchecked
+            } else {
+                BoundsCheckPolicy::Restrict
+            },
             buffer: if robust2 {
                 BoundsCheckPolicy::Unchecked
             } else {

@@ -7,6 +7,7 @@
 //! (the supported surface is what `kvpack`'s crate root re-exports).
 
 pub mod cache;
+pub mod checks;
 pub mod coop_emulation;
 pub mod msl_fallback;
 pub mod pipeline;

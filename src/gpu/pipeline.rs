@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::cache::{Pipeline, PipelineKey, Specialization};
-use super::registry::{Binding, KernelDef, RUNTIME_CHECKS, compose_msl, compose_wgsl};
+use super::registry::{Binding, KernelDef, compose_msl, compose_wgsl};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::path::KernelPath;
@@ -163,26 +163,16 @@ fn build(
             } else {
                 compose_wgsl(def, path, spec)
             };
+            let checks = super::checks::runtime_checks(&src, device);
             let desc = wgpu::ShaderModuleDescriptor {
                 label: Some(def.name),
                 source: wgpu::ShaderSource::Wgsl(Cow::Owned(src)),
             };
-            // SAFETY: see `RUNTIME_CHECKS`: buffer bounds checks stay on; the two checks turned
+            // SAFETY: see `RUNTIME_CHECKS`: buffer bounds checks stay on (naga's, or the
+            // driver's where gpu/checks.rs builds a kernel without naga's); the two checks turned
             // off guard against infinite loops and division by zero, which kvpack's kernels do
             // not contain (every loop is bounded by a constant or a uniform the host validated,
             // every divisor is a validated non-zero uniform or a constant).
-            let checks = if super::registry::needs_cooperative_matrix(def)
-                && std::env::var("KVPACK_TC_UNCHECKED").is_ok_and(|v| v == "1")
-            {
-                // Measuring only (`KVPACK_TC_UNCHECKED=1`): the tensor-core kernels without
-                // naga's clamps of workgroup-array indices, for what those clamps cost.
-                wgpu::ShaderRuntimeChecks {
-                    bounds_checks: false,
-                    ..RUNTIME_CHECKS
-                }
-            } else {
-                RUNTIME_CHECKS
-            };
             let m = unsafe { device.create_shader_module_trusted(desc, checks) };
             (m, "main")
         }
