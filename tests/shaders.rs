@@ -113,7 +113,6 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_TC_SPLIT", (dim / 64 + i as u32) % 3),
                     // The tensor-core prefill kernel's measuring barrier forms (0 to 3).
                     ("ATT_TC_BAR", (dim / 64 + wide + i as u32) % 4),
-                    ("ATT_TC_SMX", (dim / 64 + i as u32) % 2),
                     // The prefill kernel's measuring variants (0 to 5 over D, width class
                     // and codec pair): all compile.
                     ("ATT_PF_VARIANT", (dim / 64 + 4 * wide + 2 * i as u32) % 6),

@@ -163,9 +163,6 @@ pub fn specialization(
         // without the barrier after the score step; 3, 2 without the barrier after P·V̂: 2 and
         // 3 are races, for what those barriers cost). 0, the default, is the kernel.
         ("ATT_TC_BAR", measuring_knob("KVPACK_TC_BAR", 3)),
-        // Measuring: the tensor-core prefill kernel's softmax tokens in adjacent pairs
-        // (`KVPACK_TC_SMX=1`). 0, the default, is the kernel.
-        ("ATT_TC_SMX", measuring_knob("KVPACK_TC_SMX", 1)),
     ];
     for (name, value) in k.attend_spec().into_iter().chain(v.attend_spec()) {
         if !spec.iter().any(|(n, _)| *n == name) {

@@ -127,18 +127,6 @@ const TC_KLO: bool = ATT_TC_SPLIT != 2u && !K_F16_EXACT;
 const TC_FLAG1: bool = ATT_TC_BAR >= 1u;
 const TC_NO_SBAR: bool = ATT_TC_BAR >= 2u;
 const TC_NO_PVBAR: bool = ATT_TC_BAR >= 3u;
-// Measuring (KVPACK_TC_SMX, src/attention/gpu.rs): 1, the softmax's lane reads its tokens in
-// adjacent pairs (the pair order rotated by the row), so that two scores and two weights of
-// each part sit in adjacent words or halves (for the driver to merge their accesses).
-const TC_PAIRS: bool = ATT_TC_SMX == 1u;
-
-// The token of step j of lane `half` of the lane pair of row rs in the softmax.
-fn tc_tok(j: u32, rs: u32, half: u32) -> u32 {
-    if (TC_PAIRS) {
-        return half * TC_LT + 2u * ((j / 2u + rs) % (TC_LT / 2u)) + j % 2u;
-    }
-    return half * TC_LT + (j + rs) % TC_LT;
-}
 
 // Row strides of tch (f16 elements): keys' and weights' rows (tokens), values' rows
 // (channels).
@@ -579,13 +567,13 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                 if (whole) {
                     // @unroll 16
                     for (var j = 0u; j < TC_LT; j++) {
-                        sv[j] = tcs[row * TC_TT + select(half * TC_LT + (j + rs) % TC_LT, tc_tok(j, rs, half), TC_PAIRS)];
+                        sv[j] = tcs[row * TC_TT + half * TC_LT + (j + rs) % TC_LT];
                         mt = max(mt, sv[j]);
                     }
                 } else {
                     // @unroll 16
                     for (var j = 0u; j < TC_LT; j++) {
-                        let t = select(half * TC_LT + (j + rs) % TC_LT, tc_tok(j, rs, half), TC_PAIRS);
+                        let t = half * TC_LT + (j + rs) % TC_LT;
                         let pos = t0 + t;
                         let ok = live && pos < s1 && visible(key_pos(pos, h), pv);
                         sv[j] = select(NEG, tcs[row * TC_TT + t], ok);
@@ -607,7 +595,7 @@ fn tc_main(lid: u32, wid: u32, sg: u32, sl: u32) {
                     let p = select(0.0, exp2(sv[j] - m), sv[j] > NEG);
                     l += p;
                     let ps = tc_split_w(p);
-                    let t = select(half * TC_LT + (j + rs) % TC_LT, tc_tok(j, rs, half), TC_PAIRS);
+                    let t = half * TC_LT + (j + rs) % TC_LT;
                     tch[TC_OP + row * TC_KS + t] = ps.x;
                     tch[TC_OPL + row * TC_KS + t] = ps.y;
                 }
