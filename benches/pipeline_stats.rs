@@ -152,10 +152,7 @@ fn spirv(src: &str, robust2: bool) -> Result<Vec<u32>, String> {
         bounds_check_policies: BoundsCheckPolicies {
             // Array indices unclamped where kvpack builds the kernel so (src/gpu/checks.rs: a
             // marked kernel on a device whose driver checks buffers).
-            index: if robust2
-                && src.contains(kvpack::gpu::checks::IN_BOUNDS)
-                && std::env::var("KVPACK_TC_CHECKED").map_or(true, |v| v != "1")
-            {
+            index: if robust2 && kvpack::gpu::checks::unclamped(src) {
                 BoundsCheckPolicy::Unchecked
             } else {
                 BoundsCheckPolicy::Restrict

@@ -44,14 +44,21 @@ pub fn robust_buffers(device: &wgpu::Device) -> bool {
     false
 }
 
-/// The checks kernel `def` (its composed WGSL `src`) is built with on `device`. Measuring
-/// knobs: `KVPACK_TC_CHECKED=1` keeps every check (the clamps' cost), `KVPACK_UNCHECKED=1`
-/// drops naga's bounds checks for every kernel on a device with [`robust_buffers`].
+/// Whether a kernel with composed WGSL `src` is to be built without naga's bounds checks on a
+/// device with [`robust_buffers`]: it carries [`IN_BOUNDS`]. Measuring knobs:
+/// `KVPACK_TC_CHECKED=1` keeps every check (the clamps' cost), `KVPACK_UNCHECKED=1` drops them
+/// for every kernel. (benches/pipeline_stats.rs asks the same for its disassembly.)
+pub fn unclamped(src: &str) -> bool {
+    let knob = |v: &str| std::env::var(v).is_ok_and(|x| x == "1");
+    (src.contains(IN_BOUNDS) && !knob("KVPACK_TC_CHECKED")) || knob("KVPACK_UNCHECKED")
+}
+
+/// The checks the kernel with composed WGSL `src` is built with on `device`: without naga's
+/// bounds checks where [`unclamped`] and [`robust_buffers`], else
+/// [`super::registry::RUNTIME_CHECKS`].
 pub fn runtime_checks(src: &str, device: &wgpu::Device) -> wgpu::ShaderRuntimeChecks {
     let base = super::registry::RUNTIME_CHECKS;
-    let knob = |v: &str| std::env::var(v).is_ok_and(|x| x == "1");
-    let marked = src.contains(IN_BOUNDS) && !knob("KVPACK_TC_CHECKED");
-    if (marked || knob("KVPACK_UNCHECKED")) && robust_buffers(device) {
+    if unclamped(src) && robust_buffers(device) {
         wgpu::ShaderRuntimeChecks {
             bounds_checks: false,
             ..base
