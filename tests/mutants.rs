@@ -95,7 +95,7 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         // The rescale when a vector's max moves past its reference by more than TC_TAU (the
         // cases' random scores move it; the tile then leaves the inner loop).
         (m("wgsl tensor attend: rescale: the output not scaled by the factor", Wgsl, "attend_prefill_tc", "tcs[a] = tcs[a] * f;", None, "tcs[a] = tcs[a];"), Attend, TCP),
-        (m("wgsl tensor attend: rescale: l not scaled by the factor", Wgsl, "attend_prefill_tc", "l *= corr;", None, ""), Attend, TCP),
+        (m("wgsl tensor attend: rescale: l not scaled by the factor", Wgsl, "attend_prefill_tc", "                l *= corr;", None, ""), Attend, TCP),
         (m("wgsl tensor attend: rescale: the rescaled tile's P·V̂ left out", Wgsl, "attend_prefill_tc", "        tc_pv(&o, sg);\n        t0 = next;", None, "        t0 = next;"), Attend, TCP),
         (m("wgsl tensor attend: the lane pair's maxima not combined", Wgsl, "attend_prefill_tc", "mt = max(mt, subgroupShuffleXor(mt, 1u));", None, ""), Attend, TCP),
         (m("wgsl tensor attend: window and sinks ignored", Wgsl, "attend_prefill_tc", "let ok = live && pos < s1 && visible(key_pos(pos, h), pv);", None, "let ok = live && pos < s1 && key_pos(pos, h) <= pv;"), Attend, TCP),
