@@ -4,8 +4,8 @@
 //! ```text
 //! cargo bench --bench gpu_attend                 # full sizes (a real GPU)
 //! cargo bench --bench gpu_attend -- --quick      # small sizes (proves the code path, e.g. lavapipe)
-//! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --tokens T1,T2,...  --chunk N (tokens per
-//! flash-decoding chunk, a multiple of 32; default automatic)  --json PATH  --plot PATH
+//! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --spin-ms N  --tokens T1,T2,...  --chunk N
+//! (tokens per flash-decoding chunk, a multiple of 32; default automatic)  --json PATH  --plot PATH
 //! --decode-only (no prefill-chunk and append arms: a quicker A/B of decode kernels)
 //! --prefill-only (prefill chunks only, the A-vs-A twins kept for the noise floor; the prefill
 //! kernel beside the decode kernel at every method and T, and for KIVI-4 at the variant T also
@@ -42,7 +42,10 @@
 //! command buffer pushed *in front of* the submission, so it is outside the timed span.
 //! Before each timed call, unless `--no-flush`, a separate submission runs a bench-owned kernel
 //! that reads 2× the assumed L2 (`common/l2_flush.rs`), so every timed call starts with an L2
-//! full of someone else's clean lines, whatever the kernels under measurement do.
+//! full of someone else's clean lines, whatever the kernels under measurement do. Before each
+//! round (warm-up rounds included), unless `--spin-ms 0` or `--no-flush`, one submission keeps
+//! the GPU busy for about N ms (default 20) with that kernel back to back, so that a round of
+//! short calls, each waited for, starts at the clock a busy GPU runs at (`ReadFlush::spin`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -82,6 +85,8 @@ struct Opts {
     warmup: usize,
     l2_bytes: u64,
     flush: bool,
+    /// `--spin-ms N`: GPU busy for about N ms before each round (0: never).
+    spin_ms: f64,
     /// `--decode-only`: decode attention and copies only.
     decode_only: bool,
     /// `--prefill-only`: prefill chunks (and the A-vs-A twins, for the noise floor) only.
@@ -116,6 +121,7 @@ fn parse_args() -> Result<Opts, String> {
         // H200: 60 MB of L2 (docs/GPU.md); 64 MiB errs on the safe side.
         l2_bytes: if quick { MIB } else { 64 * MIB },
         flush: true,
+        spin_ms: if quick { 0.0 } else { 20.0 },
         decode_only: false,
         prefill_only: false,
         tokens: None,
@@ -139,6 +145,7 @@ fn parse_args() -> Result<Opts, String> {
             "--warmup" => o.warmup = num("--warmup")? as usize,
             "--l2-mib" => o.l2_bytes = num("--l2-mib")?.max(1) * MIB,
             "--no-flush" => o.flush = false,
+            "--spin-ms" => o.spin_ms = num("--spin-ms")? as f64,
             "--decode-only" => o.decode_only = true,
             "--prefill-only" => o.prefill_only = true,
             "--unchecked" => o.unchecked = true,
@@ -644,12 +651,17 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         println!("  NOTE: {CPU_ADAPTER_NOTE}");
     }
     println!(
-        "  mode {}, {} warm-up + {} timed rounds, assumed L2 {}, L2 flush before each call: {}",
+        "  mode {}, {} warm-up + {} timed rounds, assumed L2 {}, L2 flush before each call: {}, GPU kept busy before each round: {}",
         if o.quick { "quick" } else { "full" },
         o.warmup,
         o.rounds,
         fmt_bytes(o.l2_bytes),
-        if o.flush { "yes" } else { "no" }
+        if o.flush { "yes" } else { "no" },
+        if o.flush && o.spin_ms > 0.0 {
+            format!("~{} ms", o.spin_ms)
+        } else {
+            "no".to_string()
+        }
     );
     println!(
         "  decode: Tq = {TQ}, Hq = {HQ}, Hkv = {HKV}, D = {DIM}; KIVI G = 32, R = 128; one prefill of random N(0,1) f16 K/V"
@@ -943,7 +955,11 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
     let append_stamps = Stamps::new(ctx, G)?;
     let t0 = Instant::now();
     let total = o.warmup + o.rounds;
+    let mut spun = 0u32;
     for round in 0..total {
+        if let Some(f) = &flush {
+            spun = f.spin(ctx, o.spin_ms)?;
+        }
         let keep = round >= o.warmup;
         let order: Vec<usize> = (0..arms.len()).map(|i| (i + round) % arms.len()).collect();
         let mut slots = Vec::with_capacity(arms.len());
@@ -965,7 +981,7 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         }
     }
     println!(
-        "  timing: {total} rounds in {:.1} s",
+        "  timing: {total} rounds in {:.1} s ({spun} flushes before each round)",
         t0.elapsed().as_secs_f64()
     );
     for arm in &mut arms {
@@ -1245,6 +1261,8 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         extra: serde_json::json!({
             "append_vs_attend": shares,
             "l2_flush": o.flush,
+            "spin_ms": if o.flush { o.spin_ms } else { 0.0 },
+            "spin_flushes": spun,
             "noise_floor_pct": floor,
             "aa_pairs": aa,
             "roofline_copy_bytes": big_copy,

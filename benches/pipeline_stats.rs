@@ -7,8 +7,10 @@
 //! kept as loops). A measuring tool, not a test.
 //!
 //! ```text
-//! cargo bench --bench pipeline_stats [-- --dim 128 --methods f16,kivi-4,kivi-2 --dump DIR]
+//! cargo bench --bench pipeline_stats [-- --dim 128 --methods f16,kivi-4,kivi-2 --dump DIR
+//!     --variants unroll,tensor-prefill]
 //! ```
+//! `--variants` keeps the named variants only (default: all of them).
 //! `--dump DIR` also writes each kernel's WGSL, any internal representation the driver
 //! offers (`VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_KHR`) and the data of a
 //! pipeline cache that holds only that pipeline (`pipeline-cache.bin`: the driver's own format;
@@ -34,6 +36,7 @@ struct Opts {
     dim: usize,
     methods: Vec<String>,
     dump: Option<PathBuf>,
+    variants: Option<Vec<String>>,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -41,6 +44,7 @@ fn parse() -> Result<Opts, String> {
         dim: 128,
         methods: ["f16", "kivi-4", "kivi-2"].map(String::from).to_vec(),
         dump: None,
+        variants: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
@@ -62,6 +66,15 @@ fn parse() -> Result<Opts, String> {
                     .collect()
             }
             "--dump" => o.dump = Some(it.next().ok_or("--dump needs a path")?.into()),
+            "--variants" => {
+                o.variants = Some(
+                    it.next()
+                        .ok_or("--variants needs a list")?
+                        .split(',')
+                        .map(String::from)
+                        .collect(),
+                )
+            }
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
@@ -448,6 +461,12 @@ fn main() {
     );
     for m in &o.methods {
         for variant in VARIANTS {
+            if o.variants
+                .as_ref()
+                .is_some_and(|l| !l.iter().any(|x| x == variant.0))
+            {
+                continue;
+            }
             let (name, src) = match kernel_source(m, o.dim, variant) {
                 Ok(x) => x,
                 Err(e) => {

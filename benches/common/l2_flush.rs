@@ -33,6 +33,8 @@ pub struct ReadFlush {
     group: wgpu::BindGroup,
     /// Bytes read per flush.
     pub bytes: u64,
+    /// Flushes per [`ReadFlush::spin`] submission, once measured.
+    spin_n: std::cell::Cell<Option<(f64, u32)>>,
 }
 
 impl ReadFlush {
@@ -89,11 +91,17 @@ impl ReadFlush {
             pipeline,
             group,
             bytes,
+            spin_n: std::cell::Cell::new(None),
         })
     }
 
     /// Runs the flush in a submission of its own and waits for it.
     pub fn run(&self, ctx: &Context) -> kvpack::Result<()> {
+        self.run_n(ctx, 1)
+    }
+
+    /// `n` flushes back to back in one submission, waited for.
+    fn run_n(&self, ctx: &Context, n: u32) -> kvpack::Result<()> {
         gpu::submit_blocking(ctx, "bench L2 flush", |enc| {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("bench L2 flush"),
@@ -101,8 +109,35 @@ impl ReadFlush {
             });
             pass.set_pipeline(&self.pipeline);
             pass.set_bind_group(0, &self.group, &[]);
-            pass.dispatch_workgroups(WORKGROUPS, 1, 1);
+            for _ in 0..n {
+                pass.dispatch_workgroups(WORKGROUPS, 1, 1);
+            }
             Ok(())
         })
+    }
+
+    /// Keeps the GPU busy for about `ms` milliseconds of wall time (flushes back to back in one
+    /// submission), so that a round of short timed calls, each submitted alone and waited
+    /// for, does not start on a GPU that idled long enough to lower its clock. (The H100 and
+    /// H200 stepped their graphics clock between 345 and 1980 MHz inside single runs:
+    /// benches/results/h200-2026-12-06-clamps.) The number of flushes is measured once, from
+    /// 64 of them in one submission. Returns that number.
+    pub fn spin(&self, ctx: &Context, ms: f64) -> kvpack::Result<u32> {
+        if ms <= 0.0 {
+            return Ok(0);
+        }
+        let n = match self.spin_n.get() {
+            Some((m, n)) if m == ms => n,
+            _ => {
+                let t = std::time::Instant::now();
+                self.run_n(ctx, 64)?;
+                let per_ms = t.elapsed().as_secs_f64() * 1e3 / 64.0;
+                let n = (ms / per_ms.max(1e-3)).ceil().clamp(1.0, 1e5) as u32;
+                self.spin_n.set(Some((ms, n)));
+                n
+            }
+        };
+        self.run_n(ctx, n)?;
+        Ok(n)
     }
 }
