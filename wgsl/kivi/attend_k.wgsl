@@ -48,8 +48,17 @@ fn kivi_k_pair(gi: u32) -> vec2<f32> {
 
 // 1 + c / 2^b for code j of `w` (bits j·b ..): the code moved into the mantissa's top bits.
 fn kivi_kx(w: u32, j: u32) -> f32 {
+    if (DEC_ONE_WG) {
+        return bits_unit_or(w, j * KB, KB, dec_one);
+    }
     return bits_unit(w, j * KB, KB);
 }
+
+// Measuring only (DEC_PAIRS, attend_core.wgsl): the fast path's codes two at a time as
+// c·2^-24 (bits_pair_tiny), where a lane's 8 codes of a channel are whole words (b = 4: one
+// word, pairs of tokens (j, j + 4); b = 8: two, pairs (j, j + 2) in each).
+const K_PAIRS: bool = DEC_PAIRS && (KB == 4u || KB == 8u);
+const K_TINY: f32 = 16777216.0; // 2^24
 
 // Code i of the stream starting at word `base` (any b, straddling words).
 fn kivi_k_code(base: u32, i: u32) -> u32 {
@@ -85,23 +94,50 @@ fn k_score(row: u32, last: u32, cg: u32, h: u32) -> array<vec4<f32>, 8> {
             } else {
                 pr = kivi_k_pair(gi);
             }
-            let a = pr.x * f32(1u << KB);
-            let qa = qs[c] * a; // qs is 0 past D
-            bias += qs[c] * (pr.y - a);
             let w = KP.codes + gi * KGW + (bit0 >> 5u);
-            if (KB == 8u) {
-                let w0 = kseg[w];
-                let w1 = kseg[w + 1u];
-                // @unroll 4
-                for (var j = 0u; j < 4u; j++) {
-                    acc[j] += qa * kivi_kx(w0, j);
-                    acc[j + 4u] += qa * kivi_kx(w1, j);
+            if (K_PAIRS) {
+                // k̂ = scale·c + lo = (scale·2^24)·(c·2^-24) + lo.
+                let qa = qs[c] * (pr.x * K_TINY); // qs is 0 past D
+                bias += qs[c] * pr.y;
+                if (KB == 8u) {
+                    let w0 = kseg[w];
+                    let w1 = kseg[w + 1u];
+                    // @unroll 2
+                    for (var j = 0u; j < 2u; j++) {
+                        let x0 = bits_pair_tiny(w0, j, KB);
+                        let x1 = bits_pair_tiny(w1, j, KB);
+                        acc[j] += qa * x0.x;
+                        acc[j + 2u] += qa * x0.y;
+                        acc[j + 4u] += qa * x1.x;
+                        acc[j + 6u] += qa * x1.y;
+                    }
+                } else {
+                    let bits = kseg[w];
+                    // @unroll 4
+                    for (var j = 0u; j < 4u; j++) {
+                        let x = bits_pair_tiny(bits, j, KB);
+                        acc[j] += qa * x.x;
+                        acc[j + 4u] += qa * x.y;
+                    }
                 }
             } else {
-                let bits = kseg[w] >> (bit0 & 31u);
-                // @unroll 8
-                for (var j = 0u; j < 8u; j++) {
-                    acc[j] += qa * kivi_kx(bits, j);
+                let a = pr.x * f32(1u << KB);
+                let qa = qs[c] * a; // qs is 0 past D
+                bias += qs[c] * (pr.y - a);
+                if (KB == 8u) {
+                    let w0 = kseg[w];
+                    let w1 = kseg[w + 1u];
+                    // @unroll 4
+                    for (var j = 0u; j < 4u; j++) {
+                        acc[j] += qa * kivi_kx(w0, j);
+                        acc[j + 4u] += qa * kivi_kx(w1, j);
+                    }
+                } else {
+                    let bits = kseg[w] >> (bit0 & 31u);
+                    // @unroll 8
+                    for (var j = 0u; j < 8u; j++) {
+                        acc[j] += qa * kivi_kx(bits, j);
+                    }
                 }
             }
         }

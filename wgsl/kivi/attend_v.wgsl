@@ -53,8 +53,17 @@ fn kivi_v_pair(gi: u32) -> vec2<f32> {
 }
 
 fn kivi_vx(w: u32, at: u32) -> f32 {
+    if (DEC_ONE_WG) {
+        return bits_unit_or(w, at, VB, dec_one);
+    }
     return bits_unit(w, at, VB);
 }
+
+// Measuring only (DEC_PAIRS, attend_core.wgsl): where a lane's codes are whole words and b ≥ 2,
+// two channels (i, i + 16/b) of a word at a time as c·2^-24 (bits_pair_tiny).
+const V_PAIRS: bool = DEC_PAIRS && V_WHOLE && VB >= 2u;
+const V_TINY: f32 = 16777216.0; // 2^24
+const V_HALF_WORD: u32 = V_PER_WORD / 2u;
 
 fn kivi_v_code(base: u32, i: u32) -> u32 {
     let start = i * VB;
@@ -100,11 +109,23 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
         for (var j = 0u; j < 8u; j++) {
             let rb = min(row + j, last) * AP.hkv + h;
             let pr = kivi_v_pair(rb * VNG + min(g, VNG - 1u));
-            let a = pr.x * f32(1u << VB);
-            let wa = p[j] * a;
-            (*vs).bias += p[j] * (pr.y - a);
             let w = VP.codes + rb * VRW + g * VGW + (bit0 >> 5u);
-            if (V_WHOLE) {
+            let a = select(pr.x * f32(1u << VB), pr.x * V_TINY, V_PAIRS);
+            let wa = p[j] * a;
+            (*vs).bias += p[j] * select(pr.y - a, pr.y, V_PAIRS);
+            if (V_PAIRS) {
+                // v̂ = scale·c + lo = (scale·2^24)·(c·2^-24) + lo.
+                // @unroll 8
+                for (var k = 0u; k < V_WORDS; k++) {
+                    let word = vseg[w + k];
+                    // @unroll 16
+                    for (var i = 0u; i < V_HALF_WORD; i++) {
+                        let x = bits_pair_tiny(word, i, VB);
+                        (*vs).o[min(k * V_PER_WORD + i, V_CPL - 1u)] += wa * x.x;
+                        (*vs).o[min(k * V_PER_WORD + i + V_HALF_WORD, V_CPL - 1u)] += wa * x.y;
+                    }
+                }
+            } else if (V_WHOLE) {
                 // @unroll 8
                 for (var k = 0u; k < V_WORDS; k++) {
                     let word = vseg[w + k];
