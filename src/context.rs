@@ -208,6 +208,8 @@ pub(crate) struct Gpu {
     pub limits: wgpu::Limits,
     /// Whether subgroups tile workgroups in invocation order (probed once, on first need).
     pub subgroup_order: Arc<std::sync::OnceLock<bool>>,
+    /// Whether widening f16 to f32 keeps f16 subnormals exact (probed once, on first need).
+    pub f16_subnormals: Arc<std::sync::OnceLock<bool>>,
     /// Shared by every handle made from this one (`with_path` and friends).
     pub pipelines: Arc<Mutex<PipelineCache>>,
     /// Every pipeline built into `pipelines` (kernel, path, specialization), in order: for
@@ -301,6 +303,7 @@ impl Context {
             pipelines: Arc::default(),
             built: Arc::default(),
             subgroup_order: Arc::default(),
+            f16_subnormals: Arc::default(),
             lost: Arc::default(),
             msl: Arc::default(),
             uniforms: Arc::default(),
@@ -438,6 +441,7 @@ impl Context {
             pipelines: Arc::default(),
             built: Arc::default(),
             subgroup_order: Arc::default(),
+            f16_subnormals: Arc::default(),
             lost: Arc::default(),
             msl: Arc::default(),
             uniforms: Arc::default(),

@@ -243,3 +243,28 @@ fn from_device_checks_the_required_limits() {
         Ok(_) => panic!("a device below required_limits() was accepted"),
     }
 }
+
+/// The f16 subnormal probe (`Context::f16_subnormals_kept`, the precondition of the decode
+/// kernel's two-codes-per-mask reading of KIVI's codes, `KVPACK_DEC_VARIANT=4`) answers on
+/// every GPU, the same on a second ask; lavapipe keeps f16 subnormals (LLVM's widening is exact),
+/// so there it must say so.
+#[test]
+fn f16_subnormal_probe_answers() {
+    let ctx = match common::gpu_context() {
+        Ok(c) => c,
+        Err(r) => return common::skip("f16_subnormal_probe_answers", &r),
+    };
+    let info = ctx.adapter_info().expect("adapter").clone();
+    let kept = ctx.f16_subnormals_kept();
+    println!("{}: f16 subnormals kept: {kept}", info.name);
+    assert_eq!(ctx.f16_subnormals_kept(), kept, "a second ask");
+    if info.name.starts_with("llvmpipe") {
+        assert!(kept, "lavapipe widens f16 subnormals exactly");
+    }
+    let ctx2 = ctx.with_own_pipeline_cache();
+    assert_eq!(
+        ctx2.f16_subnormals_kept(),
+        kept,
+        "another handle of the device"
+    );
+}

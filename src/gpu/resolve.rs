@@ -100,6 +100,25 @@ impl Context {
         self.subgroups_in_order()
     }
 
+    /// Whether widening f16 to f32 keeps f16 subnormals exact on this device (probed once;
+    /// false without a GPU or when the probe fails). Where it does, the decode kernel reads
+    /// KIVI's codes two per mask (wgsl/attend/attend_core.wgsl, `DEC_PAIRS`).
+    pub fn f16_subnormals_kept(&self) -> bool {
+        let Some(g) = self.gpu() else { return false };
+        *g.f16_subnormals.get_or_init(|| match super::probe::f16_subnormals_kept(self) {
+            Ok(ok) => {
+                if !ok {
+                    log::info!("kvpack: this device flushes f16 subnormals; the decode kernel reads KIVI's codes one per mask");
+                }
+                ok
+            }
+            Err(e) => {
+                log::warn!("kvpack: f16 subnormal probe failed ({e}); the decode kernel reads KIVI's codes one per mask");
+                false
+            }
+        })
+    }
+
     /// Whether subgroups tile workgroups in invocation order on this device (probed once;
     /// false without a GPU or without `SUBGROUP`).
     pub fn subgroups_in_order(&self) -> bool {
