@@ -101,22 +101,26 @@ impl Context {
     }
 
     /// Whether widening f16 to f32 keeps f16 subnormals exact on this device (probed once;
-    /// false without a GPU or when the probe fails). Where it does, the decode kernel reads
-    /// KIVI's codes two per mask (wgsl/attend/attend_core.wgsl, `DEC_PAIRS`).
+    /// false without a GPU or when the probe fails): the precondition of the decode kernel's
+    /// measuring variant that reads KIVI's codes two per mask (`KVPACK_DEC_VARIANT=4`,
+    /// wgsl/attend/attend_core.wgsl `DEC_PAIRS`; not yet a default, so nothing reads this).
     pub fn f16_subnormals_kept(&self) -> bool {
         let Some(g) = self.gpu() else { return false };
-        *g.f16_subnormals.get_or_init(|| match super::probe::f16_subnormals_kept(self) {
-            Ok(ok) => {
-                if !ok {
-                    log::info!("kvpack: this device flushes f16 subnormals; the decode kernel reads KIVI's codes one per mask");
+        *g.f16_subnormals
+            .get_or_init(|| match super::probe::f16_subnormals_kept(self) {
+                Ok(ok) => {
+                    if !ok {
+                        log::info!(
+                            "kvpack: this device flushes f16 subnormals when widening them to f32"
+                        );
+                    }
+                    ok
                 }
-                ok
-            }
-            Err(e) => {
-                log::warn!("kvpack: f16 subnormal probe failed ({e}); the decode kernel reads KIVI's codes one per mask");
-                false
-            }
-        })
+                Err(e) => {
+                    log::warn!("kvpack: f16 subnormal probe failed ({e}); taken as \"flushed\"");
+                    false
+                }
+            })
     }
 
     /// Whether subgroups tile workgroups in invocation order on this device (probed once;

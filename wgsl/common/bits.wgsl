@@ -15,14 +15,7 @@ fn bits_code(lo: u32, hi: u32, off: u32, b: u32) -> u32 {
 // 1 + c / 2^b for the b-bit code c at bit `at` of w (at + b ≤ 32): the code moved into the top
 // of an f32 mantissa by integer operations (no int → float conversion).
 fn bits_unit(w: u32, at: u32, b: u32) -> f32 {
-    let top = 23u - b;
-    var v: u32;
-    if (at <= top) {
-        v = w << (top - at);
-    } else {
-        v = w >> (at - top);
-    }
-    return bitcast<f32>((v & (((1u << b) - 1u) << top)) | 0x3f800000u);
+    return bits_unit_or(w, at, b, 0x3f800000u);
 }
 
 // bits_unit with the bits of 1.0 passed in (`one` = 0x3f800000): where `one` is a value the
