@@ -96,16 +96,18 @@ const DEC_ROLLED: bool = ATT_DEC_VARIANT == 1u;
 // before 2026-12-06).
 const DEC_TAU: f32 = 8.0;
 const DEC_EXACT_MAX: bool = ATT_DEC_VARIANT == 2u;
-// Measuring only: how the codecs' decode hooks turn a code into a float (KIVI's fast paths,
-// wgsl/kivi/attend_k.wgsl, attend_v.wgsl). 3: 1 + c/2^b as by default, but with the bits of
-// 1.0 read from workgroup memory (dec_one) instead of a literal, so that the driver can keep
-// them in a register and OR them in the mask's instruction (two instructions per code instead
-// of three: a shift, a mask, an OR). 4: two codes per shift and mask as f16 subnormals
-// (bits_pair_tiny: c·2^-24, exact where the device keeps f16 subnormals), the 2^24 folded
-// into the query's and the weight's scale.
-const DEC_ONE_WG: bool = ATT_DEC_VARIANT == 3u;
+// How the codecs' decode hooks turn a code into a float (KIVI's fast paths,
+// wgsl/kivi/attend_k.wgsl, attend_v.wgsl): 1 + c/2^b with the bits of 1.0 read once from
+// workgroup memory (dec_one) instead of a literal, so that the driver keeps them in a register
+// and merges the mask and the OR into one three-input logic instruction: two instructions per
+// code instead of three (H100, 2026-12-07: LOP3 546 → 292 in KIVI-4's kernel, decode at 128k
+// 245 → 221 µs; BENCHMARKS.md). Measuring only: 3, the literal (the kernel before); 4, two codes
+// per shift and mask as f16 subnormals (bits_pair_tiny: c·2^-24, exact where the device keeps
+// f16 subnormals), the 2^24 folded into the query's and the weight's scale (H100: 226 µs at
+// 128k, no better than the default).
+const DEC_ONE_WG: bool = ATT_DEC_VARIANT != 3u;
 const DEC_PAIRS: bool = ATT_DEC_VARIANT == 4u;
-// The bits of 1.0: the literal, or (DEC_ONE_WG) read from workgroup memory in attend_main.
+// The bits of 1.0: read from workgroup memory in attend_main (or, variant 3, the literal).
 var<private> dec_one: u32 = 0x3f800000u;
 var<workgroup> dec_one_wg: u32;
 
