@@ -502,13 +502,15 @@ impl Call {
 /// decode kernel otherwise. Measured on an H100 with the kernel's splits in one wave
 /// (BENCHMARKS.md, "Tier 3 prefill: splits in one wave", two processes; f16 / KIVI-4,
 /// medians µs, tensor cores against the decode kernel):
-/// - 256 vectors (64 rows at GQA 4) from 1k tokens: at 4k 220 / 297 against 324 / 444, at
+/// - 256 vectors (64 rows at GQA 4) from 512 tokens: at 4k 220 / 297 against 324 / 444, at
 ///   32k 808–820 / 1159 against 2230–2265 / 2771–2815; at 8k 302 / 421 against 608 / 790, at
 ///   16k 475 / 654 against 1166 / 1452. At 1k it was slower then (162 / 196 against 106 /
 ///   152: its fixed cost per workgroup) and 2k split (180 / 236 against 175 / 252); since the
 ///   kernel is built without naga's index clamps (BENCHMARKS.md, "The goals on an H100", the
 ///   full run of 2026-12-07) it is faster at 1k too: 88 / 132 against 106 / 153 (4k 130 /
-///   204 against 327 / 450). Below 1k: not measured, the decode kernel.
+///   204 against 327 / 450). At 512 tokens (H100, 2026-12-07, a later session: `7882668`,
+///   benches/results/h100-2026-12-07b/call2/pf512.txt) 60 / 85 against 71 / 95; at 256 even
+///   for f16 (55 against 55) and slower for KIVI-4 (82 against 71): the decode kernel there.
 /// - 64 vectors (16 rows: one of its workgroups) from 16k: at 16k 231 / 282 against 322 / 423,
 ///   at 32k 309–311 / 423–425 against 588–597 / 747–758, at 128k 767 / 1110 against 2199 /
 ///   2724; at 8k split (182 / 221 against 173 / 246), at 4k slower (160 / 191 against 115 /
@@ -520,7 +522,7 @@ impl Call {
 ///
 /// Auto asks for the measured points. A choice between two built kernels by the call's size,
 /// not a pipeline specialized on it.
-pub const TENSOR_AUTO: [(usize, usize); 3] = [(256, 1024), (64, 16_384), (32, 131_072)];
+pub const TENSOR_AUTO: [(usize, usize); 3] = [(256, 512), (64, 16_384), (32, 131_072)];
 
 /// Whether a call of `vectors` query vectors per KV head over `tokens` cached tokens reaches
 /// one of [`TENSOR_AUTO`]'s pairs.
