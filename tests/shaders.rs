@@ -118,8 +118,7 @@ fn attend_specs() -> Vec<Specialization> {
                     ("ATT_PF_VARIANT", (dim / 64 + 4 * wide + 2 * i as u32) % 6),
                     // The decode kernel's measuring variants: ring rows in a loop (1) where
                     // there is a ring: D = 41 (rows read channel by channel) and 256 (16-byte
-                    // loads); the exact running max (2) at D = 128; the value words loaded
-                    // before the softmax (5) at the other widths.
+                    // loads); the exact running max (2) at D = 128.
                     (
                         "ATT_DEC_VARIANT",
                         if dim == 256 || dim == 41 {
@@ -127,7 +126,7 @@ fn attend_specs() -> Vec<Specialization> {
                         } else if dim == 128 {
                             2
                         } else {
-                            5
+                            0
                         },
                     ),
                 ];

@@ -150,9 +150,8 @@ pub fn specialization(
         // (no slack: the kernel before 2026-12-06), or with KIVI's codes turned into floats
         // another way (3: the bits of 1.0 as a literal, the kernel before 2026-12-07; 4: two
         // codes per mask as f16 subnormals; wgsl/attend/attend_core.wgsl, DEC_ONE_WG,
-        // DEC_PAIRS), or (5) with the value codec's words loaded before the tile's softmax
-        // (DEC_VPRE). 0, the default, is the kernel.
-        ("ATT_DEC_VARIANT", measuring_knob("KVPACK_DEC_VARIANT", 5)),
+        // DEC_PAIRS). 0, the default, is the kernel.
+        ("ATT_DEC_VARIANT", measuring_knob("KVPACK_DEC_VARIANT", 4)),
         // Measuring only: when the f16-rows tensor-core decode kernel loads the next tile
         // (`KVPACK_TC_PF`: 0, the default, before the tile's first barrier; 1, after it; 2, no
         // prefetch).

@@ -19,8 +19,6 @@
 //              (adds x to output channel cg·V_CPL + i: V_SPACE_OUT codecs only)
 //              fn v_accum(vs, row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>)
 //                  (rows past `last` are outside the split: read row `last` instead, p is 0)
-//              fn v_fetch(row: u32, last: u32, cg: u32, h: u32)  measuring only (DEC_VPRE):
-//                  v_accum's loads for the same arguments, made earlier (may be empty)
 //              fn v_prepare(lid: u32, h: u32)  once per workgroup before the tile loop (every
 //                  invocation; a barrier follows): e.g. a codebook into workgroup memory
 //              fn v_finish(lid: u32, h: u32)   fin[0..V_W] (normalized) → fin[0..D], in place
@@ -109,10 +107,6 @@ const DEC_EXACT_MAX: bool = ATT_DEC_VARIANT == 2u;
 // 128k, no better than the default).
 const DEC_ONE_WG: bool = ATT_DEC_VARIANT != 3u;
 const DEC_PAIRS: bool = ATT_DEC_VARIANT == 4u;
-// Measuring only: 5, the value codec's words for the lane's 8 tokens loaded (v_fetch) before
-// the tile's cross-lane score sums and softmax instead of in v_accum after them, so that their
-// latency overlaps that chain (KIVI's whole-word fast path; v_fetch is empty elsewhere).
-const DEC_VPRE: bool = ATT_DEC_VARIANT == 5u;
 // The bits of 1.0: read from workgroup memory in attend_main (or, variant 3, the literal).
 var<private> dec_one: u32 = 0x3f800000u;
 var<workgroup> dec_one_wg: u32;
@@ -494,9 +488,6 @@ fn attend_main(lid: u32, wid: u32, sgl: u32) {
                     acc[j] = select(acc[j], f16_dot(false, w, cg, h), j >= nk);
                 }
             }
-        }
-        if (DEC_VPRE && V_SPACE_OUT && !(RING && vring) && lt0 < AP.qv) {
-            v_fetch(lt0 - AP.tok0, min(s1, AP.qv) - 1u - AP.tok0, cg, h);
         }
         let sc = rs_cg(acc, lid, sgl);
         // 2. Masks: lane holds token t0 + lane.

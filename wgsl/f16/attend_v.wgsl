@@ -75,9 +75,6 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
 
 fn v_prepare(lid: u32, h: u32) {}
 
-// Measuring only (DEC_VPRE, attend_core.wgsl): nothing loaded early.
-fn v_fetch(row: u32, last: u32, cg: u32, h: u32) {}
-
 // Channel c of segment row `row` (clamped to `last`) of head h (the prefill kernel).
 fn v_value(row: u32, last: u32, c: u32, h: u32) -> f32 {
     let e = h * DIM + c;

@@ -100,33 +100,6 @@ fn v_add(vs: ptr<function, VState>, i: u32, x: vec4<f32>) {
     (*vs).o[i] += x;
 }
 
-// Measuring only (DEC_VPRE, attend_core.wgsl): the whole-word fast path's words and parameters
-// of the lane's 8 tokens, loaded by v_fetch before the tile's softmax and read by v_accum
-// (8·V_WORDS + 16 registers).
-const V_PRE: bool = DEC_VPRE && V_WHOLE && !V_PAIRS;
-const V_PRE_N: u32 = 8u * V_WORDS;
-var<private> v_pre_w: array<u32, V_PRE_N>;
-var<private> v_pre_p: array<vec2<f32>, 8>;
-
-fn v_fetch(row: u32, last: u32, cg: u32, h: u32) {
-    if (!V_PRE) {
-        return;
-    }
-    let c0 = cg * V_CPL;
-    let g = c0 / VG;
-    let bit0 = (c0 - g * VG) * VB;
-    // @unroll 8 vpre
-    for (var j = 0u; j < 8u; j++) {
-        let rb = min(row + j, last) * AP.hkv + h;
-        v_pre_p[j] = kivi_v_pair(rb * VNG + min(g, VNG - 1u));
-        let w = VP.codes + rb * VRW + g * VGW + (bit0 >> 5u);
-        // @unroll 8
-        for (var k = 0u; k < V_WORDS; k++) {
-            v_pre_w[j * V_WORDS + k] = vseg[w + k];
-        }
-    }
-}
-
 fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: array<vec4<f32>, 8>) {
     let c0 = cg * V_CPL;
     if (V_FAST) {
@@ -135,12 +108,7 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
         // @unroll 8 vrow
         for (var j = 0u; j < 8u; j++) {
             let rb = min(row + j, last) * AP.hkv + h;
-            var pr: vec2<f32>;
-            if (V_PRE) {
-                pr = v_pre_p[j];
-            } else {
-                pr = kivi_v_pair(rb * VNG + min(g, VNG - 1u));
-            }
+            let pr = kivi_v_pair(rb * VNG + min(g, VNG - 1u));
             let w = VP.codes + rb * VRW + g * VGW + (bit0 >> 5u);
             let a = select(pr.x * f32(1u << VB), pr.x * V_TINY, V_PAIRS);
             let wa = p[j] * a;
@@ -160,12 +128,7 @@ fn v_accum(vs: ptr<function, VState>, row: u32, last: u32, cg: u32, h: u32, p: a
             } else if (V_WHOLE) {
                 // @unroll 8
                 for (var k = 0u; k < V_WORDS; k++) {
-                    var word: u32;
-                    if (V_PRE) {
-                        word = v_pre_w[j * V_WORDS + k];
-                    } else {
-                        word = vseg[w + k];
-                    }
+                    let word = vseg[w + k];
                     // @unroll 32
                     for (var i = 0u; i < V_PER_WORD; i++) {
                         // (the clamp only matters in configurations where this branch is dead)

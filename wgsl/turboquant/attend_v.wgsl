@@ -41,9 +41,6 @@ struct VState {
     o: array<vec4<f32>, V_CPL>,
 }
 
-// Measuring only (DEC_VPRE, attend_core.wgsl): nothing loaded early.
-fn v_fetch(row: u32, last: u32, cg: u32, h: u32) {}
-
 fn v_prepare(lid: u32, h: u32) {
     let cb0 = AP.hkv * VTQ_SW;
     for (var i = lid; i < VTQ_S * VTQ_N; i += WORKGROUP_SIZE) {

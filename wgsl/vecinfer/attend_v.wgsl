@@ -35,9 +35,6 @@ struct VState {
 
 fn v_prepare(lid: u32, h: u32) {}
 
-// Measuring only (DEC_VPRE, attend_core.wgsl): nothing loaded early.
-fn v_fetch(row: u32, last: u32, cg: u32, h: u32) {}
-
 fn v_reset(vs: ptr<function, VState>) {
     // @unroll 32
     for (var i = 0u; i < V_CPL; i++) {
