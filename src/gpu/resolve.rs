@@ -103,7 +103,9 @@ impl Context {
     /// Whether widening f16 to f32 keeps f16 subnormals exact on this device (probed once;
     /// false without a GPU or when the probe fails): the precondition of the decode kernel's
     /// measuring variant that reads KIVI's codes two per mask (`KVPACK_DEC_VARIANT=4`,
-    /// wgsl/attend/attend_core.wgsl `DEC_PAIRS`; not yet a default, so nothing reads this).
+    /// wgsl/attend/attend_core.wgsl `DEC_PAIRS`). That variant measured slower than the default
+    /// on an H100 (BENCHMARKS.md, "Decode: KIVI's codes into floats"), so no kernel reads this;
+    /// it answers for anyone measuring the variant on another device.
     pub fn f16_subnormals_kept(&self) -> bool {
         let Some(g) = self.gpu() else { return false };
         *g.f16_subnormals
