@@ -100,7 +100,7 @@ const DEC_EXACT_MAX: bool = ATT_DEC_VARIANT == 2u;
 // wgsl/kivi/attend_k.wgsl, attend_v.wgsl): 1 + c/2^b with the bits of 1.0 read once from
 // workgroup memory (dec_one) instead of a literal, so that the driver keeps them in a register
 // and merges the mask and the OR into one three-input logic instruction: two instructions per
-// code instead of three (H100, 2026-12-07: LOP3 546 → 292 in KIVI-4's kernel, decode at 128k
+// code instead of three (H100, 2026-12-07: LOP3 545 → 291 in KIVI-4's kernel, decode at 128k
 // 245 → 221 µs; BENCHMARKS.md). Measuring only: 3, the literal (the kernel before); 4, two codes
 // per shift and mask as f16 subnormals (bits_pair_tiny: c·2^-24, exact where the device keeps
 // f16 subnormals), the 2^24 folded into the query's and the weight's scale (H100: 226 µs at
