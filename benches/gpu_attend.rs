@@ -11,6 +11,8 @@
 //! kernel beside the decode kernel at every method and T, and for KIVI-4 at the variant T also
 //! at a quarter of its automatic split; chunks of 4, 8 and 16 rows on every kernel for f16 and
 //! KIVI-4 at the variant T)
+//! --short-every-t (with --prefill-only: the chunks of 4, 8 and 16 rows at every T, not only
+//! at the variant T: where Auto's tensor-core pairs, `plan::TENSOR_AUTO`, should start)
 //! --unchecked (print the times even where arms fail their output check: for the measuring
 //! knobs whose results are wrong by design, e.g. KVPACK_TC_FIXED)
 //! --only P1,P2,... (attention arms whose name contains one of the patterns, and the A-vs-A
@@ -91,6 +93,8 @@ struct Opts {
     decode_only: bool,
     /// `--prefill-only`: prefill chunks (and the A-vs-A twins, for the noise floor) only.
     prefill_only: bool,
+    /// `--short-every-t`: with `--prefill-only`, the 4-, 8- and 16-row chunks at every T.
+    short_every_t: bool,
     /// `--chunk N`: tokens per flash-decoding chunk.
     chunk: Option<usize>,
     /// `--tokens 1024,4096`: overrides the T list.
@@ -128,6 +132,7 @@ fn parse_args() -> Result<Opts, String> {
         only: None,
         unchecked: false,
         chunk: None,
+        short_every_t: false,
         json: None,
         plot: None,
     };
@@ -148,6 +153,7 @@ fn parse_args() -> Result<Opts, String> {
             "--spin-ms" => o.spin_ms = num("--spin-ms")? as f64,
             "--decode-only" => o.decode_only = true,
             "--prefill-only" => o.prefill_only = true,
+            "--short-every-t" => o.short_every_t = true,
             "--unchecked" => o.unchecked = true,
             "--json" => o.json = Some(it.next().ok_or("--json needs a path")?.into()),
             "--plot" => o.plot = Some(it.next().ok_or("--plot needs a path")?.into()),
@@ -797,9 +803,10 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
                 }
             }
             // With --prefill-only: shorter chunks (4, 8 and 16 rows) on every kernel at the
-            // variant T (the tensor-core one where the device has it), for where Auto should
-            // switch from the decode kernel.
-            if o.prefill_only && t == variant_t && (m == "kivi-4" || m == "f16") {
+            // variant T, or at every T with --short-every-t (the tensor-core one where the
+            // device has it), for where Auto should switch from the decode kernel.
+            let short_t = t == variant_t || o.short_every_t;
+            if o.prefill_only && short_t && (m == "kivi-4" || m == "f16") {
                 let tensor = ctx.tensor_cores().is_ok();
                 for tq in [4, 8, 16] {
                     for (kernel, what) in [
