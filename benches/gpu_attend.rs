@@ -1286,12 +1286,13 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
             let Some(a) = arm.attend().filter(|a| !a.twin) else {
                 continue;
             };
+            // The path between the name's brackets ("... [wgsl-subgroup] (tensor cores)"):
+            // the variant follows from `a.variant`, not twice.
             let path = arm
                 .name
-                .rsplit('[')
-                .next()
-                .unwrap_or("")
-                .trim_end_matches(']');
+                .rsplit_once('[')
+                .and_then(|(_, r)| r.split_once(']'))
+                .map_or("", |(p, _)| p);
             let label = format!(
                 "{} Tq={} [{path}]{}",
                 a.method,
