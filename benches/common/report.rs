@@ -266,7 +266,10 @@ pub fn plot(
     let (y0, y1) = (y0 / 1.5, y1 * 1.5);
     let p1 = (p1 * 1.15).min(120.0);
 
-    let root = BitMapBackend::new(path, (1400, 620)).into_drawing_area();
+    // The legend goes below the two panels (two columns), where it covers no data.
+    let legend_rows = series.len().div_ceil(2) as u32;
+    let legend_h = 24 * legend_rows + 16;
+    let root = BitMapBackend::new(path, (1400, 620 + legend_h)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let caption = match note {
         Some(n) => format!("{title} — {n}"),
@@ -275,7 +278,8 @@ pub fn plot(
     let root = root
         .titled(&caption, ("sans-serif", 17))
         .map_err(|e| err(&e))?;
-    let (left, right) = root.split_horizontally(700);
+    let (panels, legend) = root.split_vertically(620 - 27);
+    let (left, right) = panels.split_horizontally(700);
     let colors = [
         RGBColor(40, 90, 180),
         RGBColor(200, 60, 60),
@@ -290,6 +294,8 @@ pub fn plot(
         RGBColor(100, 200, 240),
         RGBColor(180, 180, 40),
     ];
+    // Series past the palette repeat its colours dashed.
+    let style = |i: usize| (colors[i % colors.len()], (i / colors.len()) % 2 == 1);
     let mut time = ChartBuilder::on(&left)
         .caption("median GPU time (µs)", ("sans-serif", 18))
         .margin(15)
@@ -317,31 +323,67 @@ pub fn plot(
         .draw()
         .map_err(|e| err(&e))?;
     for (i, s) in series.iter().enumerate() {
-        let c = colors[i % colors.len()];
+        let (c, dashed) = style(i);
         let t: Vec<(f64, f64)> = s.points.iter().map(|&(x, y, _)| (x, y)).collect();
-        time.draw_series(LineSeries::new(t.clone(), c.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(s.label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-        time.draw_series(t.iter().map(|&p| Circle::new(p, 4, c.filled())))
-            .map_err(|e| err(&e))?;
         let p: Vec<(f64, f64)> = s
             .points
             .iter()
             .filter_map(|&(x, _, p)| p.map(|p| (x, p)))
             .collect();
-        pct.draw_series(LineSeries::new(p.clone(), c.stroke_width(2)))
+        if dashed {
+            time.draw_series(DashedLineSeries::new(t.clone(), 8, 5, c.stroke_width(2)))
+                .map_err(|e| err(&e))?;
+            pct.draw_series(DashedLineSeries::new(p.clone(), 8, 5, c.stroke_width(2)))
+                .map_err(|e| err(&e))?;
+        } else {
+            time.draw_series(LineSeries::new(t.clone(), c.stroke_width(2)))
+                .map_err(|e| err(&e))?;
+            pct.draw_series(LineSeries::new(p.clone(), c.stroke_width(2)))
+                .map_err(|e| err(&e))?;
+        }
+        time.draw_series(t.iter().map(|&q| Circle::new(q, 4, c.filled())))
             .map_err(|e| err(&e))?;
         pct.draw_series(p.iter().map(|&q| Circle::new(q, 4, c.filled())))
             .map_err(|e| err(&e))?;
     }
-    time.configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| err(&e))?;
+    for (i, s) in series.iter().enumerate() {
+        let (c, dashed) = style(i);
+        let x = 40 + 690 * (i as i32 % 2);
+        let y = 12 + 24 * (i as i32 / 2);
+        let line = if dashed {
+            vec![
+                (x, y),
+                (x + 8, y),
+                (x + 13, y),
+                (x + 21, y),
+                (x + 26, y),
+                (x + 34, y),
+            ]
+        } else {
+            vec![(x, y), (x + 34, y)]
+        };
+        if dashed {
+            for seg in line.chunks(2) {
+                legend
+                    .draw(&PathElement::new(seg.to_vec(), c.stroke_width(2)))
+                    .map_err(|e| err(&e))?;
+            }
+        } else {
+            legend
+                .draw(&PathElement::new(line, c.stroke_width(2)))
+                .map_err(|e| err(&e))?;
+        }
+        legend
+            .draw(&Circle::new((x + 17, y), 4, c.filled()))
+            .map_err(|e| err(&e))?;
+        legend
+            .draw(&Text::new(
+                s.label.clone(),
+                (x + 44, y - 8),
+                ("sans-serif", 14),
+            ))
+            .map_err(|e| err(&e))?;
+    }
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
