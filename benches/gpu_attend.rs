@@ -13,6 +13,7 @@
 //! KIVI-4 at the variant T)
 //! --short-every-t (with --prefill-only: the chunks of 4, 8 and 16 rows at every T, not only
 //! at the variant T: where Auto's tensor-core pairs, `plan::TENSOR_AUTO`, should start)
+//! --replot JSON PNG (no GPU: the figure drawn again from a run's JSON)
 //! --unchecked (print the times even where arms fail their output check: for the measuring
 //! knobs whose results are wrong by design, e.g. KVPACK_TC_FIXED)
 //! --only P1,P2,... (attention arms whose name contains one of the patterns, and the A-vs-A
@@ -49,7 +50,7 @@
 //! the GPU busy for about N ms (default 20) with that kernel back to back, so that a round of
 //! short calls, each waited for, starts at the clock a busy GPU runs at (`ReadFlush::spin`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use half::f16;
@@ -64,7 +65,7 @@ use kvpack::{AttendKernel, AttendOptions, Input, KvLayer, Method};
 mod common;
 
 use common::l2_flush::ReadFlush;
-use common::report::{self, ArmRow, CPU_ADAPTER_NOTE, Report, Series, Stamps};
+use common::report::{self, ArmRow, CPU_ADAPTER_NOTE, Report, Stamps};
 use common::{AA_SUFFIX, MIB, Rng, fill_from, fmt_bytes, rotation, stats};
 const HQ: usize = 32;
 const HKV: usize = 8;
@@ -176,6 +177,21 @@ fn parse_args() -> Result<Opts, String> {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--replot") {
+        let (Some(json), Some(png)) = (args.get(i + 1), args.get(i + 2)) else {
+            eprintln!("gpu_attend: --replot needs a JSON path and a PNG path");
+            std::process::exit(2);
+        };
+        match replot(Path::new(json), Path::new(png)) {
+            Ok(()) => println!("wrote {png}"),
+            Err(e) => {
+                eprintln!("gpu_attend: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     let opts = match parse_args() {
         Ok(o) => o,
         Err(e) => {
@@ -1281,49 +1297,55 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         println!("wrote {}", p.display());
     }
     if let Some(p) = &o.plot {
-        let mut series: Vec<Series> = Vec::new();
-        for (arm, row) in display.iter().map(|&i| &arms[i]).zip(&rep.arms) {
-            let Some(a) = arm.attend().filter(|a| !a.twin) else {
-                continue;
-            };
-            // The path between the name's brackets ("... [wgsl-subgroup] (tensor cores)"):
-            // the variant follows from `a.variant`, not twice.
-            let path = arm
-                .name
-                .rsplit_once('[')
-                .and_then(|(_, r)| r.split_once(']'))
-                .map_or("", |(p, _)| p);
-            let label = format!(
-                "{} Tq={} [{path}]{}",
-                a.method,
-                a.tq,
-                a.variant.map(|v| format!(" ({v})")).unwrap_or_default()
-            );
-            let pt = (a.t as f64, row.median_us, row.pct_roofline);
-            match series.iter_mut().find(|s| s.label == label) {
-                Some(s) => s.points.push(pt),
-                None => series.push(Series {
-                    label,
-                    points: vec![pt],
-                }),
-            }
-        }
-        series.retain(|s| s.points.len() > 1);
-        report::plot(
-            p,
-            &format!(
-                "gpu_attend: Hq={HQ}, Hkv={HKV}, D={DIM}, roofline = {} copy; {}",
-                fmt_bytes(big_copy),
-                rep.adapter
-            ),
-            "T (context tokens)",
-            &series,
-            cpu_adapter.then_some(CPU_ADAPTER_NOTE),
-        )
-        .map_err(kvpack::Error::Config)?;
+        draw(p, &rep.arms, big_copy, &rep.adapter, cpu_adapter).map_err(kvpack::Error::Config)?;
         println!("wrote {}", p.display());
     }
     Ok(())
+}
+
+/// The figure of a run's attention arms (`--plot`, or `--replot` from its JSON).
+fn draw(
+    png: &Path,
+    rows: &[ArmRow],
+    big_copy: u64,
+    adapter: &str,
+    cpu_adapter: bool,
+) -> Result<(), String> {
+    report::plot(
+        png,
+        &format!(
+            "gpu_attend: Hq={HQ}, Hkv={HKV}, D={DIM}, roofline = {} copy; {adapter}",
+            fmt_bytes(big_copy)
+        ),
+        "T (context tokens)",
+        &report::attend_series(rows),
+        cpu_adapter.then_some(CPU_ADAPTER_NOTE),
+    )
+}
+
+/// `--replot JSON PNG`: the figure drawn again from a run's JSON (no GPU needed), e.g. after a
+/// change to the figure's drawing.
+fn replot(json: &Path, png: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(json)
+        .map_err(|e| format!("cannot read {}: {e}", json.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+    let arms = v["arms"]
+        .as_array()
+        .ok_or_else(|| format!("{}: no `arms` array", json.display()))?;
+    let rows = arms
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            ArmRow::from_json(a).ok_or_else(|| format!("{}: arm {i} is incomplete", json.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let big_copy = v["summary"]["roofline_copy_bytes"]
+        .as_u64()
+        .ok_or_else(|| format!("{}: no summary.roofline_copy_bytes", json.display()))?;
+    let adapter = v["adapter"].as_str().unwrap_or("unknown adapter");
+    let cpu_adapter = v["device_type"].as_str() == Some("Cpu");
+    draw(png, &rows, big_copy, adapter, cpu_adapter)
 }
 
 /// One prefill of `t` tokens into a layer of `method` whose appends are then timed.

@@ -152,6 +152,37 @@ pub struct ArmRow {
 }
 
 impl ArmRow {
+    /// A row back from the `arms` of a report's JSON (what [`Report::write_json`] wrote);
+    /// None where a field is missing or of the wrong type.
+    pub fn from_json(v: &serde_json::Value) -> Option<ArmRow> {
+        let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+        let size = |k: &str| v.get(k).and_then(|x| x.as_u64()).map(|x| x as usize);
+        let num = |k: &str| v.get(k).and_then(|x| x.as_f64());
+        Some(ArmRow {
+            name: text("name")?,
+            kind: text("kind")?,
+            method: text("method"),
+            path: text("path"),
+            variant: text("variant"),
+            twin: v.get("twin")?.as_bool()?,
+            t: size("T"),
+            tq: size("Tq"),
+            bytes: v.get("bytes")?.as_u64()?,
+            median_us: num("median_us")?,
+            min_us: num("min_us")?,
+            max_us: num("max_us")?,
+            samples: size("samples")?,
+            samples_ns: v
+                .get("samples_ns")?
+                .as_array()?
+                .iter()
+                .filter_map(|x| x.as_f64())
+                .collect(),
+            roofline: text("roofline_arm"),
+            pct_roofline: num("pct_roofline"),
+        })
+    }
+
     pub fn gbs(&self) -> f64 {
         self.bytes as f64 / (self.median_us * 1e3)
     }
@@ -231,6 +262,36 @@ impl Report {
 pub struct Series {
     pub label: String,
     pub points: Vec<(f64, f64, Option<f64>)>,
+}
+
+/// The attention arms of a report (`gpu_attend`'s rows, or the `arms` of its JSON through
+/// [`ArmRow::from_json`]) as lines against T: one line per (method, Tq, path, variant), the
+/// A-vs-A twins left out, lines of one point dropped.
+pub fn attend_series(rows: &[ArmRow]) -> Vec<Series> {
+    let mut series: Vec<Series> = Vec::new();
+    for r in rows.iter().filter(|r| r.kind == "attend" && !r.twin) {
+        let (Some(method), Some(t), Some(tq)) = (&r.method, r.t, r.tq) else {
+            continue;
+        };
+        let label = format!(
+            "{method} Tq={tq} [{}]{}",
+            r.path.as_deref().unwrap_or(""),
+            r.variant
+                .as_ref()
+                .map(|v| format!(" ({v})"))
+                .unwrap_or_default()
+        );
+        let pt = (t as f64, r.median_us, r.pct_roofline);
+        match series.iter_mut().find(|s| s.label == label) {
+            Some(s) => s.points.push(pt),
+            None => series.push(Series {
+                label,
+                points: vec![pt],
+            }),
+        }
+    }
+    series.retain(|s| s.points.len() > 1);
+    series
 }
 
 /// Two panels against `x_desc` (log scale): median time (log scale) and % of the copy
