@@ -177,17 +177,12 @@ fn parse_args() -> Result<Opts, String> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(i) = args.iter().position(|a| a == "--replot") {
-        let (Some(json), Some(png)) = (args.get(i + 1), args.get(i + 2)) else {
-            eprintln!("gpu_attend: --replot needs a JSON path and a PNG path");
-            std::process::exit(2);
-        };
-        match replot(Path::new(json), Path::new(png)) {
-            Ok(()) => println!("wrote {png}"),
+    if let Some(r) = report::replot_args() {
+        match r.and_then(|(json, png)| replot(&json, &png).map(|()| png)) {
+            Ok(png) => println!("wrote {}", png.display()),
             Err(e) => {
                 eprintln!("gpu_attend: {e}");
-                std::process::exit(1);
+                std::process::exit(2);
             }
         }
         return;
@@ -1326,20 +1321,7 @@ fn draw(
 /// `--replot JSON PNG`: the figure drawn again from a run's JSON (no GPU needed), e.g. after a
 /// change to the figure's drawing.
 fn replot(json: &Path, png: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(json)
-        .map_err(|e| format!("cannot read {}: {e}", json.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
-    let arms = v["arms"]
-        .as_array()
-        .ok_or_else(|| format!("{}: no `arms` array", json.display()))?;
-    let rows = arms
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            ArmRow::from_json(a).ok_or_else(|| format!("{}: arm {i} is incomplete", json.display()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let (v, rows) = report::read_rows(json)?;
     let big_copy = v["summary"]["roofline_copy_bytes"]
         .as_u64()
         .ok_or_else(|| format!("{}: no summary.roofline_copy_bytes", json.display()))?;

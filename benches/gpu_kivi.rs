@@ -5,7 +5,7 @@
 //! ```text
 //! cargo bench --bench gpu_kivi                 # full sizes (a real GPU)
 //! cargo bench --bench gpu_kivi -- --quick      # small sizes (proves the code path, e.g. lavapipe)
-//! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --json PATH  --plot PATH
+//! options: --rounds N  --warmup N  --l2-mib N  --no-flush  --json PATH  --plot PATH  --replot JSON PNG (no GPU: the figure drawn again from a run's JSON)
 //! ```
 //!
 //! Arms, all interleaved within every round (each arm submitted alone and waited for, so no
@@ -29,7 +29,7 @@
 //! once (copy: dst == src; KIVI: against the CPU reference; unfused: codes against the fused
 //! arm's within ±1; bitpack: against the CPU packer) before any number is printed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use half::f16;
@@ -44,7 +44,7 @@ use kvpack::gpu::{self, DispatchPlan};
 
 mod common;
 
-use common::report::{self, ArmRow, CPU_ADAPTER_NOTE, Report, Series, Stamps};
+use common::report::{self, ArmRow, CPU_ADAPTER_NOTE, Report, Stamps};
 use common::{AA_SUFFIX, MIB, Rng, fill_from, fmt_bytes, rotation, stats, storage};
 const HEADS: usize = 8;
 const DIM: usize = 128;
@@ -114,6 +114,16 @@ fn parse_args() -> Result<Opts, String> {
 }
 
 fn main() {
+    if let Some(r) = report::replot_args() {
+        match r.and_then(|(json, png)| replot(&json, &png).map(|()| png)) {
+            Ok(png) => println!("wrote {}", png.display()),
+            Err(e) => {
+                eprintln!("gpu_kivi: {e}");
+                std::process::exit(2);
+            }
+        }
+        return;
+    }
     let opts = match parse_args() {
         Ok(o) => o,
         Err(e) => {
@@ -1105,35 +1115,35 @@ fn run(ctx: &Context, o: &Opts) -> kvpack::Result<()> {
         println!("wrote {}", p.display());
     }
     if let Some(p) = &o.plot {
-        // One line per KIVI kernel (name without T) against T.
-        let mut series: Vec<Series> = Vec::new();
-        for row in rep
-            .arms
-            .iter()
-            .filter(|r| r.t.is_some() && r.kind != "copy")
-        {
-            let label = row.name.replace(&format!(" T={}", row.t.unwrap_or(0)), "");
-            let pt = (row.t.unwrap_or(0) as f64, row.median_us, row.pct_roofline);
-            match series.iter_mut().find(|s| s.label == label) {
-                Some(s) => s.points.push(pt),
-                None => series.push(Series {
-                    label,
-                    points: vec![pt],
-                }),
-            }
-        }
-        report::plot(
-            p,
-            &format!(
-                "gpu_kivi: KIVI quantization, H={HEADS}, D={DIM} ({})",
-                rep.adapter
-            ),
-            "T (tokens quantized)",
-            &series,
-            cpu_adapter.then_some(CPU_ADAPTER_NOTE),
-        )
-        .map_err(kvpack::Error::Config)?;
+        draw(p, &rep.arms, &rep.adapter, cpu_adapter).map_err(kvpack::Error::Config)?;
         println!("wrote {}", p.display());
     }
     Ok(())
+}
+
+/// The figure of a run's arms (`--plot`, or `--replot` from its JSON): one line per KIVI
+/// kernel (the arm's name without its T) against T.
+fn draw(png: &Path, rows: &[ArmRow], adapter: &str, cpu_adapter: bool) -> Result<(), String> {
+    let series = report::series_by(rows, |r| {
+        Some(r.name.replace(&format!(" T={}", r.t.unwrap_or(0)), ""))
+    });
+    report::plot(
+        png,
+        &format!("gpu_kivi: KIVI quantization, H={HEADS}, D={DIM} ({adapter})"),
+        "T (tokens quantized)",
+        &series,
+        cpu_adapter.then_some(CPU_ADAPTER_NOTE),
+    )
+}
+
+/// `--replot JSON PNG`: the figure drawn again from a run's JSON (no GPU needed).
+fn replot(json: &Path, png: &Path) -> Result<(), String> {
+    let (v, rows) = report::read_rows(json)?;
+    let adapter = v["adapter"].as_str().unwrap_or("unknown adapter");
+    draw(
+        png,
+        &rows,
+        adapter,
+        v["device_type"].as_str() == Some("Cpu"),
+    )
 }

@@ -1,7 +1,7 @@
 //! What the GPU benches share besides sizes and statistics: timestamp pairs around arbitrary
 //! recorded work, the CPU-adapter warning, and the `--json` / `--plot` outputs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kvpack::{Context, gpu};
 
@@ -264,23 +264,15 @@ pub struct Series {
     pub points: Vec<(f64, f64, Option<f64>)>,
 }
 
-/// The attention arms of a report (`gpu_attend`'s rows, or the `arms` of its JSON through
-/// [`ArmRow::from_json`]) as lines against T: one line per (method, Tq, path, variant), the
-/// A-vs-A twins left out, lines of one point dropped.
-pub fn attend_series(rows: &[ArmRow]) -> Vec<Series> {
+/// Lines against T from a report's rows (a run's, or its JSON's through [`read_rows`]): the
+/// rows `label` names (None: left out), one line per label; A-vs-A twins and copies are left
+/// out, and lines of one point dropped.
+pub fn series_by(rows: &[ArmRow], label: impl Fn(&ArmRow) -> Option<String>) -> Vec<Series> {
     let mut series: Vec<Series> = Vec::new();
-    for r in rows.iter().filter(|r| r.kind == "attend" && !r.twin) {
-        let (Some(method), Some(t), Some(tq)) = (&r.method, r.t, r.tq) else {
+    for r in rows.iter().filter(|r| !r.twin && r.kind != "copy") {
+        let (Some(label), Some(t)) = (label(r), r.t) else {
             continue;
         };
-        let label = format!(
-            "{method} Tq={tq} [{}]{}",
-            r.path.as_deref().unwrap_or(""),
-            r.variant
-                .as_ref()
-                .map(|v| format!(" ({v})"))
-                .unwrap_or_default()
-        );
         let pt = (t as f64, r.median_us, r.pct_roofline);
         match series.iter_mut().find(|s| s.label == label) {
             Some(s) => s.points.push(pt),
@@ -292,6 +284,55 @@ pub fn attend_series(rows: &[ArmRow]) -> Vec<Series> {
     }
     series.retain(|s| s.points.len() > 1);
     series
+}
+
+/// `gpu_attend`'s lines: one per (method, Tq, path, variant) of its attention arms.
+pub fn attend_series(rows: &[ArmRow]) -> Vec<Series> {
+    series_by(rows, |r| {
+        let (Some(method), Some(tq)) = (&r.method, r.tq) else {
+            return None;
+        };
+        (r.kind == "attend").then(|| {
+            format!(
+                "{method} Tq={tq} [{}]{}",
+                r.path.as_deref().unwrap_or(""),
+                r.variant
+                    .as_ref()
+                    .map(|v| format!(" ({v})"))
+                    .unwrap_or_default()
+            )
+        })
+    })
+}
+
+/// A report's JSON (what [`Report::write_json`] wrote) read back: the whole value and its
+/// arms as rows.
+pub fn read_rows(json: &Path) -> Result<(serde_json::Value, Vec<ArmRow>), String> {
+    let text = std::fs::read_to_string(json)
+        .map_err(|e| format!("cannot read {}: {e}", json.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+    let rows = v["arms"]
+        .as_array()
+        .ok_or_else(|| format!("{}: no `arms` array", json.display()))?
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            ArmRow::from_json(a).ok_or_else(|| format!("{}: arm {i} is incomplete", json.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((v, rows))
+}
+
+/// `--replot JSON PNG` in a bench's arguments: (JSON, PNG), or an error where a path is
+/// missing; None without the flag.
+pub fn replot_args() -> Option<Result<(PathBuf, PathBuf), String>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let i = args.iter().position(|a| a == "--replot")?;
+    Some(match (args.get(i + 1), args.get(i + 2)) {
+        (Some(j), Some(p)) => Ok((j.into(), p.into())),
+        _ => Err("--replot needs a JSON path and a PNG path".into()),
+    })
 }
 
 /// Two panels against `x_desc` (log scale): median time (log scale) and % of the copy
