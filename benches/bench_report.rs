@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench bench_report -- --results benches/results/h200 [--out BENCHMARKS.md]
-//! cargo bench --bench bench_report -- --results benches/results/h100 --only header,targets --tag h100
+//! cargo bench --bench bench_report -- --results benches/results/h100 --only header,targets,figures --tag h100
 //! ```
 //! Reads `gpu_kivi.json`, `gpu_attend.json` and, when present, `torch_baseline.json` (from
 //! `benches/torch_baseline.py`). In `--out`, each block between `<!-- generated:NAME -->` and

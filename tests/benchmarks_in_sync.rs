@@ -19,11 +19,11 @@ fn benchmarks_md_matches_its_json() {
     // path is printed into the report.
     assert_eq!(std::env::current_dir().expect("cwd"), root);
     bench_report::run(Path::new("benches/results/h200"), &out).expect("bench_report");
-    // The H100's full run: its header and targets, between `@h100` markers.
+    // The H100's full run: its header, targets and figures, between `@h100` markers.
     bench_report::run_blocks(
         Path::new("benches/results/h100"),
         &out,
-        Some(&["header", "targets"]),
+        Some(&["header", "targets", "figures"]),
         Some("h100"),
     )
     .expect("bench_report (h100)");
@@ -39,7 +39,7 @@ fn benchmarks_md_matches_its_json() {
                 |i| i,
             );
         panic!(
-            "BENCHMARKS.md differs from what bench_report makes of benches/results/h200 and h100 at line {}:\n  published:   {:?}\n  regenerated: {:?}\n(run `cargo bench --bench bench_report -- --results benches/results/h200`, then with `--results benches/results/h100 --only header,targets --tag h100`)",
+            "BENCHMARKS.md differs from what bench_report makes of benches/results/h200 and h100 at line {}:\n  published:   {:?}\n  regenerated: {:?}\n(run `cargo bench --bench bench_report -- --results benches/results/h200`, then with `--results benches/results/h100 --only header,targets,figures --tag h100`)",
             line + 1,
             published.lines().nth(line).unwrap_or(""),
             regenerated.lines().nth(line).unwrap_or("")
