@@ -154,7 +154,7 @@ fn cases() -> Vec<Case> {
             ..base
         },
         long_split,
-        // The same with keys rising along the cache (tests/common/tc_decode.rs `rising`):
+        // The same with keys rising along the cache (tests/common/tc_decode.rs `rising_past`: the largest score reaches 160 in base 2):
         // random scores rarely pass the decode kernel's reference max by more than its slack
         // (DEC_TAU) once a slice has its first tile, rising ones do, tile after tile, so the
         // rescale of l and of the accumulator runs inside a slice.
@@ -282,7 +282,8 @@ fn attend_kernels_match_reference(t: &Target) {
     }) {
         let (q, mut k, v) = qkv(&mut rng, &c);
         if c.what.contains("keys rising") {
-            common::tc_decode::rising(&mut k, c.hkv, c.d);
+            let scale = c.opts.scale.unwrap_or(1.0 / (c.d as f32).sqrt());
+            common::tc_decode::rising_past(&q, &mut k, c.hq, c.hkv, c.d, scale);
         }
         let method = Method::parse(c.method).expect("method");
         let mut layer = Layer::new(cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");

@@ -485,7 +485,8 @@ fn run_attend_inputs(t: &Target, seed: u64, cases: Vec<(Case, u32, bool)>) {
             .expect("limit");
         let (q, mut k, v) = common::attend_plans::qkv(&mut rng, &c);
         if rising {
-            common::tc_decode::rising(&mut k, c.hkv, c.d);
+            let scale = c.opts.scale.unwrap_or(1.0 / (c.d as f32).sqrt());
+            common::tc_decode::rising_past(&q, &mut k, c.hq, c.hkv, c.d, scale);
         }
         let method = Method::parse(c.method).expect("method");
         let mut layer = Layer::new(&cpu, c.hkv, c.d, &method, PathChoice::Cpu).expect("layer");
@@ -698,7 +699,7 @@ fn every_mutant_is_caught() {
     eprintln!("mutants: {total} mutants, {ran} runs (mutant x target), {caught} caught");
     assert!(
         escaped.is_empty(),
-        "mutants not caught (seed {seed}):\n  {}",
+        "mutants not caught (derived seed {seed}; replay with the KVPACK_SEED printed first):\n  {}",
         escaped.join("\n  ")
     );
 }

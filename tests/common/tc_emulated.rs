@@ -98,7 +98,7 @@ pub fn check(ctx: &kvpack::Context, seed: u64, verbose: bool) {
 /// The kernel-level cases (tests/common/attend_plans.rs) of the mutants' emulated target: a
 /// window with sinks over two segments, a wrapped ring with several splits, a part-empty
 /// vector block, one long split whose keys rise along the cache (`what` says "keys rising":
-/// the mutants scale them, tests/common/tc_decode.rs `rising`, so that the scores pass the
+/// the mutants scale them, tests/common/tc_decode.rs `rising_past`, so that the scores pass the
 /// kernel's reference max by more than TC_TAU tile after tile and its rescale runs), all at
 /// D = 32.
 pub fn plan_cases() -> Vec<super::attend_plans::Case> {
