@@ -177,14 +177,7 @@ fn parse_args() -> Result<Opts, String> {
 }
 
 fn main() {
-    if let Some(r) = report::replot_args() {
-        match r.and_then(|(json, png)| replot(&json, &png).map(|()| png)) {
-            Ok(png) => println!("wrote {}", png.display()),
-            Err(e) => {
-                eprintln!("gpu_attend: {e}");
-                std::process::exit(2);
-            }
-        }
+    if report::replotted("gpu_attend", replot) {
         return;
     }
     let opts = match parse_args() {

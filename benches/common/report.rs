@@ -324,6 +324,22 @@ pub fn read_rows(json: &Path) -> Result<(serde_json::Value, Vec<ArmRow>), String
     Ok((v, rows))
 }
 
+/// With `--replot JSON PNG` in the arguments: `draw(json, png)`, its outcome printed (exit 2
+/// on an error), and true; else false (the bench runs).
+pub fn replotted(bench: &str, draw: impl Fn(&Path, &Path) -> Result<(), String>) -> bool {
+    let Some(r) = replot_args() else {
+        return false;
+    };
+    match r.and_then(|(json, png)| draw(&json, &png).map(|()| png)) {
+        Ok(png) => println!("wrote {}", png.display()),
+        Err(e) => {
+            eprintln!("{bench}: {e}");
+            std::process::exit(2);
+        }
+    }
+    true
+}
+
 /// `--replot JSON PNG` in a bench's arguments: (JSON, PNG), or an error where a path is
 /// missing; None without the flag.
 pub fn replot_args() -> Option<Result<(PathBuf, PathBuf), String>> {
