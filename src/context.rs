@@ -234,6 +234,9 @@ pub(crate) struct Gpu {
     pub msl: Arc<Mutex<crate::gpu::msl_fallback::MslState>>,
     /// Uniform buffers by content ([`crate::gpu::uniforms`]).
     pub uniforms: Arc<Mutex<crate::gpu::uniforms::UniformCache>>,
+    /// Bind groups served by the owners' caches and made by them, `(hits, misses)`
+    /// ([`crate::gpu::bind_cache`]; every cache of the device together).
+    pub bind_groups: Arc<Mutex<(u64, u64)>>,
 }
 
 /// The dispatches of [`Context::with_dispatch_log`]: (kernel, x, y).
@@ -307,6 +310,7 @@ impl Context {
             lost: Arc::default(),
             msl: Arc::default(),
             uniforms: Arc::default(),
+            bind_groups: Arc::default(),
             coop16: false,
             coop_emulated: false,
         };
@@ -445,6 +449,7 @@ impl Context {
             lost: Arc::default(),
             msl: Arc::default(),
             uniforms: Arc::default(),
+            bind_groups: Arc::default(),
             coop16,
             coop_emulated: false,
         };

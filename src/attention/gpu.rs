@@ -94,13 +94,21 @@ pub fn wide_subgroups(ctx: &Context) -> bool {
 }
 
 /// A measuring knob's value: environment variable `var` as a number up to `max`, else 0 (the
-/// kernels as shipped).
-fn measuring_knob(var: &str, max: u32) -> u32 {
-    std::env::var(var)
+/// kernels as shipped). Read once per process (every attention call builds the
+/// specialization: reading the environment each time cost ~1 µs of host time a call).
+fn measuring_knob(var: &'static str, max: u32) -> u32 {
+    static READ: std::sync::Mutex<Vec<(&str, u32)>> = std::sync::Mutex::new(Vec::new());
+    let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, v)) = read.iter().find(|(n, _)| *n == var) {
+        return v.min(max);
+    }
+    let v = std::env::var(var)
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
         .filter(|v| *v <= max)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    read.push((var, v));
+    v
 }
 
 /// The specialization of both kernels: head width, the subgroup width class (`wide`: see
@@ -353,13 +361,41 @@ pub fn kernel_target(ctx: &Context, kernel: plan::SplitKernel) -> usize {
 
 /// What a layer keeps across its attention calls: the partials buffer (`[splits][Tq·Hq]`
 /// records of [`plan::Plan::partial_bytes`]), grown to the largest call so far and never
-/// shrunk, instead of a new buffer per call.
+/// shrunk, instead of a new buffer per call; its calls' bind groups
+/// ([`gpu::bind_cache`]: the same buffers at every decode step, the uniforms' bytes in the
+/// device's arena); and the kernels its codec pair resolved to, per path choice.
 #[derive(Debug, Default)]
 pub struct AttendScratch {
     partials: std::sync::Mutex<Option<wgpu::Buffer>>,
+    groups: gpu::bind_cache::BindGroupCache,
+    paths: std::sync::Mutex<Vec<(PathChoice, AttendPaths)>>,
 }
 
 impl AttendScratch {
+    /// [`AttendPaths::resolve`] for the layer's codec pair on `choice`, resolved once per
+    /// choice (an error is not kept: it is resolved again at the next call).
+    fn paths(
+        &self,
+        ctx: &Context,
+        k: &dyn Codec,
+        v: &dyn Codec,
+        choice: PathChoice,
+    ) -> Result<AttendPaths> {
+        let mut kept = self.paths.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = kept.iter().find(|(c, _)| *c == choice) {
+            return Ok(p.clone());
+        }
+        let p = AttendPaths::resolve(ctx, k, v, choice)?;
+        kept.push((choice, p.clone()));
+        Ok(p)
+    }
+
+    /// Bind groups the layer's calls keep (for tests: `(groups held, (hits, misses))`).
+    #[doc(hidden)]
+    pub fn bind_groups(&self) -> (usize, (u64, u64)) {
+        (self.groups.len(), self.groups.stats())
+    }
+
     /// A partials buffer of at least `bytes`: the kept one, or a new one of at least twice
     /// its size (within the binding limit), kept instead. One layer's calls run in queue
     /// order, so one buffer serves them all: wgpu orders a pass after the writes of the
@@ -377,7 +413,9 @@ impl AttendScratch {
     }
 }
 
-/// Records one call: `q` `[Tq, Hq, D]` f32 → `out` `[Tq, Hq, D]` f32 (device buffers).
+/// Records one call: `q` `[Tq, Hq, D]` f32 → `out` `[Tq, Hq, D]` f32 (device buffers). Its
+/// bind groups are kept in `scratch` for the layer's next calls ([`gpu::bind_cache`]; they
+/// hold `q` and `out` alive until the layer's next few calls no longer use them).
 #[allow(clippy::too_many_arguments)]
 pub fn encode<'a>(
     ctx: &Context,
@@ -391,12 +429,42 @@ pub fn encode<'a>(
     out: &'a wgpu::Buffer,
     scratch: &AttendScratch,
 ) -> Result<()> {
+    let io = [q, out];
+    encode_with(
+        ctx,
+        enc,
+        choice,
+        call,
+        shape,
+        sides,
+        placeholder,
+        io,
+        scratch,
+        true,
+    )
+}
+
+/// [`encode`], with the bind groups kept in `scratch` (`keep`) or made for this call only
+/// (the blocking [`run`]: its query and output buffers are new at every call).
+#[allow(clippy::too_many_arguments)]
+fn encode_with<'a>(
+    ctx: &Context,
+    enc: &mut wgpu::CommandEncoder,
+    choice: PathChoice,
+    call: &Call,
+    shape: &CacheShape,
+    sides: [&SideBuffers<'a>; 2],
+    placeholder: &'a wgpu::Buffer,
+    [q, out]: [&'a wgpu::Buffer; 2],
+    scratch: &AttendScratch,
+    keep: bool,
+) -> Result<()> {
     let bytes = (call.tq * call.hq * call.dim * 4) as u64;
     gpu::check_buffer(q, "attention queries", bytes)?;
     gpu::check_buffer(out, "attention output", bytes)?;
     let [ks, vs] = sides;
     let (k, v) = (ks.codec, vs.codec);
-    let paths = AttendPaths::resolve(ctx, k, v, choice)?;
+    let paths = scratch.paths(ctx, k, v, choice)?;
     let plan = plan_for(ctx, &paths, call, shape, k, v)?;
     let (dispatches, merge) = dispatch_plans(call, &plan, k, v, wide_subgroups(ctx), shape.ring)?;
     let split_path = match plan.kernel {
@@ -496,7 +564,11 @@ pub fn encode<'a>(
             ],
         ));
     }
-    gpu::encode_plans_in_one_pass(ctx, enc, &items)
+    if !keep {
+        return gpu::encode_plans_in_one_pass(ctx, enc, &items, None);
+    }
+    scratch.groups.begin_call();
+    gpu::encode_plans_in_one_pass(ctx, enc, &items, Some(&scratch.groups))
 }
 
 /// The error for a prefill-kernel plan whose key codec transforms the query.
@@ -574,7 +646,8 @@ pub fn run(
     let qb = gpu::upload(ctx, "kvpack attention queries", bytemuck::cast_slice(q))?;
     let ob = gpu::storage_buffer(ctx, "kvpack attention output", bytes)?;
     gpu::submit_blocking(ctx, "attention", |enc| {
-        encode(
+        let io = [&qb, &ob];
+        encode_with(
             ctx,
             enc,
             choice,
@@ -582,9 +655,9 @@ pub fn run(
             shape,
             sides,
             placeholder,
-            &qb,
-            &ob,
+            io,
             scratch,
+            false,
         )
     })?;
     let out: Vec<f32> = bytemuck::pod_collect_to_vec(&gpu::readback(ctx, &ob, bytes)?);

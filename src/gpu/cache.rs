@@ -23,8 +23,11 @@ pub struct PipelineKey {
 pub struct Pipeline {
     /// The compute pipeline.
     pub pipeline: wgpu::ComputePipeline,
-    /// Layout of bind group 0.
+    /// Layout of bind group 0 ([`super::pipeline::layout_entries`]: uniform bindings with
+    /// dynamic offsets).
     pub layout: wgpu::BindGroupLayout,
+    /// How each binding is used (the kernel's [`super::registry::KernelDef::bindings`]).
+    pub bindings: &'static [super::registry::Binding],
 }
 
 /// Built pipelines by key.

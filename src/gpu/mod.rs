@@ -6,6 +6,7 @@
 //! can drive single kernels; it is not part of the supported API and may change in any release
 //! (the supported surface is what `kvpack`'s crate root re-exports).
 
+pub mod bind_cache;
 pub mod cache;
 pub mod checks;
 pub mod coop_emulation;
@@ -185,14 +186,6 @@ impl<'a> Bind<'a> {
             size: Some(size.max(4)),
         }
     }
-
-    fn resource(&self) -> wgpu::BindingResource<'a> {
-        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-            buffer: self.buffer,
-            offset: self.offset,
-            size: self.size.and_then(wgpu::BufferSize::new),
-        })
-    }
 }
 
 impl<'a> From<&'a wgpu::Buffer> for Bind<'a> {
@@ -364,25 +357,14 @@ pub(crate) fn encode_dispatch_with(
     }
     ctx.log_dispatch(label, x, y);
     let gpu = gpu_of(ctx, label)?;
-    let entries: Vec<wgpu::BindGroupEntry> = buffers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry {
-            binding: i as u32,
-            resource: b.resource(),
-        })
-        .collect();
-    let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some(label),
-        layout: &pipeline.layout,
-        entries: &entries,
-    });
+    let (bind_group, offsets) =
+        bind_cache::bind_group(gpu, &pipeline.layout, pipeline.bindings, buffers, None);
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: Some(label),
         timestamp_writes,
     });
     pass.set_pipeline(&pipeline.pipeline);
-    pass.set_bind_group(0, &bind_group, &[]);
+    pass.set_bind_group(0, &bind_group, &offsets);
     pass.dispatch_workgroups(x, y, 1);
     Ok(())
 }
@@ -399,11 +381,13 @@ pub fn uniform_buffer(ctx: &Context, label: &'static str, data: &[u8]) -> Result
 
 /// Records several plans in one compute pass, in order (wgpu orders a dispatch after the
 /// writes of the ones before it). Each plan's own uniform is binding 0; `storage` binds 1..
-/// (uniform or storage buffers, as the kernel's bindings say).
+/// (uniform or storage buffers, as the kernel's bindings say). Bind groups come from `cache`
+/// where given ([`bind_cache`]: an owner's groups kept across its calls), else are made.
 pub fn encode_plans_in_one_pass(
     ctx: &Context,
     encoder: &mut wgpu::CommandEncoder,
     items: &[(crate::context::KernelPath, DispatchPlan, Vec<Bind<'_>>)],
+    cache: Option<&bind_cache::BindGroupCache>,
 ) -> Result<()> {
     let mut prepared = Vec::new();
     for (path, plan, storage) in items {
@@ -435,32 +419,24 @@ pub fn encode_plans_in_one_pass(
     let gpu = gpu_of(ctx, "dispatch")?;
     let mut groups = Vec::new();
     for (pipeline, uniform, storage, ..) in &prepared {
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: uniform.as_entire_binding(),
-        }];
-        entries.extend(
-            storage
-                .iter()
-                .enumerate()
-                .map(|(i, b)| wgpu::BindGroupEntry {
-                    binding: i as u32 + 1,
-                    resource: b.resource(),
-                }),
-        );
-        groups.push(gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.layout,
-            entries: &entries,
-        }));
+        let mut binds = Vec::with_capacity(storage.len() + 1);
+        binds.push(Bind::from(uniform));
+        binds.extend_from_slice(storage);
+        groups.push(bind_cache::bind_group(
+            gpu,
+            &pipeline.layout,
+            pipeline.bindings,
+            &binds,
+            cache,
+        ));
     }
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
         label: prepared.first().map(|p| p.5),
         timestamp_writes: None,
     });
-    for ((pipeline, _, _, x, y, _), group) in prepared.iter().zip(&groups) {
+    for ((pipeline, _, _, x, y, _), (group, offsets)) in prepared.iter().zip(&groups) {
         pass.set_pipeline(&pipeline.pipeline);
-        pass.set_bind_group(0, group, &[]);
+        pass.set_bind_group(0, group, offsets);
         pass.dispatch_workgroups(*x, *y, 1);
     }
     Ok(())

@@ -11,7 +11,10 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::path::KernelPath;
 
-fn layout_entries(def: &KernelDef) -> Vec<wgpu::BindGroupLayoutEntry> {
+/// The bind group layout of `def`: its bindings in order, compute-visible; every uniform
+/// binding with a dynamic offset (its bytes live in a slot of the device's uniform arena,
+/// [`super::uniforms`], so that a bind group outlives a change of them: [`super::bind_cache`]).
+pub fn layout_entries(def: &KernelDef) -> Vec<wgpu::BindGroupLayoutEntry> {
     def.bindings
         .iter()
         .enumerate()
@@ -27,7 +30,7 @@ fn layout_entries(def: &KernelDef) -> Vec<wgpu::BindGroupLayoutEntry> {
                         wgpu::BufferBindingType::Storage { read_only: false }
                     }
                 },
-                has_dynamic_offset: false,
+                has_dynamic_offset: *b == Binding::Uniform,
                 min_binding_size: None,
             },
             count: None,
@@ -201,5 +204,9 @@ fn build(
     // Creation only: a software driver (llvmpipe) may compile the machine code at the first
     // dispatch instead.
     log::debug!("built {} on {path} in {ms:.0} ms", def.name);
-    Ok(Pipeline { pipeline, layout })
+    Ok(Pipeline {
+        pipeline,
+        layout,
+        bindings: def.bindings,
+    })
 }

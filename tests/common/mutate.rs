@@ -90,29 +90,9 @@ pub fn wgsl_pipeline(
     def: &kvpack::gpu::registry::KernelDef,
     src: &str,
 ) -> kvpack::Result<kvpack::gpu::registry::Pipeline> {
-    use kvpack::gpu::registry::Binding;
     let device = ctx.device().expect("a GPU target has a device");
-    let entries: Vec<wgpu::BindGroupLayoutEntry> = def
-        .bindings
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupLayoutEntry {
-            binding: i as u32,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: match b {
-                    Binding::Uniform => wgpu::BufferBindingType::Uniform,
-                    Binding::StorageRead => wgpu::BufferBindingType::Storage { read_only: true },
-                    Binding::StorageReadWrite => {
-                        wgpu::BufferBindingType::Storage { read_only: false }
-                    }
-                },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        })
-        .collect();
+    // kvpack's own layout (uniform bindings with dynamic offsets), as the real kernel's.
+    let entries = kvpack::gpu::pipeline::layout_entries(def);
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("mutant"),
@@ -142,5 +122,9 @@ pub fn wgsl_pipeline(
             message: e.to_string(),
         });
     }
-    Ok(kvpack::gpu::registry::Pipeline { pipeline, layout })
+    Ok(kvpack::gpu::registry::Pipeline {
+        pipeline,
+        layout,
+        bindings: def.bindings,
+    })
 }
