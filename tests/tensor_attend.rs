@@ -65,12 +65,12 @@ fn tensor_kernel_refusals_are_typed() {
     );
     // Auto's choice for keys that do not transform the query: the tensor-core kernel where the
     // device runs it, its storage fits and the call reaches one of TENSOR_AUTO's measured pairs
-    // (256 query vectors per KV head from 512 tokens, 64 from 16,384, 32 from 131,072); the
+    // (256 query vectors per KV head from 512 tokens, 64 from 4,096, 32 from 16,384); the
     // decode kernel otherwise. The pairs are the measured decision (BENCHMARKS.md, "Tier 3
     // prefill: splits in one wave" and "The goals on an H100"), stated here literally: changing
     // them is a decision too.
     use kvpack::attention::plan::{SplitKernel, TENSOR_AUTO};
-    assert_eq!(TENSOR_AUTO, [(256, 512), (64, 16_384), (32, 131_072)]);
+    assert_eq!(TENSOR_AUTO, [(256, 512), (64, 4_096), (32, 16_384)]);
     let long = TENSOR_AUTO[0].1;
     let plain = kvpack::attention::plan::CacheShape {
         key_prep: false,
@@ -85,18 +85,18 @@ fn tensor_kernel_refusals_are_typed() {
         (rows + 3, long * 2, Ok(()), 1 << 16, tc),
         (rows - 1, long, Ok(()), 1 << 16, dec),
         (rows, long - 1, Ok(()), 1 << 16, dec),
-        // 254 vectors between 512 and 16k tokens: no pair reached.
-        (rows - 1, 8192, Ok(()), 1 << 16, dec),
-        (32, 16_384, Ok(()), 1 << 16, tc),
-        (31, 32_768, Ok(()), 1 << 16, dec),
-        (32, 16_383, Ok(()), 1 << 16, dec),
-        (16, 131_072, Ok(()), 1 << 16, tc),
+        // 254 vectors between 512 and 4k tokens: no pair reached.
+        (rows - 1, 4_095, Ok(()), 1 << 16, dec),
+        (32, 4_096, Ok(()), 1 << 16, tc),
+        (31, 8_192, Ok(()), 1 << 16, dec),
+        (32, 4_095, Ok(()), 1 << 16, dec),
+        (16, 16_384, Ok(()), 1 << 16, tc),
         (15, 131_072, Ok(()), 1 << 16, dec),
-        (16, 131_071, Ok(()), 1 << 16, dec),
+        (16, 16_383, Ok(()), 1 << 16, dec),
         (1, 1 << 20, Ok(()), 1 << 16, dec),
         (rows, long, no(), 1 << 16, dec),
         (rows, long, Ok(()), need - 1, dec),
-        (16, 131_072, Ok(()), need - 1, dec),
+        (16, 16_384, Ok(()), need - 1, dec),
     ] {
         let c = kvpack::attention::plan::Call {
             tq,

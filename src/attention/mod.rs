@@ -83,7 +83,7 @@ pub enum AttendKernel {
     /// The faster kernel as measured: the tensor-core prefill kernel ([`AttendKernel::Tensor`])
     /// where the device has it, the key codec does not transform the query and the call's
     /// query vectors per KV head and cached tokens reach one of [`plan::TENSOR_AUTO`]'s pairs
-    /// (256 vectors from 512 tokens, 64 from 16k, 32 from 128k; on an H100 a 64-row chunk of
+    /// (256 vectors from 512 tokens, 64 from 4k, 32 from 16k; on an H100 a 64-row chunk of
     /// KIVI-4 at 32k takes 0.84 ms there against 2.6 on the decode kernel, at 4k 0.21 against
     /// 0.43, at 1k 0.13 against 0.14, at 512 0.085 against 0.095; f16 products, the 1e-3
     /// bound); the decode kernel for

@@ -511,18 +511,27 @@ impl Call {
 ///   204 against 327 / 450). At 512 tokens (H100, 2026-12-07, a later session: `7882668`,
 ///   benches/results/h100-2026-12-07b/call2/pf512.txt) 60 / 85 against 71 / 95; at 256 even
 ///   for f16 (55 against 55) and slower for KIVI-4 (82 against 71): the decode kernel there.
-/// - 64 vectors (16 rows: one of its workgroups) from 16k: at 16k 231 / 282 against 322 / 423,
-///   at 32k 309–311 / 423–425 against 588–597 / 747–758, at 128k 767 / 1110 against 2199 /
-///   2724; at 8k split (182 / 221 against 173 / 246), at 4k slower (160 / 191 against 115 /
-///   159).
-/// - 32 vectors (8 rows) from 128k: at 128k 809 / 1126 against 1138 / 1407; at 32k even (301–304
-///   / 414 against 312–316 / 413), at 16k and below slower (215 / 265 against 178 / 244).
-/// - 16 vectors (4 rows) never: slower at every length measured (at 128k 817 / 1125 against 605
-///   / 751).
+/// - 64 vectors (16 rows: one of its workgroups) from 4k (16k until 2026-12-07). Measured then,
+///   with naga's index clamps: at 16k 231 / 282 against 322 / 423, at 32k 309–311 / 423–425
+///   against 588–597 / 747–758, at 128k 767 / 1110 against 2199 / 2724; at 8k split, at 4k
+///   slower (160 / 191 against 115 / 159). Without the clamps (H100, 2026-12-07, a later
+///   session, one process per length pair, 12 rounds: benches/results/h100-2026-12-07d/) faster
+///   from 4k: at 4k 119 / 166 against 175 / 233, at 8k 141 / 200 against 281 / 368, at 16k 132
+///   / 188 against 322 / 399, at 32k 185 / 281 against 608 / 711, at 128k 500 / 783 against
+///   2206 / 2512 (shorter lengths not measured).
+/// - 32 vectors (8 rows) from 16k (128k until 2026-12-07; with the clamps at 16k and below
+///   slower, 215 / 265 against 178 / 244). Without them (the same run): at 16k 120 / 183
+///   against 180 / 233, at 32k 182 / 283 against 322 / 386, at 128k 528 / 830 against 1141 /
+///   1288; at 8k f16 faster (128 against 173) and KIVI-4 even (188 against 187), at 4k f16
+///   faster (101 against 116) and KIVI-4 slower (150 against 123).
+/// - 16 vectors (4 rows) never: KIVI-4 slower at every length measured (without the clamps: at
+///   4k 145 against 91, at 32k 279 against 213, at 128k 825 against 677); f16 about even from
+///   16k (at 128k 521 against 601, at 32k 175 against 180) and slower at 4k (95 against 73).
+///   The pairs hold for every codec pair, so they follow KIVI.
 ///
 /// Auto asks for the measured points. A choice between two built kernels by the call's size,
 /// not a pipeline specialized on it.
-pub const TENSOR_AUTO: [(usize, usize); 3] = [(256, 512), (64, 16_384), (32, 131_072)];
+pub const TENSOR_AUTO: [(usize, usize); 3] = [(256, 512), (64, 4_096), (32, 16_384)];
 
 /// Whether a call of `vectors` query vectors per KV head over `tokens` cached tokens reaches
 /// one of [`TENSOR_AUTO`]'s pairs.
