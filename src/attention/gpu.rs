@@ -390,12 +390,6 @@ impl AttendScratch {
         Ok(p)
     }
 
-    /// Bind groups the layer's calls keep (for tests: `(groups held, (hits, misses))`).
-    #[doc(hidden)]
-    pub fn bind_groups(&self) -> (usize, (u64, u64)) {
-        (self.groups.len(), self.groups.stats())
-    }
-
     /// A partials buffer of at least `bytes`: the kept one, or a new one of at least twice
     /// its size (within the binding limit), kept instead. One layer's calls run in queue
     /// order, so one buffer serves them all: wgpu orders a pass after the writes of the
