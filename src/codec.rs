@@ -84,7 +84,9 @@ impl Stream {
 
 /// Where a GPU encode reads the f16 rows `[H·D/2 words]` of the tokens it quantizes: token
 /// `s < t_old` is row `s % ring_tokens` of `ring` (the side's residual window), token
-/// `s ≥ t_old` is row `s − inc_start` of `incoming` (this append's upload).
+/// `s ≥ t_old` is row `s − inc_start` of `incoming` from byte `incoming_at` (this append's
+/// rows: a slot of the device's staging arena, [`crate::gpu::staging`], or a buffer of their
+/// own). Kernels bind `incoming` from that byte ([`EncodeSource::incoming_bind`]).
 #[derive(Clone, Copy, Debug)]
 pub struct EncodeSource<'a> {
     /// The residual ring (a placeholder when no token comes from it).
@@ -93,6 +95,9 @@ pub struct EncodeSource<'a> {
     pub ring_tokens: usize,
     /// This append's rows (a placeholder when no token comes from it).
     pub incoming: &'a wgpu::Buffer,
+    /// The byte of `incoming` its first row is at (a multiple of the device's storage offset
+    /// alignment).
+    pub incoming_at: u64,
     /// Absolute token of `incoming`'s first row.
     pub inc_start: usize,
     /// Tokens before this one are in the ring.
@@ -103,7 +108,17 @@ pub struct EncodeSource<'a> {
     pub tables: &'a wgpu::Buffer,
 }
 
-impl EncodeSource<'_> {
+impl<'a> EncodeSource<'a> {
+    /// The storage binding of the incoming rows: `incoming` from `incoming_at` (row 0 of the
+    /// binding is the row of token `inc_start`).
+    pub fn incoming_bind(&self) -> crate::gpu::Bind<'a> {
+        crate::gpu::Bind {
+            buffer: self.incoming,
+            offset: self.incoming_at,
+            size: None,
+        }
+    }
+
     /// Where its rows are, for the codecs' dispatch plans.
     pub fn rows(&self) -> SourceRows {
         SourceRows {

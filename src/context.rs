@@ -234,6 +234,8 @@ pub(crate) struct Gpu {
     pub msl: Arc<Mutex<crate::gpu::msl_fallback::MslState>>,
     /// Uniform buffers by content ([`crate::gpu::uniforms`]).
     pub uniforms: Arc<Mutex<crate::gpu::uniforms::UniformCache>>,
+    /// Host rows staged for recorded copies ([`crate::gpu::staging`]).
+    pub staging: Arc<crate::gpu::staging::StagingArena>,
     /// Bind groups served by the owners' caches and made by them, `(hits, misses)`
     /// ([`crate::gpu::bind_cache`]; every cache of the device together).
     pub bind_groups: Arc<Mutex<(u64, u64)>>,
@@ -310,6 +312,7 @@ impl Context {
             lost: Arc::default(),
             msl: Arc::default(),
             uniforms: Arc::default(),
+            staging: Arc::default(),
             bind_groups: Arc::default(),
             coop16: false,
             coop_emulated: false,
@@ -449,6 +452,7 @@ impl Context {
             lost: Arc::default(),
             msl: Arc::default(),
             uniforms: Arc::default(),
+            staging: Arc::default(),
             bind_groups: Arc::default(),
             coop16,
             coop_emulated: false,

@@ -3,7 +3,8 @@
 //! (`codec_tests!`):
 //!
 //! - parity: f16 and f32 input at non-zero (and not word-aligned) offsets, in ragged chunks
-//!   across block boundaries, blocking and recorded (several appends in one encoder), stores
+//!   across block boundaries, blocking and recorded (several appends in one encoder, also
+//!   alternating with recorded host appends across a new staging arena), stores
 //!   bit-identical words and gives bit-identical attention to host appends of the same values;
 //! - bad values: the blocking GPU append returns the host append's very error (NaN, ±Inf,
 //!   beyond f16, a vector norm the codec cannot store) and changes nothing; a recorded one is
@@ -22,7 +23,7 @@ mod common;
 #[path = "../examples/frame_loop.rs"]
 mod frame_loop;
 
-use common::Target;
+use common::{Target, encoder, submit};
 use half::f16;
 use kvpack::{AttendOptions, Context, Error, GpuInput, Input, KvLayer};
 use rand::Rng;
@@ -94,23 +95,6 @@ fn bits(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()
 }
 
-fn submit(ctx: &Context, enc: wgpu::CommandEncoder) {
-    let (device, queue) = (ctx.device().expect("device"), ctx.queue().expect("queue"));
-    let index = queue.submit([enc.finish()]);
-    device
-        .poll(wgpu::PollType::Wait {
-            submission_index: Some(index),
-            timeout: None,
-        })
-        .expect("poll");
-}
-
-fn encoder(ctx: &Context) -> wgpu::CommandEncoder {
-    ctx.device()
-        .expect("device")
-        .create_command_encoder(&Default::default())
-}
-
 /// How a test appends from the app's buffers.
 #[derive(Clone, Copy, Debug)]
 enum Mode {
@@ -120,6 +104,11 @@ enum Mode {
     Recorded,
     /// `encode_append_gpu`, every chunk in one encoder.
     OneEncoder,
+    /// Every chunk in one encoder, every other one from host values (`encode_append`: while a
+    /// recorded device append is unsynced its window rows are written conditionally, read
+    /// from a slot of the device's staging arena), the arena dropped halfway (slots recorded
+    /// before stay the old buffer's).
+    Mixed,
 }
 
 /// Appends `k`, `v` (f32 values) from app buffers as `dtype`, chunk by chunk, K at byte
@@ -146,12 +135,28 @@ fn append_from_gpu(
     let es = dtype.size() as usize;
     let mut at = 0;
     let mut shared = encoder(ctx);
-    for c in chunks(k.len() / ROW) {
+    let sizes = chunks(k.len() / ROW);
+    for (i, &c) in sizes.iter().enumerate() {
         let ki = GpuInput::new(&kb, (pad_k + at * ROW * es) as u64, dtype, c);
         let vi = GpuInput::new(&vb, (pad_v + at * ROW * es) as u64, dtype, c);
+        if matches!(mode, Mode::Mixed) && i == sizes.len() / 2 {
+            ctx.clear_staging();
+        }
         match mode {
             Mode::Blocking => l.append_gpu(ki, vi).expect("append_gpu"),
-            Mode::Recorded | Mode::OneEncoder => {
+            Mode::Mixed if i % 2 == 1 => {
+                let (kh, vh) = (&k[at * ROW..(at + c) * ROW], &v[at * ROW..(at + c) * ROW]);
+                match l.encode_append(&mut shared, Input::F32(kh), Input::F32(vh)) {
+                    Ok(()) => {}
+                    Err(Error::Config(m)) if m.contains("status check") => {
+                        submit(ctx, std::mem::replace(&mut shared, encoder(ctx)));
+                        l.sync().expect("sync");
+                        l.append(Input::F32(kh), Input::F32(vh)).expect("append");
+                    }
+                    Err(e) => panic!("encode_append: {e}"),
+                }
+            }
+            Mode::Recorded | Mode::OneEncoder | Mode::Mixed => {
                 let before = l.len();
                 let mut own = encoder(ctx);
                 let enc = match mode {
@@ -236,6 +241,7 @@ fn gpu_append_parity(t: &Target, spec: &str) {
         (F16, (6, 2), Mode::Recorded),
         (F32, (4, 0), Mode::OneEncoder),
         (F16, (0, 514), Mode::Blocking),
+        (F32, (8, 4), Mode::Mixed),
     ] {
         let mut l = layer(ctx, t, spec);
         append_from_gpu(ctx, &mut *l, &k, &v, dtype, pads, mode);

@@ -141,16 +141,19 @@ pub fn gpu_with_buffer_count() -> Result<(Context, BufferCount), String> {
     .map_err(|e| format!("no device: {e}"))?;
     let ctx = Context::from_device(device.clone(), queue).map_err(|e| e.to_string())?;
     let handle = ctx.clone();
-    // Net of kvpack's uniform cache: a bounded set of small buffers the device keeps for
-    // reuse across layers and steps (`Context::cached_uniforms`), not held by any cache.
+    // Net of kvpack's uniform and staging arenas: at most one buffer each that the device
+    // keeps across layers and steps (`Context::cached_uniforms`,
+    // `Context::staging_arenas_held`), not held by any cache.
     let count = move || {
         let _ = device.poll(wgpu::PollType::Wait {
             submission_index: None,
             timeout: None,
         });
-        instance
-            .generate_report()
-            .map(|r| r.hub.buffers.num_kept_from_user - handle.cached_uniforms())
+        instance.generate_report().map(|r| {
+            r.hub.buffers.num_kept_from_user
+                - handle.cached_uniforms()
+                - handle.staging_arenas_held()
+        })
     };
     Ok((ctx, Box::new(count)))
 }

@@ -6,6 +6,7 @@
 //! can drive single kernels; it is not part of the supported API and may change in any release
 //! (the supported surface is what `kvpack`'s crate root re-exports).
 
+pub(crate) mod arena;
 pub mod bind_cache;
 pub mod cache;
 pub mod checks;
@@ -15,6 +16,7 @@ pub mod pipeline;
 pub(crate) mod probe;
 pub mod registry;
 pub mod resolve;
+pub mod staging;
 pub mod timing;
 pub mod uniforms;
 pub mod unroll;

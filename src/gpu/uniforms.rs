@@ -3,8 +3,8 @@
 //! the same bytes recur for every layer of a model at one decode step (same geometry, same
 //! length) and for every step of an append pattern. Each distinct content is written once
 //! per device into a slot of the device's arena ([`ARENA_BYTES`], slots aligned to the
-//! device's `min_uniform_buffer_offset_alignment`) and kept, instead of a buffer per
-//! dispatch. Sharing is safe because a uniform is only read.
+//! device's `min_uniform_buffer_offset_alignment`; [`super::arena`]) and kept, instead of a
+//! buffer per dispatch. Sharing is safe because a uniform is only read.
 //!
 //! **Why an arena.** Every uniform binding of kvpack's pipelines has a dynamic offset
 //! ([`super::pipeline::layout_entries`]): a bind group names the arena buffer, not the slot,
@@ -51,9 +51,7 @@ impl<'a> From<&'a UniformSlot> for super::Bind<'a> {
 /// The device's arena and the slot of each content written to it.
 #[derive(Debug, Default)]
 pub(crate) struct UniformCache {
-    arena: Option<wgpu::Buffer>,
-    /// Next free byte of the arena.
-    next: u64,
+    arena: super::arena::Arena,
     map: HashMap<Key, UniformSlot>,
     hits: u64,
     misses: u64,
@@ -78,31 +76,19 @@ pub fn uniform(ctx: &Context, label: &'static str, data: &[u8]) -> Result<Unifor
         return Ok(s);
     }
     let align = u64::from(gpu.limits.min_uniform_buffer_offset_alignment).max(16);
-    let size = key.1.len() as u64;
-    let offset = c.next.div_ceil(align) * align;
-    let arena = match c.arena.clone() {
-        Some(a) if offset + size <= a.size() => a,
-        _ => {
-            // Full (or none yet): a new arena; the old one's slots are forgotten, never
-            // rewritten (see the module's doc).
-            let bytes = ARENA_BYTES.max(size);
-            let a = super::allocate(ctx, "kvpack uniform arena", bytes, |device| {
-                Ok(device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("kvpack uniform arena"),
-                    size: bytes,
-                    usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                }))
-            })?;
-            c.map.clear();
-            c.arena = Some(a.clone());
-            c.next = 0;
-            a
-        }
-    };
-    let offset = c.next.div_ceil(align) * align;
-    gpu.queue.write_buffer(&arena, offset, &key.1);
-    c.next = offset + size;
+    let placed = c.arena.place(
+        ctx,
+        "kvpack uniform arena",
+        wgpu::BufferUsages::UNIFORM,
+        ARENA_BYTES,
+        align,
+        &key.1,
+    )?;
+    if placed.fresh {
+        // The old arena's slots are forgotten, never rewritten (see the module's doc).
+        c.map.clear();
+    }
+    let (arena, offset, size) = (placed.buffer, placed.offset, key.1.len() as u64);
     c.misses += 1;
     let slot = UniformSlot {
         buffer: arena,
@@ -117,7 +103,7 @@ impl Context {
     /// Uniform arena buffers this device's cache holds (0 or 1; 0 without a GPU).
     pub fn cached_uniforms(&self) -> usize {
         self.gpu()
-            .map_or(0, |g| usize::from(lock(&g.uniforms).arena.is_some()))
+            .map_or(0, |g| usize::from(lock(&g.uniforms).arena.holds()))
     }
 
     /// Drops the device's uniform arena and its slots (made again on need; bind groups and
@@ -126,8 +112,7 @@ impl Context {
         if let Some(g) = self.gpu() {
             let mut c = lock(&g.uniforms);
             c.map.clear();
-            c.arena = None;
-            c.next = 0;
+            c.arena.clear();
         }
     }
 

@@ -15,9 +15,10 @@
 //!
 //! **Appends** (`GpuSide::prepare` → `GpuSide::record_encode` →
 //! `GpuSide::record_commit` → `GpuSide::apply`): every buffer the append needs (grown
-//! segments, a grown ring, uploads) is allocated in `prepare`, inside out-of-memory error
-//! scopes, before anything is recorded; `apply` swaps the new buffers in. A failure before
-//! `apply` leaves the side exactly as it was.
+//! segments, a grown ring) is allocated in `prepare`, inside out-of-memory error scopes, and
+//! host rows are staged there ([`crate::gpu::staging`]: a slot of the device's arena, or a
+//! buffer of their own past `staging::LARGE` bytes), before anything is recorded; `apply`
+//! swaps the new buffers in. A failure before `apply` leaves the side exactly as it was.
 
 use half::f16;
 
@@ -48,6 +49,7 @@ pub(crate) fn prepare_encode(ctx: &Context, codec: &dyn Codec) -> Result<()> {
         ring: &rows,
         ring_tokens: 1,
         incoming: &rows,
+        incoming_at: 0,
         inc_start: 0,
         t_old: 0,
         start: 0,
@@ -143,17 +145,17 @@ fn layout(words_per_block: &[usize], cap: usize, align: u64) -> (Vec<(u64, u64)>
     (ranges, at)
 }
 
-/// One encode dispatch's tokens `[a, b)` (whole blocks inside one segment) and its upload of
-/// the incoming rows `[first, b)` (`None` when every token comes from the ring).
+/// One encode dispatch's tokens `[a, b)` (whole blocks inside one segment) and where the
+/// incoming rows `[first, b)` are (`None` when every token comes from the ring).
 struct Piece {
     a: usize,
     b: usize,
     first: usize,
-    /// The rows and the token of their first row.
-    incoming: Option<(wgpu::Buffer, usize)>,
+    /// The rows: a buffer, the byte of its first row and that row's token.
+    incoming: Option<(wgpu::Buffer, u64, usize)>,
 }
 
-/// One append's new f16 rows `[n][H][D]`: host values (uploaded by `GpuSide::prepare`) or
+/// One append's new f16 rows `[n][H][D]`: host values (staged by `GpuSide::prepare`) or
 /// rows already on the device (`[tokens][H·D/2 words]`, the first row the append's first
 /// token: what `super::gpu_input`'s conversion writes).
 #[derive(Clone, Copy, Debug)]
@@ -188,9 +190,10 @@ pub(crate) struct GpuPending {
     pieces: Vec<Piece>,
     /// A grown ring (the live rows are copied into it by the commit).
     ring: Option<Ring>,
-    /// The rows that stay in the window, `[max(Q_new, T_old), T_new)` (or more), and the
-    /// token of the buffer's first row.
-    ring_rows: Option<(wgpu::Buffer, usize)>,
+    /// The rows that stay in the window, `[max(Q_new, T_old), T_new)` (or more): the buffer,
+    /// the byte of its first row (host rows: a slot of the device's staging arena) and that
+    /// row's token.
+    ring_rows: Option<(wgpu::Buffer, u64, usize)>,
 }
 
 impl GpuSide {
@@ -524,24 +527,28 @@ impl GpuSide {
         let t_new = t_old + n;
         let (q_old, q_new) = (quantized_len(t_old, r, gb), quantized_len(t_new, r, gb));
         let ctx = &self.ctx;
-        // The rows of tokens [a, b) and the token of their first row.
-        let rows = |label: &'static str, a: usize, b: usize| -> Result<(wgpu::Buffer, usize)> {
-            match device {
-                Some(buf) => Ok((buf.clone(), t_old)),
-                None => Ok((
-                    gpu::upload(
-                        ctx,
-                        label,
-                        bytemuck::cast_slice(&f16_rows_to_words(
-                            row,
-                            &host[(a - t_old) * row..(b - t_old) * row],
-                        )),
-                    )?,
-                    a,
-                )),
-            }
-        };
-        // Pieces: within one segment, and their uploads within the binding limit.
+        // The rows of tokens [a, b): a buffer, the byte of their first row and its token. Host
+        // rows are staged in the device's arena (a decode step's token: no buffer of its own;
+        // rows past `staging::LARGE` bytes get one).
+        let rows =
+            |label: &'static str, a: usize, b: usize| -> Result<(wgpu::Buffer, u64, usize)> {
+                match device {
+                    Some(buf) => Ok((buf.clone(), 0, t_old)),
+                    None => {
+                        let x = &host[(a - t_old) * row..(b - t_old) * row];
+                        // Rows of an even number of values are their words' bytes as they lie
+                        // (little-endian: value e in the low half of word e / 2); else padded.
+                        let st = if row.is_multiple_of(2) && cfg!(target_endian = "little") {
+                            gpu::staging::stage(ctx, label, bytemuck::cast_slice(x))?
+                        } else {
+                            let words = f16_rows_to_words(row, x);
+                            gpu::staging::stage(ctx, label, bytemuck::cast_slice(&words))?
+                        };
+                        Ok((st.buffer, st.offset, a))
+                    }
+                }
+            };
+        // Pieces: within one segment, and their rows within the binding limit.
         let seg_tokens = self.seg_blocks * gb;
         let per_upload = (ctx.max_storage_binding_size() / self.row_bytes()) as usize / gb * gb;
         if q_new > q_old && per_upload == 0 {
@@ -671,7 +678,8 @@ impl GpuSide {
                 ring,
                 ring_tokens,
                 incoming: piece.incoming.as_ref().map_or(&self.placeholder, |i| &i.0),
-                inc_start: piece.incoming.as_ref().map_or(piece.first, |i| i.1),
+                incoming_at: piece.incoming.as_ref().map_or(0, |i| i.1),
+                inc_start: piece.incoming.as_ref().map_or(piece.first, |i| i.2),
                 t_old: p.t_old,
                 start: piece.a,
                 tables: &self.tables,
@@ -719,7 +727,7 @@ impl GpuSide {
                     enc,
                     true,
                     (p.q_new.min(p.t_old), p.t_old),
-                    &old.buffer,
+                    (&old.buffer, 0),
                     old.cap,
                     0,
                     &new.buffer,
@@ -744,7 +752,7 @@ impl GpuSide {
                 }
             }
         }
-        if let Some((rows, row0)) = &p.ring_rows {
+        if let Some((rows, base, row0)) = &p.ring_rows {
             let first = p.q_new.max(p.t_old);
             if let Some(status) = conditional {
                 return super::gpu_input::record_ring_write(
@@ -752,7 +760,7 @@ impl GpuSide {
                     enc,
                     false,
                     (first, p.t_new),
-                    rows,
+                    (rows, *base),
                     0,
                     *row0,
                     dst,
@@ -766,7 +774,7 @@ impl GpuSide {
                 let run = (p.t_new - s).min(cap - s % cap);
                 enc.copy_buffer_to_buffer(
                     rows,
-                    (s - *row0) as u64 * rb,
+                    base + (s - *row0) as u64 * rb,
                     dst,
                     (s % cap) as u64 * rb,
                     run as u64 * rb,

@@ -489,14 +489,15 @@ pub(crate) fn record_convert(
 
 /// One ring write (see `wgsl/store/ring_write.wgsl`): `relayout` re-lays tokens `[a, b)`
 /// from the old ring `src` (`src_cap` rows) into `dst`; else tokens `[a, b)` come from rows
-/// `s − src_first` of `src`.
+/// `s − src_first` of `src`. `src_at`: the byte of `src` its row 0 is at (bound from there: a
+/// multiple of the storage offset alignment, e.g. a staging slot).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn record_ring_write(
     ctx: &Context,
     enc: &mut wgpu::CommandEncoder,
     relayout: bool,
     (a, b): (usize, usize),
-    src: &wgpu::Buffer,
+    (src, src_at): (&wgpu::Buffer, u64),
     src_cap: usize,
     src_first: usize,
     dst: &wgpu::Buffer,
@@ -529,7 +530,15 @@ pub(crate) fn record_ring_write(
         enc,
         PATH,
         &plan(&RING_WRITE, &p, wg),
-        &[Bind::from(src), Bind::from(dst), Bind::from(status)],
+        &[
+            Bind {
+                buffer: src,
+                offset: src_at,
+                size: None,
+            },
+            Bind::from(dst),
+            Bind::from(status),
+        ],
     )
 }
 

@@ -86,6 +86,25 @@ fn headless(withhold: wgpu::Features) -> Result<Context, String> {
     Context::headless_with(&opts).map_err(|e| e.to_string())
 }
 
+/// A new command encoder on `ctx`'s device.
+pub fn encoder(ctx: &Context) -> wgpu::CommandEncoder {
+    ctx.device()
+        .expect("device")
+        .create_command_encoder(&Default::default())
+}
+
+/// Submits `enc` on `ctx`'s queue and waits for it.
+pub fn submit(ctx: &Context, enc: wgpu::CommandEncoder) {
+    let index = ctx.queue().expect("queue").submit([enc.finish()]);
+    ctx.device()
+        .expect("device")
+        .poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })
+        .expect("poll");
+}
+
 /// The shared device with every feature kvpack wants.
 pub fn gpu_context() -> Result<Context, String> {
     static CTX: OnceLock<Result<Context, String>> = OnceLock::new();

@@ -181,7 +181,7 @@ impl Codec for F16Codec {
         if s < end {
             enc.copy_buffer_to_buffer(
                 src.incoming,
-                (s - src.inc_start) as u64 * rb,
+                src.incoming_at + (s - src.inc_start) as u64 * rb,
                 dst.buffer,
                 at(s),
                 (end - s) as u64 * rb,

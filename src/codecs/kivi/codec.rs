@@ -206,7 +206,7 @@ impl Codec for KiviCodec {
             &plan,
             &[
                 Bind::from(src.ring),
-                Bind::from(src.incoming),
+                src.incoming_bind(),
                 dst.stream(0),
                 dst.stream(1),
                 Bind::from(status),

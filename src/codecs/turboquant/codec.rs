@@ -282,7 +282,7 @@ impl Codec for TurboQuantCodec {
             &plan,
             &[
                 Bind::from(src.ring),
-                Bind::from(src.incoming),
+                src.incoming_bind(),
                 dst.stream(0),
                 dst.stream(1),
                 Bind::from(src.tables),

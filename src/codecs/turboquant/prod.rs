@@ -357,7 +357,7 @@ impl Codec for ProdCodec {
             &plan,
             &[
                 Bind::from(src.ring),
-                Bind::from(src.incoming),
+                src.incoming_bind(),
                 dst.stream(0),
                 dst.stream(1),
                 dst.stream(2),

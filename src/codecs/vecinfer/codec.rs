@@ -375,7 +375,7 @@ impl Codec for VecInferCodec {
             &plan,
             &[
                 Bind::from(src.ring),
-                Bind::from(src.incoming),
+                src.incoming_bind(),
                 dst.stream(0),
                 Bind::from(src.tables),
             ],
