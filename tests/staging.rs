@@ -10,7 +10,9 @@
 //!   between recordings;
 //! - rows above `staging::LARGE` (a prefill chunk) get a buffer of their own, and store the
 //!   same;
-//! - rows of an odd number of values (staged padded to words) store the same.
+//! - rows of an odd number of values (staged padded to words, each side alone) and rows
+//!   whose bytes are not a multiple of the offset alignment (both sides in one slot) store
+//!   the same.
 
 mod common;
 
@@ -231,48 +233,52 @@ fn large_rows_get_a_buffer_of_their_own() {
     same(&*l, &*want, &q, spec);
 }
 
-/// Rows of an odd number of values (H = 3, D = 5: 15 f16 values, padded to 8 words) staged
-/// one token at a time and in chunks store what the same values from app buffers store.
+/// Small rows staged one token at a time and in chunks store what the same values from app
+/// buffers store: H = 3, D = 5 (15 f16 values, padded to 8 words: each side staged alone)
+/// and H = 3, D = 6 (36 bytes a row: both sides in one slot, the value rows at the next
+/// multiple of the storage offset alignment, not right after the key rows).
 #[test]
-fn odd_rows_padded_to_words() {
-    let Some(ctx) = own_ctx("odd_rows_padded_to_words") else {
+fn small_rows_odd_and_unaligned() {
+    let Some(ctx) = own_ctx("small_rows_odd_and_unaligned") else {
         return;
     };
-    let (h, d) = (3, 5);
-    let mut rng = common::rng("odd_rows_padded_to_words");
+    let mut rng = common::rng("small_rows_odd_and_unaligned");
     let n = 120;
-    let k: Vec<f32> = (0..n * h * d)
-        .map(|_| rng.random_range(-2.0..2.0))
-        .collect();
-    let v: Vec<f32> = (0..n * h * d)
-        .map(|_| rng.random_range(-2.0..2.0))
-        .collect();
-    let q: Vec<f32> = (0..2 * h * d)
-        .map(|_| rng.random_range(-1.0..1.0))
-        .collect();
     let sizes: Vec<usize> = [1, 7, 33, 1, 1, 40, 37].to_vec();
     assert_eq!(sizes.iter().sum::<usize>(), n);
-    for spec in ["f16", "kivi:bits=4,group=16,vgroup=5,residual=16"] {
-        let want = device_fed_hd(&ctx, spec, (h, d), &k, &v, &sizes);
-        let mut l = layer_hd(&ctx, spec, h, d);
-        let mut at = 0;
-        for &c in &sizes {
-            let r = at * h * d..(at + c) * h * d;
-            let mut enc = encoder(&ctx);
-            l.encode_append(&mut enc, Input::F32(&k[r.clone()]), Input::F32(&v[r]))
-                .expect("encode_append");
-            submit(&ctx, enc);
-            at += c;
+    for (h, d) in [(3, 5), (3, 6)] {
+        let k: Vec<f32> = (0..n * h * d)
+            .map(|_| rng.random_range(-2.0..2.0))
+            .collect();
+        let v: Vec<f32> = (0..n * h * d)
+            .map(|_| rng.random_range(-2.0..2.0))
+            .collect();
+        let q: Vec<f32> = (0..2 * h * d)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        for spec in ["f16", "kivi:bits=4,group=16,residual=16"] {
+            let what = format!("{spec} H={h} D={d}");
+            let want = device_fed_hd(&ctx, spec, (h, d), &k, &v, &sizes);
+            let mut l = layer_hd(&ctx, spec, h, d);
+            let mut at = 0;
+            for &c in &sizes {
+                let r = at * h * d..(at + c) * h * d;
+                let mut enc = encoder(&ctx);
+                l.encode_append(&mut enc, Input::F32(&k[r.clone()]), Input::F32(&v[r]))
+                    .expect("encode_append");
+                submit(&ctx, enc);
+                at += c;
+            }
+            assert!(
+                l.snapshot().expect("snapshot") == want.snapshot().expect("snapshot"),
+                "{what}: stored otherwise than from app buffers"
+            );
+            let o = AttendOptions::default();
+            assert!(
+                bits(&l.attend(&q, 2 * h, &o).expect("attend"))
+                    == bits(&want.attend(&q, 2 * h, &o).expect("attend")),
+                "{what}: attention differs"
+            );
         }
-        assert!(
-            l.snapshot().expect("snapshot") == want.snapshot().expect("snapshot"),
-            "{spec}: odd rows stored otherwise than from app buffers"
-        );
-        let o = AttendOptions::default();
-        assert!(
-            bits(&l.attend(&q, 2 * h, &o).expect("attend"))
-                == bits(&want.attend(&q, 2 * h, &o).expect("attend")),
-            "{spec}: attention on odd rows differs"
-        );
     }
 }

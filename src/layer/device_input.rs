@@ -137,10 +137,12 @@ impl Layer {
             [
                 NewRows::Device {
                     buffer: &rows[0],
+                    offset: 0,
                     tokens: n,
                 },
                 NewRows::Device {
                     buffer: &rows[1],
+                    offset: 0,
                     tokens: n,
                 },
             ],
@@ -177,6 +179,7 @@ impl Layer {
         };
         let new = |i: usize| NewRows::Device {
             buffer: &rows[i],
+            offset: 0,
             tokens: n,
         };
         let p = [

@@ -81,10 +81,16 @@ impl KvLayer for Layer {
             return Ok(());
         }
         let (t, r) = (self.tokens, self.residual);
-        let rows = [&k16[..], &v16[..]];
+        let mut staged = None;
+        let rows = crate::store::gpu::stage_rows(
+            &self.ctx,
+            self.g.token_elems(),
+            [NewRows::Host(&k16), NewRows::Host(&v16)],
+            &mut staged,
+        )?;
         let p = [
-            s.sides[0].prepare(&*self.codecs[0], r, t, NewRows::Host(rows[0]))?,
-            s.sides[1].prepare(&*self.codecs[1], r, t, NewRows::Host(rows[1]))?,
+            s.sides[0].prepare(&*self.codecs[0], r, t, rows[0])?,
+            s.sides[1].prepare(&*self.codecs[1], r, t, rows[1])?,
         ];
         for (codec, p) in self.codecs.iter().zip(&p) {
             if codec.needs_status() && GpuSide::encodes(p) {

@@ -423,6 +423,9 @@ impl Layer {
                 sides[1].commit(pv);
             }
             Store::Gpu(s) => {
+                let mut staged = None;
+                let row = self.g.token_elems();
+                let rows = crate::store::gpu::stage_rows(&self.ctx, row, rows, &mut staged)?;
                 let p = [
                     s.sides[0].prepare(&*self.codecs[0], r, t, rows[0])?,
                     s.sides[1].prepare(&*self.codecs[1], r, t, rows[1])?,

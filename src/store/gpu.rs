@@ -156,15 +156,73 @@ struct Piece {
 }
 
 /// One append's new f16 rows `[n][H][D]`: host values (staged by `GpuSide::prepare`) or
-/// rows already on the device (`[tokens][H·D/2 words]`, the first row the append's first
-/// token: what `super::gpu_input`'s conversion writes).
+/// rows already on the device (`[tokens][H·D/2 words]` from byte `offset`, the first row the
+/// append's first token: what `super::gpu_input`'s conversion writes, or both sides' host
+/// rows staged together by [`stage_pair`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum NewRows<'a> {
     Host(&'a [f16]),
     Device {
         buffer: &'a wgpu::Buffer,
+        offset: u64,
         tokens: usize,
     },
+}
+
+/// `rows` with both sides' host rows staged together ([`stage_pair`]: one write) where they
+/// can be, as device rows of the staged slot, which `keep` holds; else `rows` as they are.
+pub(crate) fn stage_rows<'a>(
+    ctx: &Context,
+    row: usize,
+    rows: [NewRows<'a>; 2],
+    keep: &'a mut Option<wgpu::Buffer>,
+) -> Result<[NewRows<'a>; 2]> {
+    let (NewRows::Host(k), NewRows::Host(v)) = (rows[0], rows[1]) else {
+        return Ok(rows);
+    };
+    let Some((buffer, [ok, ov])) = stage_pair(ctx, row, k, v)? else {
+        return Ok(rows);
+    };
+    let tokens = k.len() / row.max(1);
+    let buffer: &'a wgpu::Buffer = keep.insert(buffer);
+    Ok([
+        NewRows::Device {
+            buffer,
+            offset: ok,
+            tokens,
+        },
+        NewRows::Device {
+            buffer,
+            offset: ov,
+            tokens,
+        },
+    ])
+}
+
+/// Both sides' host rows (`row` f16 values each) in one slot of the device's staging arena,
+/// the value rows at the next multiple of the storage offset alignment after the key rows:
+/// one write instead of two. `None` where a side's rows are not their words' bytes as they
+/// lie (an odd `row`, a big-endian host) or both together pass [`gpu::staging::LARGE`]:
+/// then each side is staged (or given a buffer) on its own by [`GpuSide::prepare`].
+fn stage_pair(
+    ctx: &Context,
+    row: usize,
+    k: &[f16],
+    v: &[f16],
+) -> Result<Option<(wgpu::Buffer, [u64; 2])>> {
+    let align = ctx.storage_offset_alignment().max(4);
+    let kb = (k.len() * 2) as u64;
+    let v_at = kb.div_ceil(align) * align;
+    let total = v_at + (v.len() * 2) as u64;
+    if !row.is_multiple_of(2) || !cfg!(target_endian = "little") || total > gpu::staging::LARGE {
+        return Ok(None);
+    }
+    let mut bytes = Vec::with_capacity(total as usize);
+    bytes.extend_from_slice(bytemuck::cast_slice(k));
+    bytes.resize(v_at as usize, 0);
+    bytes.extend_from_slice(bytemuck::cast_slice(v));
+    let st = gpu::staging::stage(ctx, "kvpack appended rows", &bytes)?;
+    Ok(Some((st.buffer, [st.offset, st.offset + v_at])))
 }
 
 /// A compaction's allocations ([`GpuSide::compact_work`]): the kernel path, per stream of
@@ -520,7 +578,7 @@ impl GpuSide {
             NewRows::Device { tokens, .. } => (&[][..], tokens),
         };
         let device = match new {
-            NewRows::Device { buffer, .. } => Some(buffer),
+            NewRows::Device { buffer, offset, .. } => Some((buffer, offset)),
             NewRows::Host(_) => None,
         };
         let gb = codec.block_tokens();
@@ -533,7 +591,7 @@ impl GpuSide {
         let rows =
             |label: &'static str, a: usize, b: usize| -> Result<(wgpu::Buffer, u64, usize)> {
                 match device {
-                    Some(buf) => Ok((buf.clone(), 0, t_old)),
+                    Some((buf, at)) => Ok((buf.clone(), at, t_old)),
                     None => {
                         let x = &host[(a - t_old) * row..(b - t_old) * row];
                         // Rows of an even number of values are their words' bytes as they lie
