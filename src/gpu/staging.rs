@@ -1,6 +1,6 @@
 //! Host rows staged for recorded copies: an append's f16 rows (one decode step: a token per
 //! layer and side, e.g. 2 KiB at 8 heads × D = 128) are written into a slot of the device's
-//! staging arena ([`super::arena`]: write once, never reuse) and copied from there by the
+//! staging arena (`src/gpu/arena.rs`: write once, never reuse) and copied from there by the
 //! commands the append records, instead of a new buffer made (and its allocation checked)
 //! per call. Rows larger than a quarter of the arena ([`LARGE`], prefill chunks) get a buffer
 //! of their own ([`super::upload`]): they would fill the arena at once.

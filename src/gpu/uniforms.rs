@@ -3,7 +3,7 @@
 //! the same bytes recur for every layer of a model at one decode step (same geometry, same
 //! length) and for every step of an append pattern. Each distinct content is written once
 //! per device into a slot of the device's arena ([`ARENA_BYTES`], slots aligned to the
-//! device's `min_uniform_buffer_offset_alignment`; [`super::arena`]) and kept, instead of a
+//! device's `min_uniform_buffer_offset_alignment`; `src/gpu/arena.rs`) and kept, instead of a
 //! buffer per dispatch. Sharing is safe because a uniform is only read.
 //!
 //! **Why an arena.** Every uniform binding of kvpack's pipelines has a dynamic offset
