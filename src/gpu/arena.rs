@@ -33,10 +33,9 @@ pub(crate) struct Placed {
 
 impl Arena {
     /// Writes `data` (padded with zeros to whole words) into a new slot at a multiple of
-    /// `align` (a power of two ≥ 4), making a
-    /// new buffer of `max(bytes, data.len())` bytes with `usage` (plus `COPY_DST`) when
-    /// there is none or the slot would not fit. Errors: the buffer cannot be made (an
-    /// allocation failure: nothing was written).
+    /// `align` (a power of two ≥ 4), making a new buffer of `max(bytes, data.len())` bytes
+    /// with `usage` (plus `COPY_DST`) when there is none or the slot would not fit. Errors:
+    /// the buffer cannot be made (an allocation failure: nothing was written).
     pub fn place(
         &mut self,
         ctx: &Context,
@@ -49,29 +48,24 @@ impl Arena {
         let gpu = super::gpu_of(ctx, label)?;
         // Copies into buffers move whole words.
         let size = (data.len() as u64).div_ceil(4) * 4;
-        let mut offset = self.next.div_ceil(align) * align;
-        let fresh = match &self.buffer {
-            Some(b) => offset + size > b.size(),
-            None => true,
+        let offset = self.next.div_ceil(align) * align;
+        let (buffer, offset, fresh) = match &self.buffer {
+            Some(b) if offset + size <= b.size() => (b.clone(), offset, false),
+            _ => {
+                let bytes = bytes.max(size).div_ceil(4) * 4;
+                let b = super::allocate(ctx, label, bytes, |device| {
+                    Ok(device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some(label),
+                        size: bytes,
+                        usage: usage | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    }))
+                })?;
+                self.buffer = Some(b.clone());
+                self.made += 1;
+                (b, 0, true)
+            }
         };
-        if fresh {
-            let bytes = bytes.max(size).div_ceil(4) * 4;
-            let b = super::allocate(ctx, label, bytes, |device| {
-                Ok(device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some(label),
-                    size: bytes,
-                    usage: usage | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                }))
-            })?;
-            self.buffer = Some(b);
-            self.made += 1;
-            offset = 0;
-        }
-        let buffer = self
-            .buffer
-            .clone()
-            .expect("an arena buffer was just ensured");
         if size == data.len() as u64 {
             gpu.queue.write_buffer(&buffer, offset, data);
         } else {

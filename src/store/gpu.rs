@@ -169,6 +169,13 @@ pub(crate) enum NewRows<'a> {
     },
 }
 
+/// Whether f16 rows of `row` values are their words' bytes as they lie in host memory (an
+/// even `row` on a little-endian host: value e in the low half of word e / 2), so that they
+/// are staged without packing ([`f16_rows_to_words`]).
+fn rows_lie_as_words(row: usize) -> bool {
+    row.is_multiple_of(2) && cfg!(target_endian = "little")
+}
+
 /// `rows` with both sides' host rows staged together ([`stage_pair`]: one write) where they
 /// can be, as device rows of the staged slot, which `keep` holds; else `rows` as they are.
 pub(crate) fn stage_rows<'a>(
@@ -214,7 +221,7 @@ fn stage_pair(
     let kb = (k.len() * 2) as u64;
     let v_at = kb.div_ceil(align) * align;
     let total = v_at + (v.len() * 2) as u64;
-    if !row.is_multiple_of(2) || !cfg!(target_endian = "little") || total > gpu::staging::LARGE {
+    if !rows_lie_as_words(row) || total > gpu::staging::LARGE {
         return Ok(None);
     }
     let mut bytes = Vec::with_capacity(total as usize);
@@ -594,9 +601,8 @@ impl GpuSide {
                     Some((buf, at)) => Ok((buf.clone(), at, t_old)),
                     None => {
                         let x = &host[(a - t_old) * row..(b - t_old) * row];
-                        // Rows of an even number of values are their words' bytes as they lie
-                        // (little-endian: value e in the low half of word e / 2); else padded.
-                        let st = if row.is_multiple_of(2) && cfg!(target_endian = "little") {
+                        // Staged as they lie where they can be; else packed into words.
+                        let st = if rows_lie_as_words(row) {
                             gpu::staging::stage(ctx, label, bytemuck::cast_slice(x))?
                         } else {
                             let words = f16_rows_to_words(row, x);
