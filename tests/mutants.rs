@@ -277,12 +277,13 @@ fn registry() -> Vec<(Mutant, Check, &'static [&'static str])> {
         (m("msl vecinfer: codebook form staged from the wrong KV head", Msl, "attend_vecinfer", "S.kvi_cb[e] = as_type<float>(ktab[cb0 + e]);", None, "S.kvi_cb[e] = as_type<float>(ktab[cb0 + (e + KVI_C * KVI_DS) % (A.hkv * KVI_C * KVI_DS)]);"), VecInfer, MSL),
         (m("wgsl vecinfer: index of the next sub-vector (s + 1)", Wgsl, "attend_vecinfer", "a += kvi_score(s, bits_code(kseg[w], hi, at & 31u, KVI_B));", None, "a += kvi_score(min(s + 1u, KVI_NSUB - 1u), bits_code(kseg[w], hi, at & 31u, KVI_B));"), VecInfer, S),
         // ---- KIVI ----
-        (m("msl kivi values: min butterfly turned into max", Msl, "kivi_quant_values", "lo = min(lo, simd_shuffle_xor(lo, off));", None, "lo = max(lo, simd_shuffle_xor(lo, off));"), Kivi, MSL),
-        (m("msl kivi values: barrier before assembling words removed", Msl, "kivi_quant_values", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Kivi, MSL),
+        (m("msl kivi values: the parts' min turned into max", Msl, "kivi_quant_values", "lo = min(lo, part_lo[first + k]);", None, "lo = max(lo, part_lo[first + k]);"), Kivi, MSL),
+        (m("msl kivi values: barrier before the parts' min and max removed", Msl, "kivi_quant_values", "threadgroup_barrier(mem_flags::mem_threadgroup);", Some(0), ""), Kivi, MSL),
         (m("msl kivi: rounding half up instead of half to even", Msl, "kivi_quant", "as_type<uint>(r + 8388608.0f) - 0x4b000000u", None, "uint(r + 0.5f)"), Kivi, MSL),
         (m("wgsl kivi: the 2^23 rounding constant's exponent off by one", Wgsl, "kivi_quant", "- 0x4b000000u", None, "- 0x4a800000u"), Kivi, SW),
         (m("msl bits_code: carry shift off by one", Msl, "kivi_dequant", "v |= hi << (32u - off);", None, "v |= hi << (31u - off);"), Kivi, MSL),
-        (m("wgsl kivi values: min butterfly shuffle offset halved", Wgsl, "kivi_quant_values", "lo = min(lo, subgroupShuffleXor(lo, off));", None, "lo = min(lo, subgroupShuffleXor(lo, off >> 1u));"), Kivi, S),
+        (m("wgsl kivi values: a part's codes stored at its group's first word", Wgsl, "kivi_quant_values", " + part * PWORDS;", None, ";"), Kivi, SW),
+        (m("wgsl kivi values: the group's last part left out of its max", Wgsl, "kivi_quant_values", "hi = max(hi, part_hi[first + k]);", None, "hi = max(hi, part_hi[first + min(k, LANES - 2u)]);"), Kivi, SW),
         (m("wgsl bits_code: carry shift off by one", Wgsl, "kivi_dequant", "v |= hi << (32u - off);", None, "v |= hi << (31u - off);"), Kivi, SW),
         (m("wgsl kivi keys: second channel's scale from the first one's lo", Wgsl, "kivi_quant_keys", "kivi_scale(lo.y, hi.y", None, "kivi_scale(lo.x, hi.y"), Kivi, SW),
         // ---- TurboQuant-Prod keys (the sketch correction of the score) ----

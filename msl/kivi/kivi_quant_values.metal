@@ -1,9 +1,10 @@
-// kivi_quant_values: per-token value quantization, fused. Twin of
-// wgsl/kivi/kivi_quant_values_subgroup.wgsl: threadgroups of WORKGROUP_SIZE (256) threads = 8 SIMD
-// groups of 32 (Apple's width); SIMD group s of threadgroup w owns value group
-// g = w * 8 + s, g = (token * H + head) * n_groups + group (at most 256 channels).
-// Lane l loads channels l, l + 32, ... once; min/max by a simd_shuffle_xor butterfly; codes
-// go to threadgroup memory; after a barrier lane l assembles words l, l + 32, ...
+// kivi_quant_values: per-token value quantization for value groups of 65..=256 channels, one
+// thread per 32-channel part of a group (LANES = 4 threads per group up to 128 channels, 8 up
+// to 256). Twin of wgsl/kivi/kivi_quant_values.wgsl; same bindings and geometry: a thread
+// loads its part once, takes the group's min and max from its LANES neighbours through
+// threadgroup memory (one barrier), and packs and stores its own 32 codes (b whole words of
+// the group stream). Specialized on VALUE_GROUP and VALUE_BITS (#defines prepended by the
+// host).
 //
 // [[buffer(0)]] P:        KiviParams (constant)
 // [[buffer(1)]] ring:     uint [C][resid_row_words]
@@ -12,12 +13,14 @@
 // [[buffer(4)]] params:   uint [tokens][H][n_groups][1 or 2] (segment)
 // [[buffer(5)]] status:   uint [1]
 //
-// SIMD groups past the end run every shuffle and barrier with neutral values and store
-// nothing, so all 32 lanes take part in every shuffle and every thread reaches the barrier.
+// Dispatch: threadgroups of WORKGROUP_SIZE threads; thread lid of threadgroup w serves part
+// lid % LANES of group g = w * (WORKGROUP_SIZE / LANES) + lid / LANES,
+// g = (token * H + head) * n_groups + group. Threads past the last group reach the barrier
+// and store nothing.
 
-#define SLICES (WORKGROUP_SIZE / 32)
-#define MAX_GROUP 256
-#define PER_LANE (MAX_GROUP / 32)
+#define PART 32u
+#define LANES (VALUE_GROUP <= 128u ? 4u : 8u)
+#define PWORDS VALUE_BITS
 
 [[max_total_threads_per_threadgroup(WORKGROUP_SIZE)]]
 kernel void kivi_quant_values(constant KiviParams& P [[buffer(0)]],
@@ -28,67 +31,72 @@ kernel void kivi_quant_values(constant KiviParams& P [[buffer(0)]],
                               device uint* status [[buffer(5)]],
                               uint3 wg [[threadgroup_position_in_grid]],
                               uint3 nwg [[threadgroups_per_grid]],
-                              uint slice [[simdgroup_index_in_threadgroup]],
-                              uint lane [[thread_index_in_simdgroup]]) {
-    threadgroup uint group_codes[SLICES * MAX_GROUP];
-    const uint g = (wg.y * nwg.x + wg.x) * SLICES + slice;
+                              uint lid [[thread_index_in_threadgroup]]) {
+    threadgroup float part_lo[WORKGROUP_SIZE];
+    threadgroup float part_hi[WORKGROUP_SIZE];
+    const uint part = lid % LANES;
+    const uint g = (wg.y * nwg.x + wg.x) * (WORKGROUP_SIZE / LANES) + lid / LANES;
     const bool valid = g < P.count * P.heads * P.n_groups;
     const uint j = g % P.n_groups;
     const uint th = g / P.n_groups;
     const uint h = th % P.heads;
     const uint t = th / P.heads;
     const uint s = P.src_start + t;
-    const uint c0 = j * P.group;
-    const uint n = valid ? min(P.group, P.dim - c0) : 0u;
-    const uint e0 = h * P.dim + c0;
+    const uint c0 = j * VALUE_GROUP;
+    const uint n = min(VALUE_GROUP, P.dim - c0);
+    const uint p0 = part * PART;
+    const uint m = (valid && p0 < n) ? min(PART, n - p0) : 0u;
+    const uint e0 = h * P.dim + c0 + p0;
 
-    float xs[PER_LANE];
+    float xs[PART];
     float lo = 3.0e38f;
     float hi = -3.0e38f;
-    for (uint k = 0u; k < PER_LANE; ++k) {
-        const uint c = lane + 32u * k;
-        xs[k] = 0.0f;
-        if (c < n) {
+    for (uint c = 0u; c < PART; ++c) {
+        xs[c] = 0.0f;
+        if (c < m) {
             const float x = kivi_load_x(P, ring, incoming, s, e0 + c);
-            xs[k] = x;
+            xs[c] = x;
             lo = min(lo, x);
             hi = max(hi, x);
         }
     }
-    for (ushort off = 1; off < 32; off <<= 1) {
-        lo = min(lo, simd_shuffle_xor(lo, off));
-        hi = max(hi, simd_shuffle_xor(hi, off));
-    }
-
-    const float scale = (hi - lo) * P.inv_levels;
-    const uint levels = (1u << P.bits) - 1u;
-    const uint cbase = slice * MAX_GROUP;
-    for (uint k = 0u; k < PER_LANE; ++k) {
-        const uint c = lane + 32u * k;
-        if (c < n) {
-            group_codes[cbase + c] = kivi_code(xs[k], scale, lo, levels);
-        }
-    }
+    part_lo[lid] = lo;
+    part_hi[lid] = hi;
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (!valid) {
+    const uint first = lid - part;
+    for (uint k = 0u; k < LANES; ++k) {
+        lo = min(lo, part_lo[first + k]);
+        hi = max(hi, part_hi[first + k]);
+    }
+    if (m == 0u) {
         return;
     }
-    const uint gi = ((P.dst_offset + t) * P.heads + h) * P.n_groups + j;
-    if (lane == 0u) {
-        kivi_store_pair(params, status, gi, scale, lo);
+    const float scale = (hi - lo) * P.inv_levels;
+    if (part == 0u) {
+        kivi_store_pair(params, status, th * P.n_groups + j + P.dst_offset * P.heads * P.n_groups, scale, lo);
     }
-    const uint b = P.bits;
-    const uint base = ((P.dst_offset + t) * P.heads + h) * P.row_words + j * P.group_words;
-    const uint words = (n * b + 31u) / 32u;
-    for (uint w = lane; w < words; w += 32u) {
-        const uint bit0 = w * 32u;
-        const uint end_bit = min(bit0 + 32u, n * b);
-        uint acc = 0u;
-        for (uint c = bit0 / b; c < (end_bit + b - 1u) / b; ++c) {
-            const uint code = group_codes[cbase + c];
-            const uint start = c * b;
-            acc |= (start >= bit0) ? (code << (start - bit0)) : (code >> (bit0 - start));
+    const uint levels = (1u << VALUE_BITS) - 1u;
+    uint words[PWORDS];
+    for (uint w = 0u; w < PWORDS; ++w) {
+        words[w] = 0u;
+    }
+    for (uint c = 0u; c < PART; ++c) {
+        if (c < m) {
+            const uint code = kivi_code(xs[c], scale, lo, levels);
+            const uint start = c * VALUE_BITS;
+            const uint w = start >> 5u;
+            const uint off = start & 31u;
+            words[w] |= code << off;
+            if (off + VALUE_BITS > 32u) {
+                words[w + 1u] |= code >> (32u - off);
+            }
         }
-        codes[base + w] = acc;
+    }
+    const uint base = ((P.dst_offset + t) * P.heads + h) * P.row_words + j * P.group_words + part * PWORDS;
+    const uint used = (m * VALUE_BITS + 31u) / 32u;
+    for (uint w = 0u; w < PWORDS; ++w) {
+        if (w < used) {
+            codes[base + w] = words[w];
+        }
     }
 }

@@ -468,6 +468,56 @@ pub fn configs() -> Vec<(KiviConfig, usize, usize, usize, usize, usize, f32)> {
             0,
             1.0,
         ),
+        // Parts of large value groups: H·D odd, so every other head's parts start inside a
+        // word (the element-wise loads), 5-bit codes straddling words inside a part, a ragged
+        // last group of 5 channels (80 + 80 + 5: one part of four holds them).
+        (
+            KiviConfig::default()
+                .key_bits(2)
+                .key_group(32)
+                .value_bits(5)
+                .value_group(80)
+                .residual(32)
+                .params(ParamStorage::F16),
+            3,
+            165,
+            2,
+            21,
+            1,
+            1.0,
+        ),
+        // Eight parts a group (160 channels: five hold channels), 8-bit codes (a part is 8 words).
+        (
+            KiviConfig::default()
+                .key_bits(4)
+                .key_group(32)
+                .value_bits(8)
+                .value_group(160)
+                .residual(32)
+                .params(ParamStorage::F32),
+            2,
+            320,
+            2,
+            30,
+            0,
+            1.0,
+        ),
+        // 1-bit codes of a 128-channel group (a part's codes are one word).
+        (
+            KiviConfig::default()
+                .key_bits(1)
+                .key_group(32)
+                .value_bits(1)
+                .value_group(128)
+                .residual(0)
+                .params(ParamStorage::F32),
+            2,
+            128,
+            1,
+            0,
+            0,
+            1.0,
+        ),
         // H·D odd: the last channel pair of a row has one channel.
         (
             KiviConfig::default()

@@ -8,7 +8,6 @@ use crate::gpu::registry::{BITS, Binding, DISPATCH, KernelDef, MSL_BITS};
 pub(crate) const KIVI: &str = include_str!("../../../wgsl/kivi/kivi_common.wgsl");
 const KIVI_QUANT_IO: &str = include_str!("../../../wgsl/kivi/kivi_quant_io.wgsl");
 const KIVI_DEQUANT_IO: &str = include_str!("../../../wgsl/kivi/kivi_dequant_io.wgsl");
-const KIVI_VALUES_TAIL: &str = include_str!("../../../wgsl/kivi/kivi_values_tail.wgsl");
 pub(crate) const MSL_KIVI: &str = include_str!("../../../msl/kivi/kivi_common.metal");
 
 /// KIVI per-channel key quantization (specialized on `PARAMS_F16`).
@@ -24,20 +23,19 @@ pub static KIVI_QUANT_KEYS: KernelDef = KernelDef {
     workgroup_size: 64,
 };
 
-/// KIVI per-token value quantization: 8 slices of 32 invocations per workgroup, one value
-/// group per slice (specialized on `PARAMS_F16`).
+/// KIVI per-token value quantization for value groups of 65..=256 channels: one invocation
+/// per 32-channel part of a group, 4 or 8 per group (specialized on `PARAMS_F16`,
+/// `VALUE_GROUP`, `VALUE_BITS`).
 pub static KIVI_QUANT_VALUES: KernelDef = KernelDef {
     name: "kivi_quant_values",
     folder: "kivi",
-    wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO, KIVI_VALUES_TAIL],
-    wgsl_subgroup: Some(include_str!(
-        "../../../wgsl/kivi/kivi_quant_values_subgroup.wgsl"
-    )),
+    wgsl_common: &[DISPATCH, KIVI, KIVI_QUANT_IO],
+    wgsl_subgroup: None,
     wgsl: include_str!("../../../wgsl/kivi/kivi_quant_values.wgsl"),
     msl_common: &[MSL_BITS, MSL_KIVI],
     msl: Some(include_str!("../../../msl/kivi/kivi_quant_values.metal")),
     bindings: KIVI_QUANT_BINDINGS,
-    workgroup_size: 256,
+    workgroup_size: 128,
 };
 
 /// KIVI per-token value quantization for value groups of at most 64 channels: one

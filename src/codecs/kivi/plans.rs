@@ -162,13 +162,13 @@ pub fn plan_quant_values_from(
     };
     let def = values_kernel(l);
     let groups = (tokens * l.heads * l.value_groups()) as u64;
-    let (spec, per_workgroup) = if std::ptr::eq(def, &kernels::KIVI_QUANT_VALUES_THREAD) {
-        let mut spec = specialization(l);
-        spec.0.push(("VALUE_GROUP", l.value_group as u32));
-        spec.0.push(("VALUE_BITS", l.value_bits));
-        (spec, def.workgroup_size) // one group per invocation
+    let mut spec = specialization(l);
+    spec.0.push(("VALUE_GROUP", l.value_group as u32));
+    spec.0.push(("VALUE_BITS", l.value_bits));
+    let per_workgroup = if std::ptr::eq(def, &kernels::KIVI_QUANT_VALUES_THREAD) {
+        def.workgroup_size // one group per invocation
     } else {
-        (specialization(l), def.workgroup_size / 32) // one group per slice of 32
+        def.workgroup_size / value_parts(l.value_group) // one group per 4 or 8 invocations
     };
     DispatchPlan {
         kernel: def,
@@ -179,7 +179,8 @@ pub fn plan_quant_values_from(
 }
 
 /// The value quantization kernel for a layout: one invocation per group for groups of at
-/// most [`THREAD_VALUE_GROUP_MAX`] channels, a subgroup-cooperative slice of 32 per group above.
+/// most [`THREAD_VALUE_GROUP_MAX`] channels, one per 32-channel part of a group above
+/// ([`value_parts`] per group).
 pub fn values_kernel(l: &Layout) -> &'static registry::KernelDef {
     if l.value_group <= THREAD_VALUE_GROUP_MAX {
         &kernels::KIVI_QUANT_VALUES_THREAD
@@ -190,6 +191,13 @@ pub fn values_kernel(l: &Layout) -> &'static registry::KernelDef {
 
 /// Largest value group quantized by one invocation (registers hold the group).
 pub const THREAD_VALUE_GROUP_MAX: usize = 64;
+
+/// Invocations of `kivi_quant_values` per value group of `group` channels (65..=256): its
+/// 32-channel parts, rounded up to a power of two so that a workgroup holds whole groups
+/// (the WGSL and MSL kernels' `LANES`).
+pub fn value_parts(group: usize) -> u32 {
+    if group <= 128 { 4 } else { 8 }
+}
 
 /// Key reconstruction of `tokens` tokens (whole blocks) of a segment from block `dst_block`.
 /// Storage bindings: codes, params, out.
