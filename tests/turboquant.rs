@@ -71,6 +71,26 @@ fn cases() -> Vec<Case> {
             5,
         ),
         c("D=80 (P=128) RVQ 2+2", Variant::Rvq, 2, 2, 80, 33, 0, 0),
+        c(
+            "D=128 MSE-3 (lane pairs assemble the words)",
+            Variant::Mse,
+            3,
+            3,
+            128,
+            30,
+            9,
+            2,
+        ),
+        c(
+            "D=96 (P=128) RVQ 3+3 (lane pairs, both stages)",
+            Variant::Rvq,
+            3,
+            2,
+            96,
+            21,
+            5,
+            1,
+        ),
         c("D=128 MSE-4", Variant::Mse, 4, 4, 128, 24, 24, 3),
         c("D=256 RVQ 1+1, one head", Variant::Rvq, 1, 1, 256, 20, 7, 1),
         c("D=3 (P=4) MSE-8", Variant::Mse, 8, 2, 3, 30, 10, 2),
@@ -474,7 +494,7 @@ fn turboquant_planted_bugs_are_caught(t: &Target) {
         return; // nothing planted in the reference
     }
     let mut rng = common::rng("turboquant_planted_bugs_are_caught");
-    let plants: [(&str, &str, String, String); 2] = [
+    let plants: [(&str, &str, String, String); 3] = [
         (
             "barrier",
             "a missing barrier between the butterfly's reads and writes",
@@ -486,6 +506,12 @@ fn turboquant_planted_bugs_are_caught(t: &Target) {
             "the signs applied after the transform instead of before",
             "// @tq-signs-before".into(),
             "".into(),
+        ),
+        (
+            "pair_shift",
+            "the odd lane's first bits one place off in its pair's middle word",
+            "codes[pb + 1u] = w1 | (o0 << SH);".into(),
+            "codes[pb + 1u] = w1 | (o0 << (SH + 1u));".into(),
         ),
     ];
     let mut caught = 0;
@@ -521,7 +547,7 @@ fn turboquant_planted_bugs_are_caught(t: &Target) {
         match planted(t, name, &from, &to) {
             Some(def) => caught += run_plant(t, def, what, &mut rng),
             None => eprintln!(
-                "turboquant planted[{}]: {what}: not applicable (this variant's butterflies are shuffles between lanes, no barrier)",
+                "turboquant planted[{}]: {what}: not applicable (not in this variant's source: the subgroup variant's butterflies are shuffles, no barrier; only it pairs lanes)",
                 t.name()
             ),
         }
@@ -563,7 +589,7 @@ fn planted_move(t: &Target, name: &str, line: &str, call: &str) -> &'static Kern
     }))
 }
 
-/// Runs a planted kernel on cases 0 and 2 and requires a disagreement; returns 1.
+/// Runs a planted kernel on the cases of D = 64 and 128 and requires a disagreement; returns 1.
 fn run_plant(t: &Target, def: &'static KernelDef, what: &str, rng: &mut impl Rng) -> usize {
     let exact = matches!(t, Target::MslEmulated(_));
     let mut found = Vec::new();

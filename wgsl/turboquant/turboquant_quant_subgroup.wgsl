@@ -16,8 +16,9 @@
 //      before either is replaced);
 //   4. × c, codes by binary search of the boundaries (codebooks in workgroup memory);
 //   5. packed codes: where a lane's C·b bits are whole words, the lane assembles and stores
-//      them from registers; otherwise the codes go through workgroup memory and the group's
-//      lanes assemble the row's words.
+//      them from registers; where a pair of lanes' bits are (C·b = 48), the pair does, with one
+//      shuffle (PAIRED); otherwise the codes go through workgroup memory and the group's lanes
+//      assemble the row's words.
 // The 8 lanes of a group must lie in one subgroup, in invocation order (the context probes the
 // order once per device: src/gpu/probe.rs; subgroups narrower than 8 are refused on the host).
 // Every subgroup operation and barrier is in uniform control flow: groups past the last item
@@ -33,9 +34,16 @@ const LOG2LU: u32 = min(TQ_LOG2P, 3u);               // cross-lane passes
 const LU: u32 = 1u << LOG2LU;                        // lanes holding coordinates
 const CB: u32 = C * TB;                              // a lane's bits per row
 const DIRECT: bool = CB % 32u == 0u;                 // ... are whole words
-const LW: u32 = max(CB / 32u, 1u);                   // its words (DIRECT)
-const WN: u32 = LW * TS;                             // its words, all stages (DIRECT)
-const XN: u32 = select(GROUPS * TP * TS, 1u, DIRECT);
+// Otherwise, where two neighbouring lanes' bits are whole words (C·b = 48: 3-bit codes of
+// P = 128), the pair assembles them: the even lane stores the pair's first two words (its own
+// 48 bits and the odd lane's first 16, one shuffle), the odd lane the third.
+const PAIRED: bool = !DIRECT && LU == GL && CB > 32u && CB < 64u && (2u * CB) % 32u == 0u;
+// Bits of a lane's second word (PAIRED; 16 otherwise, so that no shift is by 32 bits).
+const SH: u32 = select(16u, CB % 32u, PAIRED);
+const PW3: u32 = (2u * CB) / 32u;                    // a pair's words (PAIRED)
+const LW: u32 = select(max(CB / 32u, 1u), 2u, PAIRED); // its words (DIRECT, PAIRED)
+const WN: u32 = LW * TS;                             // its words, all stages (DIRECT, PAIRED)
+const XN: u32 = select(GROUPS * TP * TS, 1u, DIRECT || PAIRED);
 
 var<workgroup> tq_xc: array<u32, XN>; // the groups' codes (not DIRECT)
 
@@ -154,7 +162,7 @@ fn main(
         // @tq-signs-after
         // 4. Scale, codes; 5. packed rows.
         let row0 = ((P.seg_token + tok) * P.heads + hs) * TS * TRW;
-        if (DIRECT) {
+        if (DIRECT || PAIRED) {
             var w: array<u32, WN>;
             // @unroll 128
             for (var k = 0u; k < C; k++) {
@@ -165,7 +173,23 @@ fn main(
                     tq_put(&w, 1u, k, tq_code(y - tq_centroid(c1, 0u), 1u));
                 }
             }
-            if (live) {
+            if (PAIRED) {
+                // @unroll 2
+                for (var st = 0u; st < TS; st++) {
+                    let w0 = w[st * LW];
+                    let w1 = w[min(st * LW + 1u, WN - 1u)];
+                    let o0 = subgroupShuffleXor(w0, 1u); // uniform: every lane of the group
+                    let pb = row0 + st * TRW + (lane_g >> 1u) * PW3;
+                    if (live) {
+                        if ((lane_g & 1u) == 0u) {
+                            codes[pb] = w0;
+                            codes[pb + 1u] = w1 | (o0 << SH);
+                        } else {
+                            codes[pb + 2u] = (w0 >> (32u - SH)) | (w1 << SH);
+                        }
+                    }
+                }
+            } else if (live) {
                 // @unroll 2
                 for (var st = 0u; st < TS; st++) {
                     // @unroll 32
