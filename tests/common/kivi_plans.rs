@@ -437,7 +437,7 @@ pub fn configs() -> Vec<(KiviConfig, usize, usize, usize, usize, usize, f32)> {
             0,
             1.0,
         ),
-        // Value groups above 64 channels take the subgroup-cooperative kernel (ragged: 96+96+8).
+        // Value groups above 64 channels take the kernel of 32-channel parts (ragged: 96+96+8).
         (
             KiviConfig::default()
                 .key_bits(2)

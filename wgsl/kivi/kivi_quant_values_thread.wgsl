@@ -2,9 +2,10 @@
 // channels: one invocation owns one (token, head, group), keeps the group in registers and
 // packs its codes itself. No cross-invocation operation, so one source serves both WGSL
 // variants. The loops are unrolled at composition (src/gpu/unroll.rs), so the group's
-// values and words stay in registers whatever the driver does with loops. (Measured on an H200: with one channel per invocation, the subgroup-cooperative
-// kernel spends its time on per-element shuffles and barriers for groups this small; it
-// serves groups of 65..=256 channels.)
+// values and words stay in registers whatever the driver does with loops. (Measured on an
+// H200: the former subgroup-cooperative kernel, one channel per invocation, spent its time
+// on per-element shuffles and barriers for groups this small.) Groups of 65..=256 channels
+// take kivi_quant_values.wgsl, 32 channels per invocation.
 // Layout: src/codecs/kivi/layout.rs. CPU reference: src/cpu/kivi/kivi_quant_values.rs.
 // Bindings: wgsl/kivi/kivi_quant_io.wgsl. Specialized on VALUE_GROUP and VALUE_BITS (fixed
 // for a cache's life), so every loop below has a constant trip count and unrolls into
