@@ -16,16 +16,16 @@ for f in .carry/d/*.xz; do n=$(basename $f .xz)
 R=$OUT/r; mkdir -p $R; nvidia-smi -L | tee $R/gpu.txt
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
 for i in 1 2; do for b in gk_old gk_new; do
-  timeout 90 $B/$b --warmup 20 --rounds 50 --json $R/$b-$i.json > $R/$b-$i.txt 2>&1; echo "$b-$i rc=$? $(el)"
+  timeout 90 $B/$b --warmup 10 --rounds 30 --json $R/$b-$i.json > $R/$b-$i.txt 2>&1; echo "$b-$i rc=$? $(el)"
   grep -E "values G=" $R/$b-$i.txt | cut -c1-110
 done; done
 for i in 1 2; do for b in gtq_old gtq_new; do
-  timeout 90 $B/$b --tokens 32768 --only quantize --rounds 30 --json $R/$b-$i.json > $R/$b-$i.txt 2>&1; echo "$b-$i rc=$? $(el)"
+  timeout 90 $B/$b --tokens 32768 --only quantize --warmup 3 --rounds 20 --json $R/$b-$i.json > $R/$b-$i.txt 2>&1; echo "$b-$i rc=$? $(el)"
   grep -E "^\| quantize .*subgroup" $R/$b-$i.txt | cut -c1-110
 done; done
 for i in 1 2; do for b in he_base he_main he_new; do
-  [ $(el) -gt 480 ] && break
-  timeout 60 $B/$b --rounds 12 --json $R/$b-$i.json > $R/$b-$i.txt 2>&1; echo "$b-$i rc=$? $(el)"; grep -E "cached  |per-call" $R/$b-$i.txt
+  [ $(el) -gt 330 ] && break
+  timeout 45 $B/$b --rounds 8 --json $R/$b-$i.json > $R/$b-$i.txt 2>&1; echo "$b-$i rc=$? $(el)"; grep -E "cached  |per-call" $R/$b-$i.txt
 done; done
 (cd $OUT && tar czf call2.tgz r && rm -rf r)
 echo "== end $(el)"
